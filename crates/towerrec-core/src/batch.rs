@@ -1,0 +1,225 @@
+//! The batch that flows from the readers to the model.
+//!
+//! Sparse features are a keyed jagged structure (TorchRec's `KeyedJaggedTensor`): for
+//! each feature, a length per sample and a flat value array. Values are stored
+//! feature-major: all of feature 0's ids for samples 0..B, then feature 1's, and so on,
+//! which is the layout the embedding AlltoAll of later issues sends per feature.
+
+use crate::error::{Error, Result};
+
+/// Sparse ids of a batch, per feature, per sample.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct KeyedJagged {
+    keys: Vec<String>,
+    batch_size: usize,
+    /// `keys.len() * batch_size + 1` absolute offsets into `values`, feature-major.
+    offsets: Vec<usize>,
+    values: Vec<u64>,
+}
+
+/// One feature's ids for a batch: sample `b` has `values[offsets[b] - base .. offsets[b+1] - base]`
+/// where `base = offsets[0]`; use [`JaggedView::ids`] rather than indexing by hand.
+#[derive(Debug, Clone, Copy)]
+pub struct JaggedView<'a> {
+    /// `batch_size + 1` offsets into `values`, starting at 0.
+    pub offsets: &'a [usize],
+    /// The ids of every sample of this feature, concatenated.
+    pub values: &'a [u64],
+    base: usize,
+}
+
+impl<'a> JaggedView<'a> {
+    /// Number of samples.
+    pub fn batch_size(&self) -> usize {
+        self.offsets.len() - 1
+    }
+    /// Ids of sample `b`.
+    pub fn ids(&self, b: usize) -> &'a [u64] {
+        &self.values[self.offsets[b] - self.base..self.offsets[b + 1] - self.base]
+    }
+    /// Offset of sample `b`'s first id within [`JaggedView::values`].
+    #[inline]
+    pub fn start(&self, b: usize) -> usize {
+        self.offsets[b] - self.base
+    }
+}
+
+impl KeyedJagged {
+    /// Builds from per-feature, per-sample lengths (feature-major, `keys.len() * batch_size`
+    /// entries) and the concatenated values.
+    pub fn from_lengths(
+        keys: Vec<String>,
+        batch_size: usize,
+        lengths: &[u32],
+        values: Vec<u64>,
+    ) -> Result<Self> {
+        if lengths.len() != keys.len() * batch_size {
+            return Err(Error::shape(
+                "KeyedJagged lengths",
+                keys.len() * batch_size,
+                lengths.len(),
+            ));
+        }
+        let mut offsets = Vec::with_capacity(lengths.len() + 1);
+        let mut acc = 0usize;
+        offsets.push(0);
+        for &l in lengths {
+            acc += l as usize;
+            offsets.push(acc);
+        }
+        if acc != values.len() {
+            return Err(Error::shape("KeyedJagged values", acc, values.len()));
+        }
+        Ok(Self {
+            keys,
+            batch_size,
+            offsets,
+            values,
+        })
+    }
+
+    /// Builds from offsets (`keys.len() * batch_size + 1`, starting at 0, non-decreasing).
+    pub fn from_offsets(
+        keys: Vec<String>,
+        batch_size: usize,
+        offsets: Vec<usize>,
+        values: Vec<u64>,
+    ) -> Result<Self> {
+        if offsets.len() != keys.len() * batch_size + 1 {
+            return Err(Error::shape(
+                "KeyedJagged offsets",
+                keys.len() * batch_size + 1,
+                offsets.len(),
+            ));
+        }
+        if offsets[0] != 0 || offsets.windows(2).any(|w| w[0] > w[1]) {
+            return Err(Error::Config(
+                "KeyedJagged offsets must start at 0 and not decrease".into(),
+            ));
+        }
+        if *offsets.last().unwrap_or(&0) != values.len() {
+            return Err(Error::shape(
+                "KeyedJagged values",
+                offsets.last().copied().unwrap_or(0),
+                values.len(),
+            ));
+        }
+        Ok(Self {
+            keys,
+            batch_size,
+            offsets,
+            values,
+        })
+    }
+
+    /// Feature names.
+    pub fn keys(&self) -> &[String] {
+        &self.keys
+    }
+    /// Number of samples.
+    pub fn batch_size(&self) -> usize {
+        self.batch_size
+    }
+    /// Number of features.
+    pub fn num_keys(&self) -> usize {
+        self.keys.len()
+    }
+    /// All values, feature-major.
+    pub fn values(&self) -> &[u64] {
+        &self.values
+    }
+    /// All offsets (`num_keys * batch_size + 1`).
+    pub fn offsets(&self) -> &[usize] {
+        &self.offsets
+    }
+    /// Length of sample `b` of feature `f`.
+    pub fn length(&self, f: usize, b: usize) -> usize {
+        let i = f * self.batch_size + b;
+        self.offsets[i + 1] - self.offsets[i]
+    }
+    /// Feature `f`'s ids for the whole batch.
+    pub fn feature(&self, f: usize) -> JaggedView<'_> {
+        let o = &self.offsets[f * self.batch_size..=(f + 1) * self.batch_size];
+        JaggedView {
+            offsets: o,
+            values: &self.values[o[0]..o[self.batch_size]],
+            base: o[0],
+        }
+    }
+}
+
+/// A batch of samples: dense features, sparse features and labels.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Batch {
+    /// `batch_size × num_dense`, row-major.
+    pub dense: Vec<f32>,
+    /// Number of dense features per sample.
+    pub num_dense: usize,
+    /// Sparse features.
+    pub sparse: KeyedJagged,
+    /// One label per sample, 0.0 or 1.0.
+    pub labels: Vec<f32>,
+}
+
+impl Batch {
+    /// Checks that the parts agree on the batch size.
+    pub fn new(
+        dense: Vec<f32>,
+        num_dense: usize,
+        sparse: KeyedJagged,
+        labels: Vec<f32>,
+    ) -> Result<Self> {
+        let b = labels.len();
+        if dense.len() != b * num_dense {
+            return Err(Error::shape("Batch dense", b * num_dense, dense.len()));
+        }
+        if sparse.batch_size() != b {
+            return Err(Error::shape(
+                "Batch sparse batch size",
+                b,
+                sparse.batch_size(),
+            ));
+        }
+        Ok(Self {
+            dense,
+            num_dense,
+            sparse,
+            labels,
+        })
+    }
+    /// Number of samples.
+    pub fn batch_size(&self) -> usize {
+        self.labels.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feature_views_slice_values_per_sample() {
+        let kj = KeyedJagged::from_lengths(
+            vec!["a".into(), "b".into()],
+            2,
+            &[1, 2, 0, 3],
+            vec![10, 11, 12, 20, 21, 22],
+        )
+        .unwrap();
+        let a = kj.feature(0);
+        assert_eq!(a.ids(0), &[10]);
+        assert_eq!(a.ids(1), &[11, 12]);
+        let b = kj.feature(1);
+        assert_eq!(b.ids(0), &[] as &[u64]);
+        assert_eq!(b.ids(1), &[20, 21, 22]);
+        assert_eq!(b.values, &[20, 21, 22]);
+        assert_eq!(kj.length(1, 1), 3);
+    }
+
+    #[test]
+    fn rejects_inconsistent_lengths() {
+        assert!(KeyedJagged::from_lengths(vec!["a".into()], 2, &[1], vec![1]).is_err());
+        assert!(KeyedJagged::from_lengths(vec!["a".into()], 1, &[2], vec![1]).is_err());
+        assert!(KeyedJagged::from_offsets(vec!["a".into()], 1, vec![1, 1], vec![1]).is_err());
+    }
+}
