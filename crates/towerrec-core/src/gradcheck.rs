@@ -80,16 +80,15 @@ pub fn check_layer_at<T: Real, L: Layer<T>>(
     }
 
     let mut params = 0.0f64;
-    let n_params = analytic_params.len();
-    for (pi, analytic) in analytic_params.iter().enumerate().take(n_params) {
-        for j in 0..analytic.len() {
+    for (pi, analytic) in analytic_params.iter().enumerate() {
+        for (j, a) in analytic.iter().enumerate() {
             let orig = layer.params()[pi].value[j];
             layer.params()[pi].value[j] = orig + T::of(h);
             let up = objective(layer, x, r, batch);
             layer.params()[pi].value[j] = orig - T::of(h);
             let down = objective(layer, x, r, batch);
             layer.params()[pi].value[j] = orig;
-            params = params.max(rel_err(analytic[j].f64(), (up - down) / (2.0 * h), floor));
+            params = params.max(rel_err(a.f64(), (up - down) / (2.0 * h), floor));
         }
     }
     GradCheck { input, params }

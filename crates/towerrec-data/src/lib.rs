@@ -1,1 +1,29 @@
-//! (being written)
+//! towerrec-data: everything that turns data into [`towerrec_core::Batch`]es.
+//!
+//! - Sources, all implementing [`RecordStream`]: the Criteo TSV reader ([`criteo`]), a
+//!   schema-described CSV/TSV reader ([`csv_schema`]), a memory-mapped preprocessed
+//!   binary format ([`binary`]) and a learnable synthetic generator ([`synthetic`]).
+//! - [`next_batch`] assembles records into a batch.
+//! - [`source`]: the `[data]` section of a run config; [`open`] and [`schema`] are all a
+//!   trainer needs.
+
+pub mod batcher;
+pub mod binary;
+pub mod criteo;
+pub mod csv_schema;
+pub mod error;
+pub mod hash;
+pub mod record;
+pub mod source;
+pub mod synthetic;
+pub mod text;
+
+pub use batcher::next_batch;
+pub use binary::{write_binary, BinaryDataset, BinaryStream, BinaryWriter};
+pub use criteo::CriteoReader;
+pub use csv_schema::{CsvReader, CsvSchema, DenseColumn, DenseTransform, LabelSpec, SparseColumn};
+pub use error::{Error, Result};
+pub use record::{BadRows, Record, RecordStream, Schema, SparseFeature};
+pub use source::{open, schema, DataConfig, Part, Split};
+pub use synthetic::{PoolingFactor, SyntheticConfig, SyntheticStream, SyntheticTable};
+pub use text::RowSelect;

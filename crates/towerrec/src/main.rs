@@ -1,1 +1,45 @@
-fn main() {}
+//! The `towerrec` command-line tool.
+
+mod commands;
+mod progress;
+
+use clap::{Parser, Subcommand};
+
+/// towerrec: train, evaluate and prepare data for recommendation models (DLRM, DCN-v2).
+#[derive(Parser)]
+#[command(name = "towerrec", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train a model (with no --config: the embedded synthetic quickstart).
+    Train(commands::TrainArgs),
+    /// Score a data file with a saved model and print AUC, log loss and NE.
+    Eval(commands::EvalArgs),
+    /// Generate a synthetic data set into the preprocessed binary format.
+    Datagen(commands::DatagenArgs),
+    /// Convert a config's text data (Criteo TSV, schema CSV) into the preprocessed binary format.
+    Preprocess(commands::PreprocessArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Train(a)) => commands::train(a),
+        Some(Command::Eval(a)) => commands::eval(a),
+        Some(Command::Datagen(a)) => commands::datagen(a),
+        Some(Command::Preprocess(a)) => commands::preprocess(a),
+        None => {
+            use clap::CommandFactory;
+            let _ = Cli::command().print_help();
+            Ok(())
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,616 @@
+//! A CSV/TSV reader driven by a schema from the run config: which column is the label,
+//! which are dense (numeric) and which are sparse (categorical, possibly multi-hot).
+//!
+//! Categorical strings become ids with a stable 64-bit FNV-1a hash `% rows`, so the same
+//! string maps to the same row on every run and platform. A single-valued empty field
+//! hashes the empty string (it is a category of its own, "missing"); a multi-hot field
+//! is split on its separator, empty pieces are dropped, and an empty field has no ids.
+//!
+//! Fields are trimmed of surrounding ASCII whitespace. Double-quoted fields may contain
+//! the delimiter and `""` for a quote; a quoted field cannot span lines (rows are lines).
+//! With a header, a column may be named as written or, for typed headers such as
+//! RecBole's `user_id:token`, by the part before the `:`.
+
+use crate::error::{quote_found, Error, Result};
+use crate::hash::fnv1a64;
+use crate::record::{BadRows, Record, RecordStream, Schema, SparseFeature};
+use crate::text::{Lines, RowCursor, RowSelect};
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::io::BufRead;
+use std::path::Path;
+
+/// How to read a delimited text file (the `schema` table of a `format = "csv"` config).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CsvSchema {
+    /// Field separator, one ASCII character: `","` (default), `"\t"`, `";"`, ...
+    #[serde(default = "default_delimiter")]
+    pub delimiter: char,
+    /// Whether the first line names the columns (default true). Without a header,
+    /// columns are named by their 0-based index: `column = "3"`.
+    #[serde(default = "default_true")]
+    pub header: bool,
+    /// The label column and how its values map to 0/1.
+    pub label: LabelSpec,
+    /// Numeric columns.
+    #[serde(default)]
+    pub dense: Vec<DenseColumn>,
+    /// Categorical columns, each with its own embedding table.
+    #[serde(default)]
+    pub sparse: Vec<SparseColumn>,
+}
+
+fn default_delimiter() -> char {
+    ','
+}
+fn default_true() -> bool {
+    true
+}
+
+/// The label column. With neither `positive` nor `threshold`, values must be 0 or 1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LabelSpec {
+    /// Header name, or 0-based index when there is no header.
+    pub column: String,
+    /// Values meaning 1 (e.g. `[">50K", ">50K."]`); anything else is 0.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub positive: Vec<String>,
+    /// Numeric labels at or above this are 1, below it 0 (e.g. `4.0` for ratings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<f64>,
+}
+
+/// A numeric column.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DenseColumn {
+    /// Header name, or 0-based index when there is no header.
+    pub column: String,
+    /// Transform applied to the value (default `log1p`).
+    #[serde(default)]
+    pub transform: DenseTransform,
+    /// Raw value used for an empty field, transformed like any other (default 0).
+    #[serde(default)]
+    pub fill: f32,
+}
+
+/// Transform of a dense value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DenseTransform {
+    /// The value as is.
+    None,
+    /// `sign(x) · ln(1 + |x|)`: compresses heavy-tailed counts, defined for negatives.
+    #[default]
+    Log1p,
+}
+
+impl DenseTransform {
+    /// Applies the transform.
+    pub fn apply(self, x: f64) -> f32 {
+        match self {
+            DenseTransform::None => x as f32,
+            DenseTransform::Log1p => (x.signum() * x.abs().ln_1p()) as f32,
+        }
+    }
+}
+
+/// A categorical column.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SparseColumn {
+    /// Header name, or 0-based index when there is no header.
+    pub column: String,
+    /// Embedding rows the hashed values are reduced into.
+    pub rows: u64,
+    /// Multi-hot: split the field on this character (e.g. `"|"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub separator: Option<char>,
+    /// Feature name (default: `column`); names must be unique.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl CsvSchema {
+    /// The record schema this CSV schema produces (no file needed).
+    pub fn schema(&self) -> Result<Schema> {
+        self.validate()?;
+        Ok(Schema {
+            dense: self.dense.iter().map(|d| d.column.clone()).collect(),
+            sparse: self
+                .sparse
+                .iter()
+                .map(|s| SparseFeature {
+                    name: s.name.clone().unwrap_or_else(|| s.column.clone()),
+                    rows: s.rows,
+                })
+                .collect(),
+        })
+    }
+
+    /// Checks what needs no file: delimiter, label rule, table sizes, unique names.
+    pub fn validate(&self) -> Result<()> {
+        let d = self.delimiter;
+        if !d.is_ascii() || matches!(d, '"' | '\n' | '\r') {
+            return Err(Error::Config(format!(
+                "data.schema.delimiter: must be one ASCII character other than a quote or newline, got {d:?}"
+            )));
+        }
+        if !self.label.positive.is_empty() && self.label.threshold.is_some() {
+            return Err(Error::Config(
+                "data.schema.label: set `positive` or `threshold`, not both".into(),
+            ));
+        }
+        if self.label.threshold.is_some_and(|t| !t.is_finite()) {
+            return Err(Error::Config(
+                "data.schema.label.threshold: must be a finite number".into(),
+            ));
+        }
+        let mut names = HashSet::new();
+        for s in &self.sparse {
+            let name = s.name.as_deref().unwrap_or(&s.column);
+            if s.rows == 0 {
+                return Err(Error::Config(format!(
+                    "data.schema.sparse: column \"{}\": rows must be at least 1",
+                    s.column
+                )));
+            }
+            if s.separator.is_some_and(|c| c == d) {
+                return Err(Error::Config(format!(
+                    "data.schema.sparse: column \"{}\": separator equals the delimiter",
+                    s.column
+                )));
+            }
+            if !names.insert(name) {
+                return Err(Error::Config(format!(
+                    "data.schema.sparse: feature name \"{name}\" is used twice; set `name` to tell them apart"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How a label field maps to 0/1.
+#[derive(Debug, Clone)]
+enum LabelRule {
+    ZeroOne,
+    Positive(HashSet<Vec<u8>>),
+    Threshold(f64),
+}
+
+/// Everything resolved against the header: column indices and rules.
+#[derive(Debug, Clone)]
+struct Plan {
+    delimiter: u8,
+    /// With a header, rows must have exactly this many fields; without, at least.
+    fields: usize,
+    exact: bool,
+    /// Column names for error messages (header names, or indices).
+    names: Vec<String>,
+    label: (usize, LabelRule),
+    dense: Vec<(usize, DenseTransform, f32)>,
+    sparse: Vec<(usize, u64, Option<Vec<u8>>)>,
+}
+
+/// Reads records from a delimited text file described by a [`CsvSchema`].
+pub struct CsvReader {
+    rows: RowCursor,
+    schema: Schema,
+    plan: Plan,
+    spans: Vec<Span>,
+}
+
+impl CsvReader {
+    /// Opens `path`, reads the header if any, and checks that every column exists.
+    pub fn open(path: &Path, csv: &CsvSchema, bad_rows: BadRows) -> Result<Self> {
+        Self::with_lines(Lines::open(path)?, csv, bad_rows)
+    }
+
+    /// Reads from any buffered reader; `name` is the file name shown in errors.
+    pub fn from_reader(
+        reader: impl BufRead + Send + 'static,
+        name: &Path,
+        csv: &CsvSchema,
+        bad_rows: BadRows,
+    ) -> Result<Self> {
+        Self::with_lines(Lines::new(Box::new(reader), name), csv, bad_rows)
+    }
+
+    /// Yields only the rows `select` picks (a train or eval split).
+    pub fn with_rows(mut self, select: RowSelect) -> Self {
+        self.rows.set_select(select);
+        self
+    }
+
+    fn with_lines(mut lines: Lines, csv: &CsvSchema, bad_rows: BadRows) -> Result<Self> {
+        let schema = csv.schema()?;
+        let delimiter = csv.delimiter as u8;
+        let header = if csv.header {
+            if !lines.next_line()? {
+                return Err(Error::Format {
+                    file: lines.name.clone(),
+                    message: "empty file: expected a header line (or set header = false)".into(),
+                });
+            }
+            let mut spans = Vec::new();
+            split_fields(&lines.buf, delimiter, &mut spans)
+                .map_err(|(expected, found)| lines.error("header", expected, found))?;
+            let mut names: Vec<String> = spans
+                .iter()
+                .map(|s| {
+                    String::from_utf8_lossy(&s.get(&lines.buf))
+                        .trim()
+                        .to_string()
+                })
+                .collect();
+            if let Some(first) = names.first_mut() {
+                // A byte-order mark some spreadsheet exports put before the first name.
+                *first = first.trim_start_matches('\u{feff}').to_string();
+            }
+            Some(names)
+        } else {
+            None
+        };
+        let resolve =
+            |column: &str, key: &str| resolve_column(column, header.as_deref(), key, &lines.name);
+        let label_rule = if let Some(t) = csv.label.threshold {
+            LabelRule::Threshold(t)
+        } else if !csv.label.positive.is_empty() {
+            LabelRule::Positive(
+                csv.label
+                    .positive
+                    .iter()
+                    .map(|p| p.trim().as_bytes().to_vec())
+                    .collect(),
+            )
+        } else {
+            LabelRule::ZeroOne
+        };
+        let label = (resolve(&csv.label.column, "label")?, label_rule);
+        let dense = csv
+            .dense
+            .iter()
+            .map(|d| Ok((resolve(&d.column, "dense")?, d.transform, d.fill)))
+            .collect::<Result<Vec<_>>>()?;
+        let sparse = csv
+            .sparse
+            .iter()
+            .map(|s| {
+                let sep = s.separator.map(|c| c.to_string().into_bytes());
+                Ok((resolve(&s.column, "sparse")?, s.rows, sep))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let needed = std::iter::once(label.0)
+            .chain(dense.iter().map(|d| d.0))
+            .chain(sparse.iter().map(|s| s.0))
+            .max()
+            .map_or(0, |m| m + 1);
+        let (fields, exact, names) = match header {
+            Some(h) => (h.len(), true, h),
+            None => (needed, false, (0..needed).map(|i| i.to_string()).collect()),
+        };
+        let plan = Plan {
+            delimiter,
+            fields,
+            exact,
+            names,
+            label,
+            dense,
+            sparse,
+        };
+        Ok(Self {
+            rows: RowCursor::new(lines, bad_rows),
+            schema,
+            plan,
+            spans: Vec::new(),
+        })
+    }
+}
+
+/// Finds a column's index: by header name (exact, else the part before a `:` type
+/// suffix), or by 0-based index without a header.
+fn resolve_column(column: &str, header: Option<&[String]>, key: &str, file: &str) -> Result<usize> {
+    let Some(header) = header else {
+        return column.trim().parse::<usize>().map_err(|_| {
+            Error::Config(format!(
+                "data.schema.{key}: column \"{column}\" must be a 0-based index because header = false"
+            ))
+        });
+    };
+    if let Some(i) = header.iter().position(|h| h == column) {
+        return Ok(i);
+    }
+    let typed: Vec<usize> = (0..header.len())
+        .filter(|&i| header[i].split(':').next() == Some(column))
+        .collect();
+    match typed[..] {
+        [i] => Ok(i),
+        [] => Err(Error::Config(format!(
+            "data.schema.{key}: column \"{column}\" is not in the header of {file} (columns: {})",
+            header.join(", ")
+        ))),
+        _ => Err(Error::Config(format!(
+            "data.schema.{key}: column \"{column}\" matches several header columns of {file}"
+        ))),
+    }
+}
+
+/// A field of the current line: a byte range, and whether it was quoted and holds
+/// `""` escapes to undo.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    start: usize,
+    end: usize,
+    escaped: bool,
+}
+
+impl Span {
+    /// The field's text, quotes unescaped; trimmed unless it was quoted.
+    fn get<'a>(&self, line: &'a [u8]) -> Cow<'a, [u8]> {
+        let raw = &line[self.start..self.end];
+        if self.escaped {
+            let mut out = Vec::with_capacity(raw.len());
+            let mut i = 0;
+            while i < raw.len() {
+                out.push(raw[i]);
+                // `""` inside a quoted field stands for one quote.
+                i += if raw[i] == b'"' { 2 } else { 1 };
+            }
+            Cow::Owned(out)
+        } else {
+            Cow::Borrowed(raw.trim_ascii())
+        }
+    }
+}
+
+/// Splits a line into fields; on error returns (expected, found) for the message.
+fn split_fields(
+    line: &[u8],
+    delim: u8,
+    out: &mut Vec<Span>,
+) -> std::result::Result<(), (String, String)> {
+    out.clear();
+    let mut pos = 0;
+    loop {
+        if line.get(pos) == Some(&b'"') {
+            let start = pos + 1;
+            let mut i = start;
+            let mut escaped = false;
+            let end = loop {
+                let Some(q) = line[i..].iter().position(|&b| b == b'"').map(|q| q + i) else {
+                    return Err((
+                        format!("a closing quote for the field opened at byte {pos}"),
+                        "end of line".into(),
+                    ));
+                };
+                if line.get(q + 1) == Some(&b'"') {
+                    escaped = true;
+                    i = q + 2;
+                } else {
+                    break q;
+                }
+            };
+            out.push(Span {
+                start,
+                end,
+                escaped,
+            });
+            pos = end + 1;
+            match line.get(pos) {
+                None => return Ok(()),
+                Some(&b) if b == delim => pos += 1,
+                Some(_) => {
+                    return Err((
+                        "a delimiter after a closing quote".into(),
+                        quote_found(&line[pos..]),
+                    ))
+                }
+            }
+        } else {
+            let end = line[pos..]
+                .iter()
+                .position(|&b| b == delim)
+                .map_or(line.len(), |e| e + pos);
+            out.push(Span {
+                start: pos,
+                end,
+                escaped: false,
+            });
+            if end == line.len() {
+                return Ok(());
+            }
+            pos = end + 1;
+        }
+    }
+}
+
+/// Parses a finite number.
+fn parse_number(field: &[u8]) -> Option<f64> {
+    std::str::from_utf8(field)
+        .ok()?
+        .parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite())
+}
+
+/// Splits `field` on the byte sequence `sep` (a UTF-8 encoded char).
+fn split_on<'a>(field: &'a [u8], sep: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+    let mut rest = Some(field);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        match r.windows(sep.len()).position(|w| w == sep) {
+            Some(i) => {
+                rest = Some(&r[i + sep.len()..]);
+                Some(&r[..i])
+            }
+            None => {
+                rest = None;
+                Some(r)
+            }
+        }
+    })
+}
+
+fn parse_line(lines: &Lines, plan: &Plan, spans: &mut Vec<Span>) -> Result<Record> {
+    let line = &lines.buf[..];
+    split_fields(line, plan.delimiter, spans).map_err(|(e, f)| lines.error("row", e, f))?;
+    let n = spans.len();
+    if (plan.exact && n != plan.fields) || n < plan.fields {
+        let expected = if plan.exact {
+            format!("{} fields (as in the header)", plan.fields)
+        } else {
+            format!("at least {} fields", plan.fields)
+        };
+        return Err(lines.error("row", expected, format!("{n} fields")));
+    }
+    let field = |i: usize| spans[i].get(line);
+    let label_of = |i: usize| format!("field {i} ({})", plan.names[i]);
+    let (li, rule) = &plan.label;
+    let raw = field(*li);
+    let label = match rule {
+        LabelRule::Positive(set) => set.contains(raw.as_ref()),
+        LabelRule::Threshold(t) => {
+            parse_number(&raw)
+                .ok_or_else(|| lines.error(label_of(*li), "a number", quote_found(&raw)))?
+                >= *t
+        }
+        LabelRule::ZeroOne => match parse_number(&raw) {
+            Some(0.0) => false,
+            Some(1.0) => true,
+            _ => return Err(lines.error(label_of(*li), "0 or 1", quote_found(&raw))),
+        },
+    };
+    let mut record = Record {
+        label: if label { 1.0 } else { 0.0 },
+        dense: Vec::with_capacity(plan.dense.len()),
+        sparse: Vec::with_capacity(plan.sparse.len()),
+    };
+    for &(i, transform, fill) in &plan.dense {
+        let raw = field(i);
+        let x = if raw.is_empty() {
+            f64::from(fill)
+        } else {
+            parse_number(&raw)
+                .ok_or_else(|| lines.error(label_of(i), "a number", quote_found(&raw)))?
+        };
+        record.dense.push(transform.apply(x));
+    }
+    for (i, rows, sep) in &plan.sparse {
+        let raw = field(*i);
+        let ids = match sep {
+            None => vec![fnv1a64(&raw) % rows],
+            Some(sep) => split_on(&raw, sep)
+                .map(<[u8]>::trim_ascii)
+                .filter(|p| !p.is_empty())
+                .map(|p| fnv1a64(p) % rows)
+                .collect(),
+        };
+        record.sparse.push(ids);
+    }
+    Ok(record)
+}
+
+impl RecordStream for CsvReader {
+    fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    fn next_record(&mut self) -> Result<Option<Record>> {
+        let (plan, spans) = (&self.plan, &mut self.spans);
+        self.rows.next(|lines| parse_line(lines, plan, spans))
+    }
+
+    fn skipped(&self) -> u64 {
+        self.rows.skipped()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(line: &str) -> Vec<String> {
+        let mut spans = Vec::new();
+        split_fields(line.as_bytes(), b',', &mut spans).unwrap();
+        spans
+            .iter()
+            .map(|s| String::from_utf8(s.get(line.as_bytes()).into_owned()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn splits_quoted_fields_with_delimiters_and_escapes() {
+        assert_eq!(fields("a, b ,c"), vec!["a", "b", "c"]);
+        assert_eq!(fields(r#""x,y",2"#), vec!["x,y", "2"]);
+        assert_eq!(fields(r#"1,"say ""hi""",3"#), vec!["1", r#"say "hi""#, "3"]);
+        assert_eq!(fields("a,,"), vec!["a", "", ""]);
+        assert_eq!(fields(r#""""#), vec![""]);
+        let mut spans = Vec::new();
+        assert!(split_fields(br#""open,1"#, b',', &mut spans).is_err());
+        assert!(split_fields(br#""a"b,1"#, b',', &mut spans).is_err());
+    }
+
+    #[test]
+    fn multi_hot_split_handles_multibyte_separators() {
+        let got: Vec<&[u8]> = split_on("a→b→→c".as_bytes(), "→".as_bytes()).collect();
+        assert_eq!(got, vec![&b"a"[..], b"b", b"", b"c"]);
+    }
+
+    #[test]
+    fn log1p_is_sign_symmetric() {
+        let t = DenseTransform::Log1p;
+        assert_eq!(t.apply(0.0), 0.0);
+        assert!((t.apply(-9.0) + 10f32.ln()).abs() < 1e-6);
+        assert_eq!(DenseTransform::None.apply(-2.5), -2.5);
+    }
+
+    #[test]
+    fn typed_headers_resolve_by_base_name() {
+        let h = vec!["user_id:token".to_string(), "rating:float".to_string()];
+        assert_eq!(resolve_column("rating", Some(&h), "label", "f").unwrap(), 1);
+        assert_eq!(
+            resolve_column("user_id:token", Some(&h), "label", "f").unwrap(),
+            0
+        );
+        let e = resolve_column("item", Some(&h), "sparse", "f").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("data.schema.sparse: column \"item\""),
+            "{e}"
+        );
+        assert_eq!(resolve_column("2", None, "dense", "f").unwrap(), 2);
+        assert!(resolve_column("x", None, "dense", "f").is_err());
+    }
+
+    #[test]
+    fn validate_rejects_bad_configs() {
+        let mut s = CsvSchema {
+            delimiter: ',',
+            header: true,
+            label: LabelSpec {
+                column: "y".into(),
+                positive: vec!["1".into()],
+                threshold: Some(1.0),
+            },
+            dense: vec![],
+            sparse: vec![],
+        };
+        assert!(s.validate().is_err());
+        s.label.threshold = None;
+        s.validate().unwrap();
+        s.delimiter = 'é';
+        assert!(s.validate().is_err());
+        s.delimiter = ',';
+        s.sparse = vec![SparseColumn {
+            column: "a".into(),
+            rows: 0,
+            separator: None,
+            name: None,
+        }];
+        assert!(s.validate().is_err());
+    }
+}

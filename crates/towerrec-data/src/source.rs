@@ -1,0 +1,606 @@
+//! The `[data]` section of a run config, and the two functions a trainer needs:
+//! [`schema`] (to build the model) and [`open`] (a stream of the train or eval part).
+//!
+//! ```toml
+//! [data]
+//! format = "criteo"                  # or "csv", "binary", "synthetic"
+//! path = "train.txt"                 # relative to the config file's directory
+//! table_rows = [1000000]
+//! split = { kind = "tail", eval_fraction = 0.1 }
+//! ```
+//!
+//! Any file path may also name a preprocessed binary file (from `towerrec preprocess`):
+//! files are recognized by their magic bytes, so `--data train.bin` works with a Criteo
+//! or CSV config.
+
+use crate::binary::{is_binary_file, BinaryDataset, BinaryStream};
+use crate::criteo::{criteo_schema, CriteoReader};
+use crate::csv_schema::{CsvReader, CsvSchema};
+use crate::error::{Error, Result};
+use crate::record::{BadRows, RecordStream, Schema};
+use crate::synthetic::{SyntheticConfig, SyntheticStream};
+use crate::text::{count_rows, RowSelect};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+/// Where training and evaluation data come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "format", rename_all = "snake_case", deny_unknown_fields)]
+pub enum DataConfig {
+    /// Generated on the fly (see [`SyntheticConfig`] for the fields).
+    Synthetic(SyntheticConfig),
+    /// Criteo Kaggle/Terabyte TSV.
+    Criteo {
+        /// The data file.
+        path: PathBuf,
+        /// A separate evaluation file, read whole (then `split` must be none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        eval_path: Option<PathBuf>,
+        /// Embedding rows per categorical: 26 entries, or 1 shared by all.
+        table_rows: Vec<u64>,
+        /// How `path` divides into train and eval rows (default: none).
+        #[serde(default)]
+        split: Split,
+    },
+    /// Delimited text described by a schema.
+    Csv {
+        /// The data file.
+        path: PathBuf,
+        /// A separate evaluation file, read whole (then `split` must be none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        eval_path: Option<PathBuf>,
+        /// Columns and how to read them.
+        schema: CsvSchema,
+        /// How `path` divides into train and eval rows (default: none).
+        #[serde(default)]
+        split: Split,
+    },
+    /// A preprocessed binary file (`towerrec preprocess` / `towerrec datagen`).
+    Binary {
+        /// The data file.
+        path: PathBuf,
+        /// A separate evaluation file, read whole (then `split` must be none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        eval_path: Option<PathBuf>,
+        /// How `path` divides into train and eval rows (default: none).
+        #[serde(default)]
+        split: Split,
+    },
+}
+
+/// How one file divides into train and eval rows. Rows are counted from 0 over the
+/// non-blank data lines (malformed ones included), so a split never depends on
+/// `bad_rows`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Split {
+    /// All rows train; eval comes only from `eval_path`.
+    #[default]
+    None,
+    /// The last rows evaluate: `eval_rows` of them, or `eval_fraction` of the file
+    /// (set one). Text files are counted once to find the tail.
+    Tail {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        eval_rows: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        eval_fraction: Option<f64>,
+    },
+    /// The first `train_rows` rows train, the rest evaluate.
+    Head { train_rows: u64 },
+    /// Row `i` evaluates iff `hash(seed, i) < eval_fraction`: reproducible, and needs no
+    /// count, but train and eval rows interleave in time.
+    Random {
+        eval_fraction: f64,
+        #[serde(default)]
+        seed: u64,
+    },
+}
+
+/// Which part of the data to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Train,
+    Eval,
+}
+
+/// The reader behind a file-backed format.
+#[derive(Clone, Copy)]
+enum FileFormat<'a> {
+    Criteo(&'a [u64]),
+    Csv(&'a CsvSchema),
+    Binary,
+}
+
+/// `path` relative to the config's directory.
+fn resolve(base_dir: &Path, path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        base_dir.join(path)
+    }
+}
+
+impl DataConfig {
+    /// Applies the CLI's `--data` / `--eval-data` overrides. `data` replaces the data
+    /// file (keeping the split); `eval_data` makes eval come from that file whole. On a
+    /// synthetic config, `data` must be a preprocessed binary file and turns the config
+    /// into a `binary` one.
+    pub fn with_paths(self, data: Option<PathBuf>, eval_data: Option<PathBuf>) -> Self {
+        match self {
+            DataConfig::Synthetic(mut s) => match data {
+                Some(path) => DataConfig::Binary {
+                    path,
+                    eval_path: eval_data.or(s.eval_path),
+                    split: Split::None,
+                },
+                None => {
+                    if eval_data.is_some() {
+                        s.eval_path = eval_data;
+                    }
+                    DataConfig::Synthetic(s)
+                }
+            },
+            DataConfig::Criteo {
+                path,
+                eval_path,
+                table_rows,
+                split,
+            } => {
+                let (path, eval_path, split) =
+                    override_paths(path, eval_path, split, data, eval_data);
+                DataConfig::Criteo {
+                    path,
+                    eval_path,
+                    table_rows,
+                    split,
+                }
+            }
+            DataConfig::Csv {
+                path,
+                eval_path,
+                schema,
+                split,
+            } => {
+                let (path, eval_path, split) =
+                    override_paths(path, eval_path, split, data, eval_data);
+                DataConfig::Csv {
+                    path,
+                    eval_path,
+                    schema,
+                    split,
+                }
+            }
+            DataConfig::Binary {
+                path,
+                eval_path,
+                split,
+            } => {
+                let (path, eval_path, split) =
+                    override_paths(path, eval_path, split, data, eval_data);
+                DataConfig::Binary {
+                    path,
+                    eval_path,
+                    split,
+                }
+            }
+        }
+    }
+
+    /// The file-backed parts: (format, path, eval_path, split); None for synthetic.
+    fn files(&self) -> Option<(FileFormat<'_>, &Path, Option<&Path>, &Split)> {
+        match self {
+            DataConfig::Synthetic(_) => None,
+            DataConfig::Criteo {
+                path,
+                eval_path,
+                table_rows,
+                split,
+            } => Some((
+                FileFormat::Criteo(table_rows),
+                path,
+                eval_path.as_deref(),
+                split,
+            )),
+            DataConfig::Csv {
+                path,
+                eval_path,
+                schema,
+                split,
+            } => Some((FileFormat::Csv(schema), path, eval_path.as_deref(), split)),
+            DataConfig::Binary {
+                path,
+                eval_path,
+                split,
+            } => Some((FileFormat::Binary, path, eval_path.as_deref(), split)),
+        }
+    }
+}
+
+fn override_paths(
+    path: PathBuf,
+    eval_path: Option<PathBuf>,
+    split: Split,
+    data: Option<PathBuf>,
+    eval_data: Option<PathBuf>,
+) -> (PathBuf, Option<PathBuf>, Split) {
+    let path = data.unwrap_or(path);
+    match eval_data {
+        Some(e) => (path, Some(e), Split::None),
+        None => (path, eval_path, split),
+    }
+}
+
+impl Split {
+    /// Checks fractions and that exactly one tail size is set.
+    fn validate(&self) -> Result<()> {
+        let fraction_ok = |f: f64| (0.0..=1.0).contains(&f);
+        match self {
+            Split::None | Split::Head { .. } => Ok(()),
+            Split::Tail {
+                eval_rows,
+                eval_fraction,
+            } => match (eval_rows, eval_fraction) {
+                (Some(_), None) => Ok(()),
+                (None, Some(f)) if fraction_ok(*f) => Ok(()),
+                (None, Some(f)) => Err(Error::Config(format!(
+                    "data.split.eval_fraction: must be between 0 and 1, got {f}"
+                ))),
+                _ => Err(Error::Config(
+                    "data.split: kind = \"tail\" needs exactly one of eval_rows and eval_fraction"
+                        .into(),
+                )),
+            },
+            Split::Random { eval_fraction, .. } if fraction_ok(*eval_fraction) => Ok(()),
+            Split::Random { eval_fraction, .. } => Err(Error::Config(format!(
+                "data.split.eval_fraction: must be between 0 and 1, got {eval_fraction}"
+            ))),
+        }
+    }
+
+    /// The rows of `part`; `count` gives the file's row count when the split needs it.
+    fn select(&self, part: Part, count: impl FnOnce() -> Result<u64>) -> Result<RowSelect> {
+        Ok(match (self, part) {
+            (Split::None, _) => RowSelect::All,
+            (Split::Head { train_rows }, Part::Train) => RowSelect::Range(0..*train_rows),
+            (Split::Head { train_rows }, Part::Eval) => RowSelect::Range(*train_rows..u64::MAX),
+            (
+                Split::Tail {
+                    eval_rows,
+                    eval_fraction,
+                },
+                _,
+            ) => {
+                let n = count()?;
+                let eval = match (eval_rows, eval_fraction) {
+                    (Some(r), _) => *r,
+                    (None, Some(f)) => (n as f64 * f).round() as u64,
+                    (None, None) => 0,
+                }
+                .min(n);
+                match part {
+                    Part::Train => RowSelect::Range(0..n - eval),
+                    Part::Eval => RowSelect::Range(n - eval..n),
+                }
+            }
+            (
+                Split::Random {
+                    eval_fraction,
+                    seed,
+                },
+                _,
+            ) => RowSelect::Hashed {
+                seed: *seed,
+                fraction: *eval_fraction,
+                inside: part == Part::Eval,
+            },
+        })
+    }
+}
+
+/// Row counts of text files, so that re-opening a file for every evaluation does not
+/// re-count it; keyed by size and modification time so an edited file is recounted.
+fn cached_count(path: &Path, header: bool) -> Result<u64> {
+    type Key = (PathBuf, bool, u64, Option<SystemTime>);
+    static COUNTS: Mutex<Option<HashMap<Key, u64>>> = Mutex::new(None);
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    let key = (path.to_path_buf(), header, meta.len(), meta.modified().ok());
+    if let Ok(guard) = COUNTS.lock() {
+        if let Some(&n) = guard.as_ref().and_then(|m| m.get(&key)) {
+            return Ok(n);
+        }
+    }
+    let n = count_rows(path, header)?;
+    if let Ok(mut guard) = COUNTS.lock() {
+        guard.get_or_insert_with(HashMap::new).insert(key, n);
+    }
+    Ok(n)
+}
+
+fn open_binary(path: &Path, split: &Split, part: Part) -> Result<Box<dyn RecordStream>> {
+    let data = Arc::new(BinaryDataset::open(path)?);
+    let select = split.select(part, || Ok(data.len()))?;
+    Ok(Box::new(BinaryStream::with_rows(data, select)))
+}
+
+/// Opens one file with its format's reader, or as binary when it has the binary magic.
+fn open_file(
+    format: FileFormat<'_>,
+    path: &Path,
+    split: &Split,
+    part: Part,
+    bad_rows: BadRows,
+) -> Result<Box<dyn RecordStream>> {
+    Ok(match format {
+        FileFormat::Binary => open_binary(path, split, part)?,
+        _ if is_binary_file(path)? => open_binary(path, split, part)?,
+        FileFormat::Criteo(rows) => {
+            let select = split.select(part, || cached_count(path, false))?;
+            Box::new(CriteoReader::open(path, rows, bad_rows)?.with_rows(select))
+        }
+        FileFormat::Csv(schema) => {
+            let select = split.select(part, || cached_count(path, schema.header))?;
+            Box::new(CsvReader::open(path, schema, bad_rows)?.with_rows(select))
+        }
+    })
+}
+
+/// The file and split that `part` reads.
+fn part_source<'a>(
+    path: &'a Path,
+    eval_path: Option<&'a Path>,
+    split: &'a Split,
+    part: Part,
+) -> Result<(&'a Path, &'a Split)> {
+    split.validate()?;
+    const WHOLE: &Split = &Split::None;
+    match (part, eval_path, split) {
+        (_, Some(_), s) if *s != Split::None => Err(Error::Config(
+            "data.split: must be none (or left out) when data.eval_path is set; the eval file is read whole".into(),
+        )),
+        (Part::Eval, Some(e), _) => Ok((e, WHOLE)),
+        (Part::Eval, None, Split::None) => Err(Error::Config(
+            "data: no evaluation data; set data.eval_path, or a data.split such as { kind = \"tail\", eval_fraction = 0.1 }".into(),
+        )),
+        _ => Ok((path, split)),
+    }
+}
+
+/// Opens the train or eval part of the data as a stream. Relative paths resolve against
+/// `base_dir` (the config file's directory). `Tail` counts a text file's rows once;
+/// `Random` assigns row `i` to eval iff `hash(seed, i) < eval_fraction`.
+pub fn open(
+    cfg: &DataConfig,
+    part: Part,
+    bad_rows: BadRows,
+    base_dir: &Path,
+) -> Result<Box<dyn RecordStream>> {
+    if let DataConfig::Synthetic(s) = cfg {
+        return Ok(match (part, &s.eval_path) {
+            (Part::Train, _) => Box::new(SyntheticStream::new(s, s.train_range())?),
+            (Part::Eval, Some(p)) => open_file(
+                FileFormat::Binary,
+                &resolve(base_dir, p),
+                &Split::None,
+                part,
+                bad_rows,
+            )?,
+            (Part::Eval, None) => Box::new(SyntheticStream::new(s, s.eval_range())?),
+        });
+    }
+    let Some((format, path, eval_path, split)) = cfg.files() else {
+        return Err(Error::Config("data: unknown format".into()));
+    };
+    let (file, split) = part_source(path, eval_path, split, part)?;
+    open_file(format, &resolve(base_dir, file), split, part, bad_rows)
+}
+
+/// The schema of one file: from a binary header, else from the format's config.
+fn file_schema(format: FileFormat<'_>, path: &Path) -> Result<Schema> {
+    match format {
+        FileFormat::Binary => Ok(BinaryDataset::open(path)?.schema().clone()),
+        _ if is_binary_file(path)? => Ok(BinaryDataset::open(path)?.schema().clone()),
+        FileFormat::Criteo(rows) => criteo_schema(rows),
+        // Opening reads the header, which checks that the columns exist.
+        FileFormat::Csv(schema) => Ok(CsvReader::open(path, schema, BadRows::Fail)?
+            .schema()
+            .clone()),
+    }
+}
+
+/// The schema of the data `cfg` describes, to build a model for it. Also checks what can
+/// be checked before training: that the files open, that an eval part exists (a run
+/// fails now rather than after training), and that an eval file's schema matches.
+pub fn schema(cfg: &DataConfig, base_dir: &Path) -> Result<Schema> {
+    let (train, eval) = match cfg {
+        DataConfig::Synthetic(s) => {
+            let train = s.schema()?;
+            let eval = match &s.eval_path {
+                Some(p) => Some((
+                    resolve(base_dir, p),
+                    file_schema(FileFormat::Binary, &resolve(base_dir, p))?,
+                )),
+                None => None,
+            };
+            (train, eval)
+        }
+        _ => {
+            let Some((format, path, eval_path, split)) = cfg.files() else {
+                return Err(Error::Config("data: unknown format".into()));
+            };
+            part_source(path, eval_path, split, Part::Eval)?;
+            let train = file_schema(format, &resolve(base_dir, path))?;
+            let eval = match eval_path {
+                Some(p) => Some((
+                    resolve(base_dir, p),
+                    file_schema(format, &resolve(base_dir, p))?,
+                )),
+                None => None,
+            };
+            (train, eval)
+        }
+    };
+    if let Some((path, eval)) = eval {
+        if eval != train {
+            return Err(Error::Config(format!(
+                "data.eval_path: {} has different features than the training data",
+                path.display()
+            )));
+        }
+    }
+    Ok(train)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> std::result::Result<DataConfig, String> {
+        #[derive(Deserialize)]
+        #[allow(dead_code)]
+        struct Top {
+            data: DataConfig,
+        }
+        toml::from_str::<Top>(text)
+            .map(|t| t.data)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn parses_each_format_from_toml() {
+        let c = parse(
+            "[data]\nformat = \"criteo\"\npath = \"a.txt\"\ntable_rows = [100]\nsplit = { kind = \"tail\", eval_rows = 10 }\n",
+        )
+        .unwrap();
+        assert!(matches!(
+            c,
+            DataConfig::Criteo {
+                split: Split::Tail {
+                    eval_rows: Some(10),
+                    ..
+                },
+                ..
+            }
+        ));
+        let c = parse(
+            "[data]\nformat = \"synthetic\"\ntrain_samples = 100\neval_samples = 10\ntables = [{ rows = 50, count = 3, pooling = { mean = 2.0 } }]\n",
+        )
+        .unwrap();
+        let DataConfig::Synthetic(s) = &c else {
+            panic!("{c:?}")
+        };
+        assert_eq!(s.schema().unwrap().num_sparse(), 3);
+        let c = parse(
+            "[data]\nformat = \"csv\"\npath = \"a.csv\"\nsplit = { kind = \"random\", eval_fraction = 0.2 }\n[data.schema]\nlabel = { column = \"click\" }\nsparse = [{ column = \"site\", rows = 10 }]\n",
+        )
+        .unwrap();
+        assert!(matches!(c, DataConfig::Csv { .. }));
+        let c = parse("[data]\nformat = \"binary\"\npath = \"a.bin\"\neval_path = \"b.bin\"\n")
+            .unwrap();
+        assert_eq!(
+            c,
+            DataConfig::Binary {
+                path: "a.bin".into(),
+                eval_path: Some("b.bin".into()),
+                split: Split::None
+            }
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let e = parse("[data]\nformat = \"binary\"\npath = \"a\"\nsplt = 1\n").unwrap_err();
+        assert!(e.contains("splt"), "{e}");
+        let e = parse("[data]\nformat = \"synthetic\"\ntrain_samples = 1\neval_samples = 1\ntables = []\nsede = 3\n")
+            .unwrap_err();
+        assert!(e.contains("sede"), "{e}");
+        let e = parse("[data]\nformat = \"csv\"\npath = \"a\"\n[data.schema]\nlabel = { column = \"y\", positve = [\"1\"] }\n")
+            .unwrap_err();
+        assert!(e.contains("positve"), "{e}");
+        let e = parse("[data]\nformat = \"parquet\"\npath = \"a\"\n").unwrap_err();
+        assert!(e.contains("parquet"), "{e}");
+    }
+
+    #[test]
+    fn round_trips_through_toml() {
+        for text in [
+            "format = \"criteo\"\npath = \"a.txt\"\ntable_rows = [100]\nsplit = { kind = \"tail\", eval_fraction = 0.5 }\n",
+            "format = \"synthetic\"\ntrain_samples = 100\neval_samples = 10\ntables = [{ rows = 50, count = 3, pooling = { mean = 2.0 } }, { name = \"u\", rows = 5, zipf_exponent = 1.1 }]\n",
+            "format = \"csv\"\npath = \"a.csv\"\nschema = { delimiter = \"\\t\", label = { column = \"y\", threshold = 4.0 }, dense = [{ column = \"d\" }], sparse = [{ column = \"g\", rows = 9, separator = \"|\" }] }\n",
+        ] {
+            let c: DataConfig = toml::from_str(text).unwrap();
+            let back = toml::to_string(&c).unwrap();
+            let again: DataConfig = toml::from_str(&back).unwrap_or_else(|e| panic!("{back}\n{e}"));
+            assert_eq!(c, again);
+        }
+    }
+
+    #[test]
+    fn overrides_replace_paths_and_splits() {
+        let c = DataConfig::Criteo {
+            path: "a".into(),
+            eval_path: None,
+            table_rows: vec![10],
+            split: Split::Head { train_rows: 5 },
+        };
+        let d = c.clone().with_paths(Some("b".into()), None);
+        assert!(
+            matches!(&d, DataConfig::Criteo { path, split: Split::Head { .. }, .. } if path == Path::new("b"))
+        );
+        let e = c.with_paths(None, Some("e".into()));
+        assert!(matches!(
+            &e,
+            DataConfig::Criteo {
+                eval_path: Some(_),
+                split: Split::None,
+                ..
+            }
+        ));
+        let s = DataConfig::Synthetic(SyntheticConfig::criteo_like(10, 2, Default::default(), 0.0));
+        assert!(matches!(
+            s.with_paths(Some("t.bin".into()), None),
+            DataConfig::Binary { .. }
+        ));
+    }
+
+    #[test]
+    fn splits_select_disjoint_rows() {
+        let tail = Split::Tail {
+            eval_rows: None,
+            eval_fraction: Some(0.25),
+        };
+        assert_eq!(
+            tail.select(Part::Train, || Ok(8)).unwrap(),
+            RowSelect::Range(0..6)
+        );
+        assert_eq!(
+            tail.select(Part::Eval, || Ok(8)).unwrap(),
+            RowSelect::Range(6..8)
+        );
+        let big = Split::Tail {
+            eval_rows: Some(100),
+            eval_fraction: None,
+        };
+        assert_eq!(
+            big.select(Part::Train, || Ok(8)).unwrap(),
+            RowSelect::Range(0..0)
+        );
+        assert!(Split::Tail {
+            eval_rows: Some(1),
+            eval_fraction: Some(0.1)
+        }
+        .validate()
+        .is_err());
+        assert!(Split::Random {
+            eval_fraction: 1.5,
+            seed: 0
+        }
+        .validate()
+        .is_err());
+        assert!(part_source(Path::new("a"), None, &Split::None, Part::Eval).is_err());
+        assert!(part_source(Path::new("a"), None, &Split::None, Part::Train).is_ok());
+        assert!(part_source(Path::new("a"), Some(Path::new("b")), &tail, Part::Train).is_err());
+    }
+}

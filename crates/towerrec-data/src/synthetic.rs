@@ -1,0 +1,549 @@
+//! A synthetic, learnable, Criteo-like data set generated on the fly.
+//!
+//! - Reproducible and random-access: sample `i` is a pure function of `(seed, i)`; its
+//!   random numbers come from an RNG seeded with `hash(seed, i)`. Any index range can be
+//!   generated, in any order or in parallel; train is `0..train_samples` and eval the
+//!   next `eval_samples` indices, so the two never overlap.
+//! - Skewed like real logs: ids of a table are drawn Zipf(rows, s) by rank, then ranks
+//!   map to rows through a fixed affine permutation `(a·rank + b) mod rows`, so the hot
+//!   rows are scattered over the table instead of sitting at 0..k.
+//! - Learnable: every (table, row) and every dense feature has a hidden weight in
+//!   `[-1, 1]` derived by hashing. A sample's logit is
+//!   `signal · z + bias`, where `z` combines `Σ_tables Σ_ids w / √ids` and
+//!   `Σ_d w_d · u_d` (each part normalized to unit variance), and the label is drawn
+//!   Bernoulli(sigmoid(logit)). `bias` is solved so the positive rate is about
+//!   `positive_rate`. With the default `signal` (2.0) the true logit separates the
+//!   classes with AUC ≈ 0.87; what a model can learn is less, since rare rows are seen
+//!   too seldom: a per-row logistic regression on 500k samples of 26 tables reaches
+//!   AUC ≈ 0.76 (10k uniform rows) to 0.80 (100k Zipf-1.05 rows).
+//! - Dense features are `ln(1 + e^(μ_d + u_d))` with `u_d ~ N(0, 1)` and a hidden
+//!   per-feature `μ_d ∈ [0, 5)`: positive, log-count-like values.
+
+use crate::error::{Error, Result};
+use crate::hash::{mix2, unit_f64};
+use crate::record::{Record, RecordStream, Schema, SparseFeature};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rand_distr::{Distribution, Poisson, StandardNormal, Zipf};
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A synthetic data set (`format = "synthetic"` in a run config).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyntheticConfig {
+    /// Training samples: indices `0..train_samples`.
+    pub train_samples: u64,
+    /// Evaluation samples: the `eval_samples` indices after the training ones.
+    pub eval_samples: u64,
+    /// Number of dense features (default 13).
+    #[serde(default = "default_num_dense")]
+    pub num_dense: usize,
+    /// Embedding tables (sparse features).
+    pub tables: Vec<SyntheticTable>,
+    /// Seed of everything: ids, dense values, hidden weights, labels (default 0).
+    #[serde(default)]
+    pub seed: u64,
+    /// Logit scale of the hidden signal: 0 makes labels pure noise, larger values make
+    /// them more predictable (default 2.0).
+    #[serde(default = "default_signal")]
+    pub signal: f64,
+    /// Target fraction of positive labels (default 0.25).
+    #[serde(default = "default_positive_rate")]
+    pub positive_rate: f64,
+    /// Evaluate on this preprocessed binary file instead of generated samples (what
+    /// `--eval-data` sets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_path: Option<PathBuf>,
+}
+
+fn default_num_dense() -> usize {
+    13
+}
+fn default_signal() -> f64 {
+    2.0
+}
+fn default_positive_rate() -> f64 {
+    0.25
+}
+fn default_count() -> usize {
+    1
+}
+fn is_one(n: &usize) -> bool {
+    *n == 1
+}
+
+/// One embedding table, or `count` identical ones.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyntheticTable {
+    /// Feature name (default `C1`, `C2`, ... by position); with `count > 1`, names get a
+    /// `_0`, `_1`, ... suffix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Rows of the table.
+    pub rows: u64,
+    /// Zipf exponent of id popularity; 0 (default) draws rows uniformly.
+    #[serde(default)]
+    pub zipf_exponent: f64,
+    /// Ids per sample (default 1).
+    #[serde(default)]
+    pub pooling: PoolingFactor,
+    /// How many identical tables this entry stands for (default 1).
+    #[serde(default = "default_count", skip_serializing_if = "is_one")]
+    pub count: usize,
+}
+
+/// Ids per sample: `pooling = 3` (always 3) or `pooling = { mean = 20.0 }`
+/// (`1 + Poisson(mean − 1)`: at least one id, `mean` on average; needs `mean ≥ 1`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PoolingFactor {
+    /// Exactly this many ids (0 gives empty bags).
+    Fixed(u32),
+    /// A random count with this mean.
+    Mean {
+        /// Average ids per sample, at least 1.
+        mean: f64,
+    },
+}
+
+impl Default for PoolingFactor {
+    fn default() -> Self {
+        PoolingFactor::Fixed(1)
+    }
+}
+
+impl SyntheticConfig {
+    /// `tables` tables of `rows_per_table` rows, 13 dense features, seed 0, 1M train and
+    /// 100k eval samples; change the public fields for anything else.
+    pub fn criteo_like(
+        rows_per_table: u64,
+        tables: usize,
+        pooling: PoolingFactor,
+        zipf: f64,
+    ) -> Self {
+        Self {
+            train_samples: 1_000_000,
+            eval_samples: 100_000,
+            num_dense: default_num_dense(),
+            tables: vec![SyntheticTable {
+                name: None,
+                rows: rows_per_table,
+                zipf_exponent: zipf,
+                pooling,
+                count: tables,
+            }],
+            seed: 0,
+            signal: default_signal(),
+            positive_rate: default_positive_rate(),
+            eval_path: None,
+        }
+    }
+
+    /// The schema of the generated records (validates the config).
+    pub fn schema(&self) -> Result<Schema> {
+        Ok(SyntheticGenerator::new(self)?.schema)
+    }
+
+    /// Index range of the training samples.
+    pub fn train_range(&self) -> Range<u64> {
+        0..self.train_samples
+    }
+
+    /// Index range of the evaluation samples.
+    pub fn eval_range(&self) -> Range<u64> {
+        self.train_samples..self.train_samples.saturating_add(self.eval_samples)
+    }
+}
+
+/// How one table draws its ids.
+#[derive(Debug, Clone)]
+struct TableGen {
+    rows: u64,
+    zipf: Option<Zipf<f64>>,
+    pooling: PoolGen,
+    /// The rank → row permutation `(a·rank + b) mod rows`, `gcd(a, rows) = 1`.
+    perm: (u64, u64),
+    /// Hash key of this table's hidden row weights.
+    key: u64,
+}
+
+#[derive(Debug, Clone)]
+enum PoolGen {
+    Fixed(u32),
+    /// `1 + Poisson(λ)`; `None` when λ = 0.
+    OnePlus(Option<Poisson<f64>>),
+}
+
+/// The generator behind [`SyntheticStream`]: `sample(i)` is a pure function of the
+/// config and `i`, and the generator is `Sync`, so threads may share one.
+#[derive(Debug, Clone)]
+pub struct SyntheticGenerator {
+    schema: Schema,
+    seed: u64,
+    tables: Vec<TableGen>,
+    /// Per dense feature: (μ, hidden weight).
+    dense: Vec<(f64, f64)>,
+    /// Multipliers that give each part of `z` unit variance and the agreed share.
+    sparse_coef: f64,
+    dense_coef: f64,
+    signal: f64,
+    bias: f64,
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// The bias `b` with `E[sigmoid(scale·z + b)] = rate` for `z ~ N(0, 1)`, by bisection
+/// over a fixed quadrature grid (deterministic, so every process agrees).
+fn solve_bias(scale: f64, rate: f64) -> f64 {
+    let grid: Vec<(f64, f64)> = (0..=1600)
+        .map(|k| {
+            let z = -8.0 + 0.01 * f64::from(k);
+            (z, (-0.5 * z * z).exp())
+        })
+        .collect();
+    let total: f64 = grid.iter().map(|g| g.1).sum();
+    let mean = |b: f64| {
+        grid.iter()
+            .map(|&(z, w)| w * sigmoid(scale * z + b))
+            .sum::<f64>()
+            / total
+    };
+    let (mut lo, mut hi) = (-60.0, 60.0);
+    for _ in 0..100 {
+        let mid = 0.5 * (lo + hi);
+        if mean(mid) > rate {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    0.5 * (lo + hi)
+}
+
+impl SyntheticGenerator {
+    /// Validates `cfg` and precomputes the hidden parameters.
+    pub fn new(cfg: &SyntheticConfig) -> Result<Self> {
+        let bad = |key: &str, msg: String| Err(Error::Config(format!("data.{key}: {msg}")));
+        if !(cfg.positive_rate > 0.0 && cfg.positive_rate < 1.0) {
+            return bad(
+                "positive_rate",
+                format!("must be between 0 and 1, got {}", cfg.positive_rate),
+            );
+        }
+        if !(cfg.signal.is_finite() && cfg.signal >= 0.0) {
+            return bad(
+                "signal",
+                format!("must be a number ≥ 0, got {}", cfg.signal),
+            );
+        }
+        let mut sparse = Vec::new();
+        let mut tables = Vec::new();
+        for (ti, t) in cfg.tables.iter().enumerate() {
+            let key = format!("tables[{ti}]");
+            if t.rows == 0 {
+                return bad(&key, "rows must be at least 1".into());
+            }
+            if !(t.zipf_exponent.is_finite() && t.zipf_exponent >= 0.0) {
+                return bad(
+                    &key,
+                    format!("zipf_exponent must be ≥ 0, got {}", t.zipf_exponent),
+                );
+            }
+            // Bags this large are a config typo, and would exhaust memory per sample.
+            const MAX_POOLING: f64 = 100_000.0;
+            let pooling_size = match t.pooling {
+                PoolingFactor::Fixed(n) => f64::from(n),
+                PoolingFactor::Mean { mean } => mean,
+            };
+            if pooling_size > MAX_POOLING {
+                return bad(
+                    &key,
+                    format!("pooling must be at most {MAX_POOLING}, got {pooling_size}"),
+                );
+            }
+            let pooling = match t.pooling {
+                PoolingFactor::Fixed(n) => PoolGen::Fixed(n),
+                PoolingFactor::Mean { mean: 1.0 } => PoolGen::OnePlus(None),
+                PoolingFactor::Mean { mean } => match Poisson::new(mean - 1.0) {
+                    Ok(p) if mean > 1.0 => PoolGen::OnePlus(Some(p)),
+                    _ => {
+                        return bad(
+                            &key,
+                            format!("pooling mean must be a number ≥ 1, got {mean}"),
+                        )
+                    }
+                },
+            };
+            let zipf = if t.zipf_exponent > 0.0 {
+                match Zipf::new(t.rows as f64, t.zipf_exponent) {
+                    Ok(z) => Some(z),
+                    Err(e) => return bad(&key, format!("zipf: {e}")),
+                }
+            } else {
+                None
+            };
+            for j in 0..t.count {
+                let index = sparse.len() as u64;
+                let name = match (&t.name, t.count) {
+                    (Some(n), 1) => n.clone(),
+                    (Some(n), _) => format!("{n}_{j}"),
+                    (None, _) => format!("C{}", index + 1),
+                };
+                let key = mix2(cfg.seed ^ 0x7461_626c_6573, index);
+                let mut a = mix2(key, 1) % t.rows;
+                // A multiplier coprime to rows makes the affine map a permutation.
+                while t.rows > 1 && (a == 0 || gcd(a, t.rows) != 1) {
+                    a = (a + 1) % t.rows;
+                }
+                tables.push(TableGen {
+                    rows: t.rows,
+                    zipf,
+                    pooling: pooling.clone(),
+                    perm: (a, mix2(key, 2) % t.rows),
+                    key,
+                });
+                sparse.push(SparseFeature { name, rows: t.rows });
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        if let Some(f) = sparse.iter().find(|f| !names.insert(f.name.as_str())) {
+            return bad(
+                "tables",
+                format!("feature name \"{}\" is used twice", f.name),
+            );
+        }
+        let dense: Vec<(f64, f64)> = (0..cfg.num_dense as u64)
+            .map(|d| {
+                let h = mix2(cfg.seed ^ 0x0064_656e_7365, d);
+                (5.0 * unit_f64(mix2(h, 1)), 2.0 * unit_f64(mix2(h, 2)) - 1.0)
+            })
+            .collect();
+        // Each table contributes variance ≈ 1/3 (a uniform weight), each dense feature
+        // w_d²; the shares of z follow the feature counts.
+        let (nt, nd) = (tables.len() as f64, dense.len() as f64);
+        let dense_var: f64 = dense.iter().map(|d| d.1 * d.1).sum();
+        let (sparse_share, dense_share) = match (nt > 0.0, dense_var > 0.0) {
+            (true, true) => (nt / (nt + nd), nd / (nt + nd)),
+            (true, false) => (1.0, 0.0),
+            (false, true) => (0.0, 1.0),
+            (false, false) => (0.0, 0.0),
+        };
+        let sparse_coef = if nt > 0.0 {
+            (sparse_share / (nt / 3.0)).sqrt()
+        } else {
+            0.0
+        };
+        let dense_coef = if dense_var > 0.0 {
+            (dense_share / dense_var).sqrt()
+        } else {
+            0.0
+        };
+        Ok(Self {
+            schema: Schema {
+                dense: (1..=cfg.num_dense).map(|d| format!("I{d}")).collect(),
+                sparse,
+            },
+            seed: cfg.seed,
+            tables,
+            dense,
+            sparse_coef,
+            dense_coef,
+            signal: cfg.signal,
+            bias: solve_bias(cfg.signal, cfg.positive_rate),
+        })
+    }
+
+    /// The schema of generated records.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// Sample `i`.
+    pub fn sample(&self, i: u64) -> Record {
+        self.sample_with_logit(i).0
+    }
+
+    /// Sample `i` and the true logit its label was drawn from (the best any model can do).
+    pub fn sample_with_logit(&self, i: u64) -> (Record, f64) {
+        let mut rng = StdRng::seed_from_u64(mix2(self.seed, i));
+        let mut dense = Vec::with_capacity(self.dense.len());
+        let mut dense_sum = 0.0;
+        for &(mu, w) in &self.dense {
+            let u: f64 = rng.sample(StandardNormal);
+            let x = mu + u;
+            // softplus, written to stay finite for large x.
+            let v = if x > 30.0 { x } else { x.exp().ln_1p() };
+            dense.push(v as f32);
+            dense_sum += w * u;
+        }
+        let mut sparse = Vec::with_capacity(self.tables.len());
+        let mut sparse_sum = 0.0;
+        for t in &self.tables {
+            let n = match &t.pooling {
+                PoolGen::Fixed(n) => *n as usize,
+                PoolGen::OnePlus(None) => 1,
+                PoolGen::OnePlus(Some(p)) => 1 + p.sample(&mut rng).min(1e6) as usize,
+            };
+            let mut ids = Vec::with_capacity(n);
+            let mut wsum = 0.0;
+            for _ in 0..n {
+                let row = match &t.zipf {
+                    None => rng.random_range(0..t.rows),
+                    Some(z) => {
+                        let rank = (z.sample(&mut rng) as u64).clamp(1, t.rows) - 1;
+                        let (a, b) = t.perm;
+                        ((u128::from(a) * u128::from(rank) + u128::from(b)) % u128::from(t.rows))
+                            as u64
+                    }
+                };
+                wsum += 2.0 * unit_f64(mix2(t.key, row)) - 1.0;
+                ids.push(row);
+            }
+            if n > 0 {
+                // Σ/√n rather than the mean keeps a table's share of the signal the same
+                // whatever its pooling factor.
+                sparse_sum += wsum / (n as f64).sqrt();
+            }
+            sparse.push(ids);
+        }
+        let z = self.sparse_coef * sparse_sum + self.dense_coef * dense_sum;
+        let logit = self.signal * z + self.bias;
+        let label = if rng.random::<f64>() < sigmoid(logit) {
+            1.0
+        } else {
+            0.0
+        };
+        (
+            Record {
+                label,
+                dense,
+                sparse,
+            },
+            logit,
+        )
+    }
+}
+
+/// Generated samples `range.start..range.end`, in order.
+pub struct SyntheticStream {
+    generator: Arc<SyntheticGenerator>,
+    range: Range<u64>,
+}
+
+impl SyntheticStream {
+    /// A stream of samples `range` of the data set `cfg` describes.
+    pub fn new(cfg: &SyntheticConfig, range: Range<u64>) -> Result<Self> {
+        Ok(Self::from_generator(
+            Arc::new(SyntheticGenerator::new(cfg)?),
+            range,
+        ))
+    }
+
+    /// A stream over a shared generator.
+    pub fn from_generator(generator: Arc<SyntheticGenerator>, range: Range<u64>) -> Self {
+        Self { generator, range }
+    }
+}
+
+impl RecordStream for SyntheticStream {
+    fn schema(&self) -> &Schema {
+        &self.generator.schema
+    }
+
+    fn next_record(&mut self) -> Result<Option<Record>> {
+        Ok(self.range.next().map(|i| self.generator.sample(i)))
+    }
+
+    fn skipped(&self) -> u64 {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bias_hits_the_positive_rate() {
+        for (scale, rate) in [(0.0, 0.25), (2.5, 0.25), (4.0, 0.1)] {
+            let b = solve_bias(scale, rate);
+            let n = 400;
+            let m: f64 = (0..n)
+                .map(|k| {
+                    // Normal quantiles via a fine grid keep the check deterministic.
+                    let p = (k as f64 + 0.5) / n as f64;
+                    let z = inverse_normal(p);
+                    sigmoid(scale * z + b)
+                })
+                .sum::<f64>()
+                / n as f64;
+            assert!((m - rate).abs() < 0.005, "scale {scale}: {m}");
+        }
+    }
+
+    /// Bisection on the normal CDF (erf-free: integrates the density).
+    fn inverse_normal(p: f64) -> f64 {
+        let cdf = |x: f64| {
+            let steps = 400;
+            let h = (x + 9.0) / steps as f64;
+            (0..steps)
+                .map(|k| {
+                    let t = -9.0 + (k as f64 + 0.5) * h;
+                    (-0.5 * t * t).exp() * h
+                })
+                .sum::<f64>()
+                / (2.0 * std::f64::consts::PI).sqrt()
+        };
+        let (mut lo, mut hi) = (-9.0, 9.0);
+        for _ in 0..50 {
+            let mid = 0.5 * (lo + hi);
+            if cdf(mid) < p {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        0.5 * (lo + hi)
+    }
+
+    #[test]
+    fn affine_rank_map_is_a_permutation() {
+        let mut cfg = SyntheticConfig::criteo_like(12, 1, PoolingFactor::Fixed(1), 1.1);
+        cfg.seed = 5;
+        let g = SyntheticGenerator::new(&cfg).unwrap();
+        let t = &g.tables[0];
+        let mut seen: Vec<u64> = (0..12u64).map(|r| (t.perm.0 * r + t.perm.1) % 12).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..12).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn names_and_validation() {
+        let mut cfg = SyntheticConfig::criteo_like(10, 3, PoolingFactor::Mean { mean: 2.0 }, 0.0);
+        let s = cfg.schema().unwrap();
+        assert_eq!(s.sparse_names(), vec!["C1", "C2", "C3"]);
+        cfg.tables[0].name = Some("user".into());
+        assert_eq!(
+            cfg.schema().unwrap().sparse_names(),
+            vec!["user_0", "user_1", "user_2"]
+        );
+        cfg.tables[0].pooling = PoolingFactor::Mean { mean: 0.5 };
+        assert!(cfg.schema().is_err());
+        cfg.tables[0].pooling = PoolingFactor::Fixed(0);
+        cfg.tables[0].rows = 0;
+        assert!(cfg.schema().is_err());
+    }
+}

@@ -1,0 +1,177 @@
+//! The preprocessed binary format: round trips, gathering, corrupt files.
+
+mod common;
+
+use common::{drain, TempDir};
+use std::sync::Arc;
+use towerrec_data::binary::is_binary_file;
+use towerrec_data::{
+    next_batch, write_binary, BinaryDataset, BinaryStream, BinaryWriter, Error, PoolingFactor,
+    RowSelect, SyntheticConfig, SyntheticStream,
+};
+
+fn synthetic() -> SyntheticConfig {
+    let mut c = SyntheticConfig::criteo_like(500, 4, PoolingFactor::Mean { mean: 3.0 }, 1.1);
+    c.num_dense = 5;
+    c.seed = 9;
+    c
+}
+
+/// Writes `n` synthetic records to `dir/name` and returns the path and the records.
+fn write(dir: &TempDir, name: &str, n: u64) -> (std::path::PathBuf, Vec<towerrec_data::Record>) {
+    let cfg = synthetic();
+    let path = dir.path().join(name);
+    let mut calls = Vec::new();
+    let rows = write_binary(&mut SyntheticStream::new(&cfg, 0..n).unwrap(), &path, |k| {
+        calls.push(k)
+    })
+    .unwrap();
+    assert_eq!(rows, n);
+    assert_eq!(calls, (1..=n).collect::<Vec<_>>());
+    let records = drain(&mut SyntheticStream::new(&cfg, 0..n).unwrap());
+    (path, records)
+}
+
+#[test]
+fn round_trip_reads_back_identical_records() {
+    let dir = TempDir::new("bin-rt");
+    let (path, records) = write(&dir, "syn.bin", 257);
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers, vec!["syn.bin"], "no spool or tmp files remain");
+    assert!(is_binary_file(&path).unwrap());
+    let ds = Arc::new(BinaryDataset::open(&path).unwrap());
+    assert_eq!(ds.len(), 257);
+    assert_eq!(ds.schema(), &synthetic().schema().unwrap());
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(&ds.record(i as u64).unwrap(), r);
+    }
+    assert_eq!(
+        drain(&mut BinaryStream::new(Arc::clone(&ds), 0..u64::MAX)),
+        records
+    );
+    assert_eq!(
+        drain(&mut BinaryStream::new(Arc::clone(&ds), 250..300)),
+        records[250..]
+    );
+    let eval = RowSelect::Hashed {
+        seed: 1,
+        fraction: 0.3,
+        inside: true,
+    };
+    let train = RowSelect::Hashed {
+        seed: 1,
+        fraction: 0.3,
+        inside: false,
+    };
+    let e = drain(&mut BinaryStream::with_rows(Arc::clone(&ds), eval)).len();
+    let t = drain(&mut BinaryStream::with_rows(Arc::clone(&ds), train)).len();
+    assert_eq!(e + t, 257);
+    assert!(e > 40 && t > 140, "{e} {t}");
+}
+
+#[test]
+fn batch_of_arbitrary_rows_matches_records() {
+    let dir = TempDir::new("bin-batch");
+    let (path, records) = write(&dir, "b.bin", 100);
+    let ds = BinaryDataset::open(&path).unwrap();
+    let rows = [99u64, 3, 3, 50, 0];
+    let b = ds.batch(&rows).unwrap();
+    assert_eq!(b.batch_size(), rows.len());
+    assert_eq!(b.num_dense, 5);
+    for (k, &i) in rows.iter().enumerate() {
+        let r = &records[i as usize];
+        assert_eq!(b.labels[k], r.label);
+        assert_eq!(&b.dense[k * 5..(k + 1) * 5], &r.dense[..]);
+        for f in 0..4 {
+            assert_eq!(b.sparse.feature(f).ids(k), &r.sparse[f][..]);
+        }
+    }
+    // The same batch through the streaming path.
+    let mut s = BinaryStream::new(Arc::new(ds), 0..100);
+    let first = next_batch(&mut s, 2).unwrap().unwrap();
+    assert_eq!(first.labels, vec![records[0].label, records[1].label]);
+    assert!(BinaryDataset::open(&path).unwrap().batch(&[100]).is_err());
+}
+
+#[test]
+fn empty_files_and_overwrites_work() {
+    let dir = TempDir::new("bin-empty");
+    let (path, _) = write(&dir, "e.bin", 0);
+    let ds = BinaryDataset::open(&path).unwrap();
+    assert!(ds.is_empty());
+    assert!(drain(&mut BinaryStream::new(Arc::new(ds), 0..10)).is_empty());
+    // Writing again replaces the file atomically.
+    let (path, records) = write(&dir, "e.bin", 3);
+    assert_eq!(
+        BinaryDataset::open(&path).unwrap().record(2).unwrap(),
+        records[2]
+    );
+}
+
+#[test]
+fn truncated_and_corrupt_files_are_format_errors() {
+    let dir = TempDir::new("bin-corrupt");
+    let (path, _) = write(&dir, "c.bin", 20);
+    let bytes = std::fs::read(&path).unwrap();
+    let target = dir.path().join("x.bin");
+    let expect_format = |data: &[u8], what: &str| {
+        std::fs::write(&target, data).unwrap();
+        match BinaryDataset::open(&target) {
+            Err(Error::Format { message, .. }) => message,
+            Err(e) => panic!("{what}: wrong error {e}"),
+            Ok(_) => panic!("{what}: opened"),
+        }
+    };
+    for cut in [0, 7, 15, 16, 40, bytes.len() / 2, bytes.len() - 1] {
+        expect_format(&bytes[..cut], &format!("cut at {cut}"));
+    }
+    let mut longer = bytes.clone();
+    longer.extend_from_slice(&[0; 8]);
+    assert!(expect_format(&longer, "padded").contains("bytes"));
+    let mut magic = bytes.clone();
+    magic[0] = b'X';
+    assert!(expect_format(&magic, "magic").contains("magic"));
+    let mut version = bytes.clone();
+    version[7] = b'9';
+    assert!(expect_format(&version, "version").contains("version"));
+    let mut hlen = bytes.clone();
+    hlen[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+    expect_format(&hlen, "header length");
+    let mut json = bytes.clone();
+    json[17] = b'!';
+    assert!(expect_format(&json, "json").contains("header"));
+
+    // Corrupt offsets surface when the row is read, not as a panic.
+    let ds = BinaryDataset::open(&path).unwrap();
+    let header_len = u64::from_le_bytes(bytes[8..16].try_into().unwrap()) as usize;
+    let sections = (16 + header_len).div_ceil(8) * 8 + (20 * 4usize).div_ceil(8) * 8 + 20 * 5 * 4;
+    let mut bad = bytes.clone();
+    bad[sections + 8..sections + 16].copy_from_slice(&u64::MAX.to_le_bytes());
+    std::fs::write(&target, &bad).unwrap();
+    let corrupt = BinaryDataset::open(&target).unwrap();
+    assert!(matches!(corrupt.record(0), Err(Error::Format { .. })));
+    assert!(corrupt.batch(&[0, 1]).is_err());
+    assert!(ds.record(0).is_ok());
+    assert!(!is_binary_file(&dir.path().join("missing.bin")).is_ok_and(|b| b));
+}
+
+#[test]
+fn writer_rejects_records_that_do_not_fit_the_schema() {
+    let dir = TempDir::new("bin-writer");
+    let schema = synthetic().schema().unwrap();
+    let mut w = BinaryWriter::create(&dir.path().join("w.bin"), schema).unwrap();
+    let bad = towerrec_data::Record {
+        label: 1.0,
+        dense: vec![0.0],
+        sparse: vec![],
+    };
+    assert!(w.write(&bad).is_err());
+    let mut good = drain(&mut SyntheticStream::new(&synthetic(), 0..1).unwrap()).remove(0);
+    w.write(&good).unwrap();
+    good.sparse[0] = vec![500];
+    assert!(matches!(w.write(&good), Err(Error::Core(_))));
+    assert_eq!(w.finish().unwrap(), 1);
+}

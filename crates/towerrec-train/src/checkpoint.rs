@@ -1,0 +1,257 @@
+//! Checkpoints: the whole model, its optimizer state and the position in the data, in
+//! one safetensors file written atomically (temporary file, then rename).
+//!
+//! A checkpoint holds everything a resumed run needs to continue bitwise identically:
+//! every parameter, every optimizer moment or accumulator, every step counter, and
+//! where in which epoch the data stream stood. The run's config travels in the file's
+//! metadata, so `towerrec eval` needs nothing else.
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::model::Model;
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// File name of the checkpoint inside a run directory.
+pub const CHECKPOINT_FILE: &str = "checkpoint.safetensors";
+const FORMAT: &str = "towerrec-checkpoint-v1";
+
+/// Where a run stands: what a resumed run needs besides the tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Progress {
+    /// Optimizer steps taken.
+    pub step: u64,
+    /// Current epoch (0-based).
+    pub epoch: u64,
+    /// Batches of the current epoch already trained on.
+    pub batch_in_epoch: u64,
+    /// Training samples seen.
+    pub samples: u64,
+}
+
+/// The checkpoint path for a run directory or an explicit file.
+pub fn resolve(path: &Path) -> PathBuf {
+    if path.is_dir() {
+        path.join(CHECKPOINT_FILE)
+    } else {
+        path.to_path_buf()
+    }
+}
+
+fn to_bytes(v: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(v.len() * 4);
+    for x in v {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out
+}
+
+fn from_bytes(path: &Path, name: &str, bytes: &[u8], dst: &mut [f32]) -> Result<()> {
+    if bytes.len() != dst.len() * 4 {
+        return Err(Error::Checkpoint {
+            path: path.to_path_buf(),
+            message: format!(
+                "tensor '{name}' has {} values, the model needs {}",
+                bytes.len() / 4,
+                dst.len()
+            ),
+        });
+    }
+    for (d, c) in dst.iter_mut().zip(bytes.chunks_exact(4)) {
+        *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+    }
+    Ok(())
+}
+
+/// Every tensor of the model's state, named, as owned bytes.
+fn collect(model: &mut Model) -> Vec<(String, Vec<u8>, usize)> {
+    let mut out = Vec::new();
+    for p in model.dense_params() {
+        out.push((
+            format!("dense.{}", p.name),
+            to_bytes(p.value),
+            p.value.len(),
+        ));
+    }
+    for (name, buf) in model.dense_optimizer_mut().state_mut() {
+        out.push((format!("opt.dense.{name}"), to_bytes(buf), buf.len()));
+    }
+    for t in model.tables_mut() {
+        let table = t.name().to_string();
+        out.push((
+            format!("emb.{table}.weight"),
+            to_bytes(t.weights()),
+            t.weights().len(),
+        ));
+        for (name, buf) in t.optimizer_state_mut() {
+            out.push((format!("emb.{table}.opt.{name}"), to_bytes(buf), buf.len()));
+        }
+    }
+    out
+}
+
+/// Writes `model`, its optimizers and `progress` to `path` atomically.
+pub fn save(path: &Path, model: &mut Model, config: &Config, progress: Progress) -> Result<()> {
+    let tensors = collect(model);
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .map(|(name, bytes, len)| {
+            let view =
+                TensorView::new(Dtype::F32, vec![*len], bytes).map_err(|e| Error::Checkpoint {
+                    path: path.to_path_buf(),
+                    message: format!("tensor '{name}': {e}"),
+                })?;
+            Ok((name.clone(), view))
+        })
+        .collect::<Result<_>>()?;
+    let mut meta = HashMap::new();
+    meta.insert("format".to_string(), FORMAT.to_string());
+    meta.insert("config".to_string(), config.to_toml());
+    meta.insert(
+        "base_dir".to_string(),
+        config.base_dir.to_string_lossy().into_owned(),
+    );
+    meta.insert("step".to_string(), progress.step.to_string());
+    meta.insert("epoch".to_string(), progress.epoch.to_string());
+    meta.insert(
+        "batch_in_epoch".to_string(),
+        progress.batch_in_epoch.to_string(),
+    );
+    meta.insert("samples".to_string(), progress.samples.to_string());
+    meta.insert(
+        "dense_optimizer_step".to_string(),
+        model.dense_optimizer_mut().step().to_string(),
+    );
+    let table_steps: Vec<String> = model
+        .tables()
+        .iter()
+        .map(|t| t.step().to_string())
+        .collect();
+    meta.insert("table_steps".to_string(), table_steps.join(","));
+    let bytes =
+        safetensors::tensor::serialize(views, Some(meta)).map_err(|e| Error::Checkpoint {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    let tmp = path.with_extension("safetensors.tmp");
+    std::fs::write(&tmp, &bytes).map_err(|e| Error::io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
+    Ok(())
+}
+
+/// A checkpoint read from disk, not yet applied to a model.
+pub struct Checkpoint {
+    path: PathBuf,
+    bytes: Vec<u8>,
+    meta: HashMap<String, String>,
+}
+
+impl Checkpoint {
+    /// Reads and checks the header of a checkpoint file.
+    pub fn read(path: &Path) -> Result<Self> {
+        let path = resolve(path);
+        let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+        let bad = |message: String| Error::Checkpoint {
+            path: path.clone(),
+            message,
+        };
+        let (_, metadata) = SafeTensors::read_metadata(&bytes)
+            .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
+        let meta = metadata.metadata().clone().unwrap_or_default();
+        if meta.get("format").map(String::as_str) != Some(FORMAT) {
+            return Err(bad(format!(
+                "not a towerrec checkpoint (expected format {FORMAT})"
+            )));
+        }
+        Ok(Self { path, bytes, meta })
+    }
+
+    fn meta_u64(&self, key: &str) -> Result<u64> {
+        self.meta
+            .get(key)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| Error::Checkpoint {
+                path: self.path.clone(),
+                message: format!("metadata '{key}' missing or not a number"),
+            })
+    }
+
+    /// The config of the run that wrote it, with relative data paths resolved as that run did.
+    pub fn config(&self) -> Result<Config> {
+        let base_dir = PathBuf::from(self.meta.get("base_dir").map_or(".", String::as_str));
+        let text = self.meta.get("config").ok_or_else(|| Error::Checkpoint {
+            path: self.path.clone(),
+            message: "metadata 'config' missing".into(),
+        })?;
+        Config::from_toml(
+            text,
+            &format!("{} (embedded config)", self.path.display()),
+            &base_dir,
+        )
+    }
+
+    /// Where the run stood.
+    pub fn progress(&self) -> Result<Progress> {
+        Ok(Progress {
+            step: self.meta_u64("step")?,
+            epoch: self.meta_u64("epoch")?,
+            batch_in_epoch: self.meta_u64("batch_in_epoch")?,
+            samples: self.meta_u64("samples")?,
+        })
+    }
+
+    /// Overwrites every parameter and optimizer state of `model` from the checkpoint.
+    pub fn apply(&self, model: &mut Model) -> Result<()> {
+        let st = SafeTensors::deserialize(&self.bytes).map_err(|e| Error::Checkpoint {
+            path: self.path.clone(),
+            message: e.to_string(),
+        })?;
+        let path = &self.path;
+        let load = |name: &str, dst: &mut [f32]| -> Result<()> {
+            let t = st.tensor(name).map_err(|_| Error::Checkpoint {
+                path: path.clone(),
+                message: format!("tensor '{name}' missing: the checkpoint is of another model"),
+            })?;
+            if t.dtype() != Dtype::F32 {
+                return Err(Error::Checkpoint {
+                    path: path.clone(),
+                    message: format!("tensor '{name}' is {:?}, expected F32", t.dtype()),
+                });
+            }
+            from_bytes(path, name, t.data(), dst)
+        };
+        for p in model.dense_params() {
+            load(&format!("dense.{}", p.name), p.value)?;
+        }
+        for (name, buf) in model.dense_optimizer_mut().state_mut() {
+            load(&format!("opt.dense.{name}"), buf)?;
+        }
+        let dense_step = self.meta_u64("dense_optimizer_step")?;
+        model.dense_optimizer_mut().set_step(dense_step);
+        let steps: Vec<u64> = self
+            .meta
+            .get("table_steps")
+            .map(|s| s.split(',').filter_map(|v| v.parse().ok()).collect())
+            .unwrap_or_default();
+        if steps.len() != model.tables().len() {
+            return Err(Error::Checkpoint {
+                path: path.clone(),
+                message: format!(
+                    "checkpoint has {} tables, the model {}",
+                    steps.len(),
+                    model.tables().len()
+                ),
+            });
+        }
+        for (t, step) in model.tables_mut().iter_mut().zip(steps) {
+            let table = t.name().to_string();
+            load(&format!("emb.{table}.weight"), t.weights_mut())?;
+            for (name, buf) in t.optimizer_state_mut() {
+                load(&format!("emb.{table}.opt.{name}"), buf)?;
+            }
+            t.set_step(step);
+        }
+        Ok(())
+    }
+}

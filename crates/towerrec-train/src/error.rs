@@ -1,0 +1,38 @@
+//! The error type of towerrec-train.
+
+use std::path::PathBuf;
+
+/// Errors from building, training, evaluating or checkpointing a model.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A config file could not be parsed or a value is invalid; the message names the key.
+    #[error("config {file}: {message}")]
+    Config { file: String, message: String },
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A checkpoint is missing, corrupt, or does not fit the model.
+    #[error("checkpoint {path}: {message}")]
+    Checkpoint { path: PathBuf, message: String },
+    /// The data layer failed (bad file, bad row, ...).
+    #[error(transparent)]
+    Data(#[from] towerrec_data::Error),
+    /// A core operation failed (an id out of range, ...).
+    #[error(transparent)]
+    Core(#[from] towerrec_core::Error),
+}
+
+/// Result alias for towerrec-train.
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

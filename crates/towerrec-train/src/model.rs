@@ -1,0 +1,318 @@
+//! DLRM and DCN-v2 assembled from core layers, with one forward and one fused
+//! backward-and-update per step.
+//!
+//! DLRM (Naumov et al. 2019): dense → bottom MLP → [bottom out | pooled embeddings] →
+//! dot interaction → top MLP → logit. DCN-v2 (Wang et al. 2021, stacked): [dense |
+//! pooled embeddings] → CrossNet → MLP → logit. In both, the tables pool straight into
+//! the row-major buffer the next layer reads (stride = row width, offset = the
+//! feature's slot), and their backward reads the gradient from the same slots, so no
+//! per-table copies are made.
+
+use crate::config::{ModelConfig, ModelKind, OptimizerConfig};
+use crate::error::Result;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use towerrec_core::embedding::EmbeddingBag;
+use towerrec_core::layers::activation::Activation;
+use towerrec_core::layers::crossnet::CrossNet;
+use towerrec_core::layers::interaction::DotInteraction;
+use towerrec_core::layers::mlp::Mlp;
+use towerrec_core::optim::DenseOptimizer;
+use towerrec_core::{Batch, Layer, ParamMut};
+use towerrec_data::Schema;
+
+/// The feature-interaction part: what sits between the embeddings and the top MLP.
+enum Interaction {
+    Dot {
+        bottom: Mlp<f32>,
+        dot: DotInteraction<f32>,
+        /// Bottom-MLP output, `B × dim`.
+        bottom_out: Vec<f32>,
+        bottom_grad: Vec<f32>,
+    },
+    Cross(CrossNet<f32>),
+}
+
+/// A DLRM or DCN-v2 model with its dense optimizer.
+pub struct Model {
+    kind: ModelKind,
+    num_dense: usize,
+    dim: usize,
+    tables: Vec<EmbeddingBag>,
+    interaction: Interaction,
+    top: Mlp<f32>,
+    dense_optimizer: DenseOptimizer,
+    /// Input of the interaction (DLRM) or CrossNet (DCN), `B × width`.
+    features: Vec<f32>,
+    features_grad: Vec<f32>,
+    /// Input of the top MLP, `B × top_in`.
+    top_in: Vec<f32>,
+    top_in_grad: Vec<f32>,
+    logits_grad: Vec<f32>,
+}
+
+impl Model {
+    /// Builds a model for data of `schema`, initialized from `seed`.
+    pub fn build(
+        cfg: &ModelConfig,
+        opt: &OptimizerConfig,
+        schema: &Schema,
+        seed: u64,
+    ) -> Result<Self> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let dim = cfg.embedding_dim;
+        let num_dense = schema.dense.len();
+        let tables: Vec<EmbeddingBag> = schema
+            .sparse
+            .iter()
+            .map(|f| {
+                EmbeddingBag::new(
+                    f.name.clone(),
+                    f.rows as usize,
+                    dim,
+                    cfg.pooling,
+                    opt.sparse,
+                    &mut rng,
+                )
+            })
+            .collect();
+        let n_tables = tables.len();
+        let (interaction, top_in_dim) = match cfg.kind {
+            ModelKind::Dlrm => {
+                let mut dims = vec![num_dense];
+                dims.extend(&cfg.bottom_mlp);
+                let bottom = Mlp::new(&dims, Activation::Relu, Activation::Relu, &mut rng);
+                let dot = DotInteraction::new(n_tables + 1, dim, cfg.self_interaction);
+                let out =
+                    DotInteraction::<f32>::output_dim(n_tables + 1, dim, cfg.self_interaction);
+                (
+                    Interaction::Dot {
+                        bottom,
+                        dot,
+                        bottom_out: Vec::new(),
+                        bottom_grad: Vec::new(),
+                    },
+                    out,
+                )
+            }
+            ModelKind::Dcn => {
+                let width = num_dense + n_tables * dim;
+                let cross = CrossNet::new(width, cfg.cross_layers, cfg.cross_rank, &mut rng);
+                (Interaction::Cross(cross), width)
+            }
+        };
+        let mut top_dims = vec![top_in_dim];
+        top_dims.extend(&cfg.top_mlp);
+        let top = Mlp::new(&top_dims, Activation::Relu, Activation::Identity, &mut rng);
+        let mut model = Model {
+            kind: cfg.kind,
+            num_dense,
+            dim,
+            tables,
+            interaction,
+            top,
+            dense_optimizer: DenseOptimizer::new(opt.dense, &[]),
+            features: Vec::new(),
+            features_grad: Vec::new(),
+            top_in: Vec::new(),
+            top_in_grad: Vec::new(),
+            logits_grad: Vec::new(),
+        };
+        let sizes: Vec<usize> = model.dense_params().iter().map(|p| p.value.len()).collect();
+        model.dense_optimizer = DenseOptimizer::new(opt.dense, &sizes);
+        Ok(model)
+    }
+
+    /// Which model this is.
+    pub fn kind(&self) -> ModelKind {
+        self.kind
+    }
+
+    /// Width of one row of the interaction (DLRM) or CrossNet (DCN) input.
+    fn feature_width(&self) -> usize {
+        match self.kind {
+            ModelKind::Dlrm => (self.tables.len() + 1) * self.dim,
+            ModelKind::Dcn => self.num_dense + self.tables.len() * self.dim,
+        }
+    }
+
+    /// Offset of table `t`'s pooled vector within a feature row.
+    fn table_offset(&self, t: usize) -> usize {
+        match self.kind {
+            ModelKind::Dlrm => (t + 1) * self.dim,
+            ModelKind::Dcn => self.num_dense + t * self.dim,
+        }
+    }
+
+    /// Computes one logit per sample into `logits` (resized to the batch).
+    pub fn forward(&mut self, batch: &Batch, logits: &mut Vec<f32>) -> Result<()> {
+        let b = batch.batch_size();
+        let width = self.feature_width();
+        resize(&mut self.features, b * width);
+        for t in 0..self.tables.len() {
+            let offset = self.table_offset(t);
+            self.tables[t].forward(batch.sparse.feature(t), &mut self.features, width, offset)?;
+        }
+        match &mut self.interaction {
+            Interaction::Dot {
+                bottom,
+                dot,
+                bottom_out,
+                ..
+            } => {
+                resize(bottom_out, b * self.dim);
+                bottom.forward(&batch.dense, bottom_out, b);
+                for (row, out) in self
+                    .features
+                    .chunks_exact_mut(width)
+                    .zip(bottom_out.chunks_exact(self.dim))
+                {
+                    row[..self.dim].copy_from_slice(out);
+                }
+                resize(&mut self.top_in, b * dot.out_dim());
+                dot.forward(&self.features, &mut self.top_in, b);
+            }
+            Interaction::Cross(cross) => {
+                let nd = self.num_dense;
+                for (row, dense) in self
+                    .features
+                    .chunks_exact_mut(width)
+                    .zip(batch.dense.chunks_exact(nd.max(1)))
+                {
+                    row[..nd].copy_from_slice(&dense[..nd]);
+                }
+                resize(&mut self.top_in, b * width);
+                cross.forward(&self.features, &mut self.top_in, b);
+            }
+        }
+        resize(logits, b);
+        self.top.forward(&self.top_in, logits, b);
+        Ok(())
+    }
+
+    /// Backward from `dL/dlogit` of the last forward (same `batch`, same `logits`),
+    /// updating the tables where their rows live and the dense layers.
+    pub fn backward_update(
+        &mut self,
+        batch: &Batch,
+        logits: &[f32],
+        logits_grad: &[f32],
+        dense_lr: f32,
+        sparse_lr: f32,
+    ) -> Result<()> {
+        let b = batch.batch_size();
+        let width = self.feature_width();
+        resize(&mut self.top_in_grad, self.top_in.len());
+        self.logits_grad.clear();
+        self.logits_grad.extend_from_slice(logits_grad);
+        self.top.backward(
+            &self.top_in,
+            logits,
+            &self.logits_grad,
+            Some(&mut self.top_in_grad),
+            b,
+        );
+        resize(&mut self.features_grad, b * width);
+        match &mut self.interaction {
+            Interaction::Dot {
+                bottom,
+                dot,
+                bottom_out,
+                bottom_grad,
+            } => {
+                dot.backward(
+                    &self.features,
+                    &self.top_in,
+                    &self.top_in_grad,
+                    Some(&mut self.features_grad),
+                    b,
+                );
+                resize(bottom_grad, b * self.dim);
+                for (g, row) in bottom_grad
+                    .chunks_exact_mut(self.dim)
+                    .zip(self.features_grad.chunks_exact(width))
+                {
+                    g.copy_from_slice(&row[..self.dim]);
+                }
+                bottom.backward(&batch.dense, bottom_out, bottom_grad, None, b);
+            }
+            Interaction::Cross(cross) => {
+                cross.backward(
+                    &self.features,
+                    &self.top_in,
+                    &self.top_in_grad,
+                    Some(&mut self.features_grad),
+                    b,
+                );
+            }
+        }
+        for t in 0..self.tables.len() {
+            let offset = self.table_offset(t);
+            self.tables[t].backward_update(
+                batch.sparse.feature(t),
+                &self.features_grad,
+                width,
+                offset,
+                sparse_lr,
+            )?;
+        }
+        let mut params = dense_params(&mut self.interaction, &mut self.top);
+        self.dense_optimizer.apply(&mut params, dense_lr)?;
+        Ok(())
+    }
+
+    /// Dense parameters with their gradients, named as in checkpoints.
+    pub fn dense_params(&mut self) -> Vec<ParamMut<'_, f32>> {
+        dense_params(&mut self.interaction, &mut self.top)
+    }
+
+    /// The embedding tables.
+    pub fn tables(&self) -> &[EmbeddingBag] {
+        &self.tables
+    }
+
+    /// The embedding tables, mutably (checkpoint loading).
+    pub fn tables_mut(&mut self) -> &mut [EmbeddingBag] {
+        &mut self.tables
+    }
+
+    /// The dense optimizer (its state is part of a checkpoint).
+    pub fn dense_optimizer_mut(&mut self) -> &mut DenseOptimizer {
+        &mut self.dense_optimizer
+    }
+
+    /// Number of trainable parameters, embeddings included.
+    pub fn param_count(&mut self) -> usize {
+        let dense: usize = self.dense_params().iter().map(|p| p.value.len()).sum();
+        dense + self.tables.iter().map(|t| t.weights().len()).sum::<usize>()
+    }
+}
+
+fn dense_params<'a>(
+    interaction: &'a mut Interaction,
+    top: &'a mut Mlp<f32>,
+) -> Vec<ParamMut<'a, f32>> {
+    let mut out = Vec::new();
+    match interaction {
+        Interaction::Dot { bottom, .. } => out.extend(prefixed("bottom", bottom.params())),
+        Interaction::Cross(cross) => out.extend(prefixed("cross", cross.params())),
+    }
+    out.extend(prefixed("top", top.params()));
+    out
+}
+
+fn prefixed<'a>(
+    prefix: &str,
+    params: Vec<ParamMut<'a, f32>>,
+) -> impl Iterator<Item = ParamMut<'a, f32>> + 'a {
+    let prefix = prefix.to_string();
+    params.into_iter().map(move |mut p| {
+        p.name = format!("{prefix}.{}", p.name);
+        p
+    })
+}
+
+/// Resizes a scratch buffer without shrinking its allocation.
+fn resize(buf: &mut Vec<f32>, len: usize) {
+    buf.resize(len, 0.0);
+}

@@ -1,0 +1,281 @@
+//! The single-process training loop: batches in, fused forward/backward/update, periodic
+//! evaluation, the metrics log, checkpoints and resume.
+//!
+//! Outputs in the run directory: `config.toml` (the resolved config), `metrics.jsonl`
+//! (one JSON object per logged step and per evaluation), `checkpoint.safetensors` and,
+//! at the end, `summary.json`.
+
+use crate::checkpoint::{self, Checkpoint, Progress};
+use crate::config::{Config, ModelKind};
+use crate::error::{Error, Result};
+use crate::evaluate::score;
+use crate::model::Model;
+use crate::prefetch::Prefetcher;
+use serde::Serialize;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use towerrec_core::loss::bce_with_logits;
+use towerrec_core::metrics::EvalMetrics;
+use towerrec_data::{open, schema, Part};
+
+/// How a run is started.
+#[derive(Debug, Clone, Default)]
+pub struct TrainOptions {
+    /// Run directory: metrics, checkpoints and the summary go here.
+    pub out_dir: PathBuf,
+    /// Continue from the checkpoint in `out_dir`.
+    pub resume: bool,
+    /// Write a checkpoint and stop after this many steps (to test or split a run).
+    pub stop_after: Option<u64>,
+}
+
+/// One logged training step.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepReport {
+    pub step: u64,
+    /// Mean loss over the steps since the last report.
+    pub loss: f64,
+    pub samples_per_sec: f64,
+    pub lr: f64,
+}
+
+/// One evaluation.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalReport {
+    pub step: u64,
+    pub split: &'static str,
+    pub auc: Option<f64>,
+    pub logloss: f64,
+    pub ne: f64,
+    pub samples: usize,
+}
+
+/// What a run ends with (`summary.json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub auc: Option<f64>,
+    pub logloss: f64,
+    pub ne: f64,
+    pub train_samples_per_sec: f64,
+    pub steps: u64,
+    pub model: ModelKind,
+    pub params: usize,
+    pub train_samples: u64,
+    pub eval_samples: usize,
+    pub skipped_train_rows: u64,
+    pub skipped_eval_rows: u64,
+    /// True when the run stopped early at `stop_after` (a checkpoint to resume from was written).
+    pub stopped_early: bool,
+}
+
+/// Receives progress as a run goes (the CLI draws a progress bar from it).
+pub trait Observer {
+    /// Called once before the first step. `total_steps` is known when `max_steps` is set.
+    fn on_start(&mut self, _params: usize, _total_steps: Option<u64>, _resumed_at: u64) {}
+    fn on_step(&mut self, _report: &StepReport) {}
+    fn on_eval(&mut self, _report: &EvalReport) {}
+}
+
+/// An observer that ignores everything.
+pub struct Silent;
+impl Observer for Silent {}
+
+struct MetricsLog {
+    path: PathBuf,
+    out: BufWriter<File>,
+}
+
+impl MetricsLog {
+    fn open(path: PathBuf, append: bool) -> Result<Self> {
+        let file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(&path)
+            .map_err(|e| Error::io(&path, e))?;
+        Ok(Self {
+            path,
+            out: BufWriter::new(file),
+        })
+    }
+
+    fn write<T: Serialize>(&mut self, record: &T) -> Result<()> {
+        let line = serde_json::to_string(record).map_err(|e| Error::io(&self.path, e.into()))?;
+        writeln!(self.out, "{line}")
+            .and_then(|_| self.out.flush())
+            .map_err(|e| Error::io(&self.path, e))
+    }
+}
+
+fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| Error::io(path, e.into()))?;
+    std::fs::write(path, text + "\n").map_err(|e| Error::io(path, e))
+}
+
+/// Evaluates `model` on the eval part of the data.
+fn evaluate(model: &mut Model, cfg: &Config, step: u64) -> Result<(EvalReport, u64)> {
+    let stream = open(&cfg.data, Part::Eval, cfg.train.bad_rows, &cfg.base_dir)?;
+    let scored = score(model, stream, cfg.eval_batch_size())?;
+    let m: EvalMetrics = scored.metrics();
+    Ok((
+        EvalReport {
+            step,
+            split: "eval",
+            auc: m.auc,
+            logloss: m.logloss,
+            ne: m.ne,
+            samples: m.count,
+        },
+        scored.skipped,
+    ))
+}
+
+/// Trains as `cfg` says, writing into `opts.out_dir`.
+pub fn train(cfg: &Config, opts: &TrainOptions, observer: &mut dyn Observer) -> Result<Summary> {
+    let out = &opts.out_dir;
+    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    let data_schema = schema(&cfg.data, &cfg.base_dir)?;
+    cfg.validate_against(&data_schema)?;
+    let mut model = Model::build(&cfg.model, &cfg.optimizer, &data_schema, cfg.train.seed)?;
+    let ckpt_path = out.join(checkpoint::CHECKPOINT_FILE);
+    let mut progress = Progress::default();
+    if opts.resume {
+        let ckpt = Checkpoint::read(&ckpt_path)?;
+        ckpt.apply(&mut model)?;
+        progress = ckpt.progress()?;
+    }
+    std::fs::write(out.join("config.toml"), cfg.to_toml())
+        .map_err(|e| Error::io(out.join("config.toml"), e))?;
+    let mut log = MetricsLog::open(out.join("metrics.jsonl"), opts.resume)?;
+    let params = model.param_count();
+    observer.on_start(params, cfg.train.max_steps, progress.step);
+
+    let (dense_lr, sparse_lr) = (cfg.optimizer.dense_lr, cfg.optimizer.sparse_lr);
+    let max_steps = cfg.train.max_steps.unwrap_or(u64::MAX);
+    let mut logits = Vec::new();
+    let mut grad = Vec::new();
+    let mut window = (0.0f64, 0u64, 0u64, Instant::now()); // loss sum, steps, samples, start
+    let mut train_time = 0.0f64;
+    let mut train_samples_run = 0u64;
+    let mut skipped_train = 0u64;
+    let mut skipped_eval = 0u64;
+    let mut last_eval: Option<EvalReport> = None;
+    let mut stopped_early = false;
+
+    'epochs: while (progress.epoch as usize) < cfg.train.epochs && progress.step < max_steps {
+        let stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir)?;
+        let mut reader =
+            Prefetcher::start(stream, cfg.train.batch_size, progress.batch_in_epoch, 4);
+        let mut step_start = Instant::now();
+        while let Some(batch) = reader.next() {
+            let batch = batch?;
+            let factor = cfg.optimizer.schedule.factor(progress.step);
+            model.forward(&batch, &mut logits)?;
+            grad.resize(logits.len(), 0.0);
+            let loss = bce_with_logits(&logits, &batch.labels, Some(&mut grad));
+            model.backward_update(
+                &batch,
+                &logits,
+                &grad,
+                (dense_lr * factor) as f32,
+                (sparse_lr * factor) as f32,
+            )?;
+            let b = batch.batch_size() as u64;
+            progress.step += 1;
+            progress.batch_in_epoch += 1;
+            progress.samples += b;
+            train_samples_run += b;
+            train_time += step_start.elapsed().as_secs_f64();
+            window.0 += loss;
+            window.1 += 1;
+            window.2 += b;
+
+            if progress.step % cfg.train.log_every == 0 {
+                let report = StepReport {
+                    step: progress.step,
+                    loss: window.0 / window.1 as f64,
+                    samples_per_sec: window.2 as f64 / window.3.elapsed().as_secs_f64().max(1e-9),
+                    lr: dense_lr * factor,
+                };
+                log.write(&report)?;
+                observer.on_step(&report);
+                window = (0.0, 0, 0, Instant::now());
+            }
+            if cfg.train.eval_every > 0 && progress.step % cfg.train.eval_every == 0 {
+                let (report, skipped) = evaluate(&mut model, cfg, progress.step)?;
+                skipped_eval = skipped;
+                log.write(&report)?;
+                observer.on_eval(&report);
+                last_eval = Some(report);
+                window.3 = Instant::now();
+            }
+            let at_stop = opts.stop_after == Some(progress.step);
+            if at_stop
+                || (cfg.train.checkpoint_every > 0
+                    && progress.step % cfg.train.checkpoint_every == 0)
+            {
+                checkpoint::save(&ckpt_path, &mut model, cfg, progress)?;
+                window.3 = Instant::now();
+            }
+            if at_stop {
+                stopped_early = true;
+                skipped_train += reader.finish();
+                break 'epochs;
+            }
+            if progress.step >= max_steps {
+                skipped_train += reader.finish();
+                break 'epochs;
+            }
+            step_start = Instant::now();
+        }
+        skipped_train += reader.finish();
+        progress.epoch += 1;
+        progress.batch_in_epoch = 0;
+    }
+
+    let report = if stopped_early {
+        last_eval
+    } else {
+        if progress.step % cfg.train.log_every != 0 && window.1 > 0 {
+            let report = StepReport {
+                step: progress.step,
+                loss: window.0 / window.1 as f64,
+                samples_per_sec: window.2 as f64 / window.3.elapsed().as_secs_f64().max(1e-9),
+                lr: dense_lr
+                    * cfg
+                        .optimizer
+                        .schedule
+                        .factor(progress.step.saturating_sub(1)),
+            };
+            log.write(&report)?;
+            observer.on_step(&report);
+        }
+        checkpoint::save(&ckpt_path, &mut model, cfg, progress)?;
+        let (report, skipped) = evaluate(&mut model, cfg, progress.step)?;
+        skipped_eval = skipped;
+        log.write(&report)?;
+        observer.on_eval(&report);
+        Some(report)
+    };
+    let summary = Summary {
+        auc: report.as_ref().and_then(|r| r.auc),
+        logloss: report.as_ref().map_or(f64::NAN, |r| r.logloss),
+        ne: report.as_ref().map_or(f64::NAN, |r| r.ne),
+        train_samples_per_sec: train_samples_run as f64 / train_time.max(1e-9),
+        steps: progress.step,
+        model: model.kind(),
+        params,
+        train_samples: progress.samples,
+        eval_samples: report.as_ref().map_or(0, |r| r.samples),
+        skipped_train_rows: skipped_train,
+        skipped_eval_rows: skipped_eval,
+        stopped_early,
+    };
+    if !stopped_early {
+        write_json(&out.join("summary.json"), &summary)?;
+    }
+    Ok(summary)
+}

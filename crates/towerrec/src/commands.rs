@@ -1,0 +1,283 @@
+//! The subcommands: argument parsing and the glue from arguments to the library crates.
+
+use crate::progress::Bar;
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use towerrec_data::{BadRows, DataConfig, Part};
+use towerrec_train::checkpoint::Checkpoint;
+use towerrec_train::evaluate::score;
+use towerrec_train::{Config, Model, TrainOptions};
+
+/// What to do with a malformed data row.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum BadRowsArg {
+    /// Stop with an error naming the file, line and field.
+    Fail,
+    /// Skip the row, count it and report the count at the end.
+    Skip,
+}
+
+impl From<BadRowsArg> for BadRows {
+    fn from(b: BadRowsArg) -> Self {
+        match b {
+            BadRowsArg::Fail => BadRows::Fail,
+            BadRowsArg::Skip => BadRows::Skip,
+        }
+    }
+}
+
+/// Which part of a data set.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum PartArg {
+    Train,
+    Eval,
+}
+
+impl From<PartArg> for Part {
+    fn from(p: PartArg) -> Self {
+        match p {
+            PartArg::Train => Part::Train,
+            PartArg::Eval => Part::Eval,
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct TrainArgs {
+    /// Run config (TOML). Without it: the embedded quickstart (synthetic Criteo-like data).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Run directory for metrics, checkpoints and the summary [default: runs/<config name>].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Continue the run in this directory from its checkpoint (its config.toml is used).
+    #[arg(long, conflicts_with = "config")]
+    resume: Option<PathBuf>,
+    /// Training data file, overriding the config's.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Evaluation data file, overriding the config's (evaluates on the whole file).
+    #[arg(long)]
+    eval_data: Option<PathBuf>,
+    /// Whether malformed rows stop the run or are skipped and counted [default: the config's, else fail].
+    #[arg(long, value_enum)]
+    bad_rows: Option<BadRowsArg>,
+    /// Stop after this many steps (overrides train.max_steps).
+    #[arg(long)]
+    max_steps: Option<u64>,
+    /// Write a checkpoint and stop after this many steps; `--resume` continues from it.
+    #[arg(long)]
+    stop_after: Option<u64>,
+    /// Worker threads [default: the config's train.threads, else one per core].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+pub struct EvalArgs {
+    /// A checkpoint file, or a run directory holding checkpoint.safetensors.
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// Data file to score (same format as the run's data) [default: the run's eval split].
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Write one predicted probability per line here.
+    #[arg(long)]
+    predictions: Option<PathBuf>,
+    /// Whether malformed rows stop the run or are skipped and counted.
+    #[arg(long, value_enum, default_value = "fail")]
+    bad_rows: BadRowsArg,
+    /// Worker threads [default: one per core].
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+#[derive(Args)]
+pub struct DatagenArgs {
+    /// Config whose [data] section is synthetic [default: the embedded quickstart].
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Output file (preprocessed binary format).
+    #[arg(long)]
+    out: PathBuf,
+    /// Which part to generate.
+    #[arg(long, value_enum, default_value = "train")]
+    part: PartArg,
+}
+
+#[derive(Args)]
+pub struct PreprocessArgs {
+    /// Config whose [data] section describes the text data.
+    #[arg(long)]
+    config: PathBuf,
+    /// Input data file, overriding the config's.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Output file (preprocessed binary format).
+    #[arg(long)]
+    out: PathBuf,
+    /// Which part of the config's split to convert.
+    #[arg(long, value_enum, default_value = "train")]
+    part: PartArg,
+    /// Whether malformed rows stop the conversion or are skipped and counted.
+    #[arg(long, value_enum, default_value = "fail")]
+    bad_rows: BadRowsArg,
+}
+
+fn set_threads(threads: usize) -> Result<()> {
+    if threads > 0 {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()
+            .context("setting up the thread pool")?;
+    }
+    Ok(())
+}
+
+/// Paths given on the command line are relative to the working directory, while paths
+/// in a config are relative to the config file: make the former absolute.
+fn absolute(p: Option<PathBuf>) -> Result<Option<PathBuf>> {
+    p.map(|p| std::path::absolute(&p).with_context(|| format!("resolving {}", p.display())))
+        .transpose()
+}
+
+fn load_config(path: Option<&Path>) -> Result<Config> {
+    Ok(match path {
+        Some(p) => Config::load(p)?,
+        None => Config::quickstart()?,
+    })
+}
+
+pub fn train(a: TrainArgs) -> Result<()> {
+    let (mut cfg, out, resume) = match &a.resume {
+        Some(dir) => {
+            let ckpt = Checkpoint::read(&towerrec_train::checkpoint::resolve(dir))
+                .with_context(|| format!("resuming from {}", dir.display()))?;
+            let cfg = ckpt.config()?;
+            (cfg, a.out.clone().unwrap_or_else(|| dir.clone()), true)
+        }
+        None => {
+            let cfg = load_config(a.config.as_deref())?;
+            let name = a.config.as_ref().and_then(|p| p.file_stem()).map_or_else(
+                || "quickstart".to_string(),
+                |s| s.to_string_lossy().into_owned(),
+            );
+            (
+                cfg,
+                a.out
+                    .clone()
+                    .unwrap_or_else(|| Path::new("runs").join(name)),
+                false,
+            )
+        }
+    };
+    cfg.override_data(absolute(a.data)?, absolute(a.eval_data)?);
+    if let Some(b) = a.bad_rows {
+        cfg.train.bad_rows = b.into();
+    }
+    if let Some(n) = a.max_steps {
+        cfg.train.max_steps = Some(n);
+    }
+    set_threads(a.threads.unwrap_or(cfg.train.threads))?;
+    if resume && a.out.is_some() {
+        bail!("--out cannot be combined with --resume: a run continues in its own directory");
+    }
+    let opts = TrainOptions {
+        out_dir: out.clone(),
+        resume,
+        stop_after: a.stop_after,
+    };
+    let mut bar = Bar::new(a.quiet);
+    let started = Instant::now();
+    let summary = towerrec_train::train(&cfg, &opts, &mut bar)?;
+    bar.finish();
+    let auc = summary
+        .auc
+        .map_or_else(|| "n/a (one class only)".into(), |v| format!("{v:.4}"));
+    if summary.stopped_early {
+        println!(
+            "stopped at step {} as asked; checkpoint in {} (continue with --resume {})",
+            summary.steps,
+            out.display(),
+            out.display()
+        );
+        return Ok(());
+    }
+    if summary.skipped_train_rows + summary.skipped_eval_rows > 0 {
+        println!(
+            "skipped malformed rows: {} in training data, {} in evaluation data",
+            summary.skipped_train_rows, summary.skipped_eval_rows
+        );
+    }
+    println!(
+        "final eval: auc {auc} logloss {:.5} ne {:.5} | {} steps, {:.0} train samples/s, {:.1}s | run in {}",
+        summary.logloss,
+        summary.ne,
+        summary.steps,
+        summary.train_samples_per_sec,
+        started.elapsed().as_secs_f64(),
+        out.display()
+    );
+    Ok(())
+}
+
+pub fn eval(a: EvalArgs) -> Result<()> {
+    set_threads(a.threads.unwrap_or(0))?;
+    let ckpt = Checkpoint::read(&a.checkpoint)?;
+    let mut cfg = ckpt.config()?;
+    cfg.override_data(None, absolute(a.data)?);
+    let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir)?;
+    let mut model = Model::build(&cfg.model, &cfg.optimizer, &schema, cfg.train.seed)?;
+    ckpt.apply(&mut model)?;
+    let stream = towerrec_data::open(&cfg.data, Part::Eval, a.bad_rows.into(), &cfg.base_dir)?;
+    let scored = score(&mut model, stream, cfg.eval_batch_size())?;
+    if let Some(path) = &a.predictions {
+        let text: String = scored.probs.iter().map(|p| format!("{p}\n")).collect();
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let m = scored.metrics();
+    println!("{}", serde_json::to_string(&m)?);
+    if scored.skipped > 0 {
+        eprintln!("skipped {} malformed rows", scored.skipped);
+    }
+    Ok(())
+}
+
+fn write_part(cfg: &Config, part: Part, bad_rows: BadRows, out: &Path) -> Result<()> {
+    let mut stream = towerrec_data::open(&cfg.data, part, bad_rows, &cfg.base_dir)?;
+    let started = Instant::now();
+    let rows = towerrec_data::write_binary(stream.as_mut(), out, |n| {
+        if n % 1_000_000 == 0 {
+            eprintln!("{n} rows");
+        }
+    })?;
+    println!(
+        "wrote {rows} rows to {} in {:.1}s{}",
+        out.display(),
+        started.elapsed().as_secs_f64(),
+        match stream.skipped() {
+            0 => String::new(),
+            n => format!(" (skipped {n} malformed rows)"),
+        }
+    );
+    Ok(())
+}
+
+pub fn datagen(a: DatagenArgs) -> Result<()> {
+    let cfg = load_config(a.config.as_deref())?;
+    if !matches!(cfg.data, DataConfig::Synthetic { .. }) {
+        bail!("datagen needs a config whose [data] format is \"synthetic\"; use `towerrec preprocess` for files");
+    }
+    write_part(&cfg, a.part.into(), BadRows::Fail, &a.out)
+}
+
+pub fn preprocess(a: PreprocessArgs) -> Result<()> {
+    let mut cfg = Config::load(&a.config)?;
+    cfg.override_data(absolute(a.data)?, None);
+    write_part(&cfg, a.part.into(), a.bad_rows.into(), &a.out)
+}
