@@ -9,10 +9,12 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The operating system refused a file operation.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        // Not named `source`: the message already includes it, and a chain printer
+        // (anyhow's `{:#}`) would print it twice.
+        error: std::io::Error,
     },
     /// A text row is malformed. `field` is e.g. `field 15 (C2)` or `row`; `found` is
     /// already quoted where it is a value (`"zz1"`) and plain where it is a count.
@@ -47,7 +49,7 @@ impl Error {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
-            source,
+            error: source,
         }
     }
 

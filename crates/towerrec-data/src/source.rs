@@ -526,6 +526,7 @@ mod tests {
     #[test]
     fn round_trips_through_toml() {
         for text in [
+            "format = \"binary\"\npath = \"a.bin\"\n",
             "format = \"criteo\"\npath = \"a.txt\"\ntable_rows = [100]\nsplit = { kind = \"tail\", eval_fraction = 0.5 }\n",
             "format = \"synthetic\"\ntrain_samples = 100\neval_samples = 10\ntables = [{ rows = 50, count = 3, pooling = { mean = 2.0 } }, { name = \"u\", rows = 5, zipf_exponent = 1.1 }]\n",
             "format = \"csv\"\npath = \"a.csv\"\nschema = { delimiter = \"\\t\", label = { column = \"y\", threshold = 4.0 }, dense = [{ column = \"d\" }], sparse = [{ column = \"g\", rows = 9, separator = \"|\" }] }\n",

@@ -134,19 +134,25 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Loads a config file.
-    pub fn load(path: &Path) -> Result<Self> {
+    /// Loads a config file, then applies `KEY=VALUE` overrides (see [`with_overrides`]).
+    pub fn load(path: &Path, overrides: &[String]) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         let parent = path.parent().unwrap_or(Path::new("."));
         // Absolute, so that a checkpoint's copy of the config resolves paths from anywhere.
         let base = std::path::absolute(parent).map_err(|e| Error::io(path, e))?;
-        Self::from_toml(&text, &path.display().to_string(), &base)
+        let origin = path.display().to_string();
+        Self::from_toml(&with_overrides(&text, &origin, overrides)?, &origin, &base)
     }
 
-    /// The embedded quickstart.
-    pub fn quickstart() -> Result<Self> {
+    /// The embedded quickstart, with `KEY=VALUE` overrides.
+    pub fn quickstart(overrides: &[String]) -> Result<Self> {
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-        Self::from_toml(QUICKSTART_TOML, "examples/quickstart.toml (embedded)", &cwd)
+        let origin = "examples/quickstart.toml (embedded)";
+        Self::from_toml(
+            &with_overrides(QUICKSTART_TOML, origin, overrides)?,
+            origin,
+            &cwd,
+        )
     }
 
     /// The config as TOML, for writing beside a run.
@@ -197,6 +203,9 @@ impl Config {
                 return Err(format!("{key}: must be a positive number, got {lr}"));
             }
         }
+        o.schedule
+            .validate()
+            .map_err(|e| format!("optimizer.schedule: {e}"))?;
         let t = &self.train;
         if t.batch_size == 0 {
             return Err("train.batch_size: must be at least 1".into());
@@ -232,6 +241,19 @@ impl Config {
         if let Some(f) = schema.sparse.iter().find(|f| f.rows == 0) {
             return Err(fail(format!("data: feature '{}' has 0 rows", f.name)));
         }
+        // A table must fit in this process's address space (and in one Vec).
+        let dim = self.model.embedding_dim as u64;
+        if let Some(f) = schema.sparse.iter().find(|f| {
+            f.rows
+                .checked_mul(dim)
+                .and_then(|n| n.checked_mul(4))
+                .is_none_or(|bytes| bytes > isize::MAX as u64)
+        }) {
+            return Err(fail(format!(
+                "data: feature '{}' has {} rows: {} × embedding_dim {} floats do not fit in memory",
+                f.name, f.rows, f.rows, dim
+            )));
+        }
         Ok(())
     }
 
@@ -248,5 +270,74 @@ impl Config {
         self.train
             .eval_batch_size
             .unwrap_or(self.train.batch_size * 4)
+    }
+}
+
+/// Applies `KEY=VALUE` overrides to TOML text: `KEY` is a dotted path
+/// (`train.batch_size`, `data.split`), `VALUE` any TOML value (`512`, `"skip"`,
+/// `{ kind = "tail", eval_rows = 2000 }`); a value that is not valid TOML is taken as a
+/// string. The result is TOML text again, so that errors still point at the key.
+pub fn with_overrides(text: &str, origin: &str, overrides: &[String]) -> Result<String> {
+    if overrides.is_empty() {
+        return Ok(text.to_string());
+    }
+    let fail = |message: String| Error::Config {
+        file: origin.to_string(),
+        message,
+    };
+    let mut root: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| fail(e.to_string()))?;
+    for item in overrides {
+        let (key, raw) = item
+            .split_once('=')
+            .ok_or_else(|| fail(format!("override '{item}': expected KEY=VALUE")))?;
+        let (key, raw) = (key.trim(), raw.trim());
+        let value = format!("v = {raw}")
+            .parse::<toml::Table>()
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or_else(|| toml::Value::String(raw.to_string()));
+        let parts: Vec<&str> = key.split('.').collect();
+        let (last, path) = parts
+            .split_last()
+            .filter(|(last, _)| !last.is_empty())
+            .ok_or_else(|| fail(format!("override '{item}': empty key")))?;
+        let mut table = &mut root;
+        for part in path {
+            let entry = table
+                .entry(part.to_string())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            table = entry
+                .as_table_mut()
+                .ok_or_else(|| fail(format!("override '{item}': '{part}' is not a table")))?;
+        }
+        table.insert(last.to_string(), value);
+    }
+    toml::to_string(&root).map_err(|e| fail(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_set_nested_keys_and_keep_errors_pointing_at_keys() {
+        let sets = vec![
+            "train.batch_size=512".to_string(),
+            "optimizer.sparse={ kind = \"sgd\" }".to_string(),
+            "train.bad_rows=skip".to_string(),
+        ];
+        let cfg = Config::quickstart(&sets).unwrap();
+        assert_eq!(cfg.train.batch_size, 512);
+        assert_eq!(cfg.train.bad_rows, BadRows::Skip);
+        assert_eq!(cfg.optimizer.sparse, SparseOptimizer::Sgd);
+        let err = Config::quickstart(&["model.embedding_dim=\"x\"".to_string()])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("embedding_dim"), "{err}");
+        assert!(Config::quickstart(&["novalue".to_string()]).is_err());
+        assert!(Config::quickstart(&["model.kind.x=1".to_string()]).is_err());
     }
 }

@@ -9,10 +9,12 @@ pub enum Error {
     #[error("config {file}: {message}")]
     Config { file: String, message: String },
     /// Reading or writing a file failed.
-    #[error("{path}: {source}")]
+    #[error("{}: {error}", path.display())]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        // Not named `source`: the message already includes it, and a chain printer
+        // (anyhow's `{:#}`) would print it twice.
+        error: std::io::Error,
     },
     /// A checkpoint is missing, corrupt, or does not fit the model.
     #[error("checkpoint {path}: {message}")]
@@ -32,7 +34,7 @@ impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
-            source,
+            error: source,
         }
     }
 }

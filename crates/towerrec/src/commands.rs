@@ -49,6 +49,9 @@ pub struct TrainArgs {
     /// Run config (TOML). Without it: the embedded quickstart (synthetic Criteo-like data).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Override a config key: `--set train.batch_size=512 --set 'data.split={kind="tail",eval_rows=2000}'`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
     /// Run directory for metrics, checkpoints and the summary [default: runs/<config name>].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -102,6 +105,9 @@ pub struct DatagenArgs {
     /// Config whose [data] section is synthetic [default: the embedded quickstart].
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Override a config key (see `train --set`).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
     /// Output file (preprocessed binary format).
     #[arg(long)]
     out: PathBuf,
@@ -118,6 +124,9 @@ pub struct PreprocessArgs {
     /// Input data file, overriding the config's.
     #[arg(long)]
     data: Option<PathBuf>,
+    /// Override a config key (see `train --set`).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
     /// Output file (preprocessed binary format).
     #[arg(long)]
     out: PathBuf,
@@ -146,10 +155,10 @@ fn absolute(p: Option<PathBuf>) -> Result<Option<PathBuf>> {
         .transpose()
 }
 
-fn load_config(path: Option<&Path>) -> Result<Config> {
+fn load_config(path: Option<&Path>, overrides: &[String]) -> Result<Config> {
     Ok(match path {
-        Some(p) => Config::load(p)?,
-        None => Config::quickstart()?,
+        Some(p) => Config::load(p, overrides)?,
+        None => Config::quickstart(overrides)?,
     })
 }
 
@@ -162,7 +171,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
             (cfg, a.out.clone().unwrap_or_else(|| dir.clone()), true)
         }
         None => {
-            let cfg = load_config(a.config.as_deref())?;
+            let cfg = load_config(a.config.as_deref(), &a.set)?;
             let name = a.config.as_ref().and_then(|p| p.file_stem()).map_or_else(
                 || "quickstart".to_string(),
                 |s| s.to_string_lossy().into_owned(),
@@ -269,7 +278,7 @@ fn write_part(cfg: &Config, part: Part, bad_rows: BadRows, out: &Path) -> Result
 }
 
 pub fn datagen(a: DatagenArgs) -> Result<()> {
-    let cfg = load_config(a.config.as_deref())?;
+    let cfg = load_config(a.config.as_deref(), &a.set)?;
     if !matches!(cfg.data, DataConfig::Synthetic { .. }) {
         bail!("datagen needs a config whose [data] format is \"synthetic\"; use `towerrec preprocess` for files");
     }
@@ -277,7 +286,7 @@ pub fn datagen(a: DatagenArgs) -> Result<()> {
 }
 
 pub fn preprocess(a: PreprocessArgs) -> Result<()> {
-    let mut cfg = Config::load(&a.config)?;
+    let mut cfg = Config::load(&a.config, &a.set)?;
     cfg.override_data(absolute(a.data)?, None);
     write_part(&cfg, a.part.into(), a.bad_rows.into(), &a.out)
 }

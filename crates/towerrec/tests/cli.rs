@@ -1,0 +1,243 @@
+//! The `towerrec` binary end to end: the quickstart, bad input, eval, resume.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn towerrec(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_towerrec"))
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("towerrec-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The quickstart shrunk to seconds.
+const SMALL: [&str; 6] = [
+    "--set",
+    "data.train_samples=6000",
+    "--set",
+    "data.eval_samples=2000",
+    "--set",
+    "train.eval_every=0",
+];
+
+#[test]
+fn quickstart_trains_and_prints_the_final_auc() {
+    let dir = tmp("quickstart");
+    let out = dir.join("run");
+    let mut args = vec!["train", "--quiet", "--out", out.to_str().unwrap()];
+    args.extend(SMALL);
+    let o = towerrec(&args);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stdout.contains("final eval: auc 0."), "{stdout}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["model"], "dlrm");
+    assert!(summary["auc"].as_f64().unwrap() > 0.6);
+
+    // `eval` on the saved model scores the same held-out data to the same AUC.
+    let o = towerrec(&["eval", "--checkpoint", out.to_str().unwrap()]);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    let m: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(m["auc"], summary["auc"]);
+    assert_eq!(m["count"], 2000);
+
+    // datagen writes the same held-out data as a binary file; eval reads it.
+    let bin = dir.join("eval.bin");
+    let mut args = vec!["datagen", "--part", "eval", "--out", bin.to_str().unwrap()];
+    args.extend(SMALL);
+    assert!(towerrec(&args).status.success());
+    let o = towerrec(&[
+        "eval",
+        "--checkpoint",
+        out.to_str().unwrap(),
+        "--data",
+        bin.to_str().unwrap(),
+    ]);
+    let m: serde_json::Value = serde_json::from_str(text(&o).0.trim()).unwrap();
+    assert_eq!(m["auc"], summary["auc"]);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn stop_and_resume_through_the_cli() {
+    let dir = tmp("resume");
+    let out = dir.join("run");
+    let mut args = vec![
+        "train",
+        "-q",
+        "--out",
+        out.to_str().unwrap(),
+        "--stop-after",
+        "10",
+    ];
+    args.extend(SMALL);
+    let o = towerrec(&args);
+    assert!(o.status.success());
+    assert!(text(&o).0.contains("stopped at step 10"));
+    assert!(!out.join("summary.json").exists());
+    let o = towerrec(&["train", "-q", "--resume", out.to_str().unwrap()]);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stdout.contains("final eval"), "{stdout}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["steps"], 6000u64.div_ceil(256));
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A Criteo TSV of `n` rows with a malformed row at line `bad_line` (1-based), if any.
+fn criteo_file(path: &Path, n: usize, bad: Option<(usize, &str)>) {
+    let mut s = String::new();
+    for i in 1..=n {
+        if let Some((line, row)) = bad {
+            if line == i {
+                s.push_str(row);
+                s.push('\n');
+                continue;
+            }
+        }
+        let label = (i * 7 % 5 == 0) as u8;
+        let ints: Vec<String> = (0..13)
+            .map(|j| ((i * 31 + j * 17) % 50).to_string())
+            .collect();
+        let cats: Vec<String> = (0..26)
+            .map(|j| format!("{:08x}", (i * 2654435761 + j * 97) % 1000))
+            .collect();
+        s.push_str(&format!(
+            "{label}\t{}\t{}\n",
+            ints.join("\t"),
+            cats.join("\t")
+        ));
+    }
+    std::fs::write(path, s).unwrap();
+}
+
+fn criteo_config(dir: &Path, data: &Path) -> PathBuf {
+    let cfg = format!(
+        r#"
+[model]
+kind = "dlrm"
+embedding_dim = 4
+bottom_mlp = [8, 4]
+top_mlp = [8, 1]
+[optimizer]
+dense = {{ kind = "sgd" }}
+dense_lr = 0.1
+sparse = {{ kind = "sgd" }}
+sparse_lr = 0.1
+[train]
+batch_size = 16
+[data]
+format = "criteo"
+path = "{}"
+table_rows = [100]
+split = {{ kind = "tail", eval_rows = 20 }}
+"#,
+        data.file_name().unwrap().to_str().unwrap()
+    );
+    let path = dir.join("c.toml");
+    std::fs::write(&path, cfg).unwrap();
+    path
+}
+
+#[test]
+fn a_bad_row_stops_the_run_naming_file_line_and_field_or_is_skipped() {
+    let dir = tmp("badrows");
+    let data = dir.join("d.tsv");
+    let mut fields: Vec<String> = vec!["1".into()];
+    fields.extend((0..13).map(|_| "3".to_string()));
+    fields.extend((0..26).map(|_| "0a1b".to_string()));
+    fields[15] = "zz!".into(); // C2
+    let bad_row = fields.join("\t");
+    criteo_file(&data, 100, Some((42, &bad_row)));
+    let cfg = criteo_config(&dir, &data);
+    let out = dir.join("run");
+    let base = [
+        "train",
+        "-q",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+
+    let o = towerrec(&base);
+    let (_, stderr) = text(&o);
+    assert!(!o.status.success());
+    assert!(stderr.contains("d.tsv:42"), "{stderr}");
+    assert!(stderr.contains("C2"), "{stderr}");
+    assert!(stderr.contains("zz!"), "{stderr}");
+
+    let mut skip = base.to_vec();
+    skip.extend(["--bad-rows", "skip"]);
+    let o = towerrec(&skip);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("skipped malformed rows: 1 in training data"),
+        "{stdout}"
+    );
+
+    // 39 fields: the message says what was expected.
+    let short: Vec<&str> = bad_row.split('\t').take(39).collect();
+    criteo_file(&data, 100, Some((7, &short.join("\t"))));
+    let (_, stderr) = text(&towerrec(&base));
+    assert!(
+        stderr.contains("d.tsv:7") && stderr.contains("40"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn config_and_file_errors_name_what_is_wrong() {
+    let dir = tmp("errors");
+    let (_, stderr) = text(&towerrec(&["train", "--config", "/nonexistent/x.toml"]));
+    assert!(stderr.contains("/nonexistent/x.toml"), "{stderr}");
+
+    let cfg = dir.join("bad.toml");
+    let good = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/criteo.toml"
+    ))
+    .unwrap();
+    std::fs::write(
+        &cfg,
+        good.replace("batch_size = 128", "batch_size = \"big\""),
+    )
+    .unwrap();
+    let o = towerrec(&["train", "--config", cfg.to_str().unwrap()]);
+    let (_, stderr) = text(&o);
+    assert!(!o.status.success());
+    assert!(
+        stderr.contains("bad.toml") && stderr.contains("batch_size"),
+        "{stderr}"
+    );
+
+    let data = dir.join("missing.tsv");
+    let cfg = criteo_config(&dir, &data);
+    let (_, stderr) = text(&towerrec(&[
+        "train",
+        "-q",
+        "--config",
+        cfg.to_str().unwrap(),
+    ]));
+    assert!(stderr.contains("missing.tsv"), "{stderr}");
+    std::fs::remove_dir_all(dir).ok();
+}
