@@ -174,6 +174,7 @@ mod tests {
     fn gradcheck_f64() {
         for act in [Activation::Identity, Activation::Relu, Activation::Sigmoid] {
             let err = check::<f64>(act, 1e-5, 1e-6);
+            eprintln!("gradcheck activation f64 {act:?}: max relative error {err:e}");
             assert!(err < 1e-6, "{act:?}: {err:e}");
         }
     }
@@ -182,6 +183,7 @@ mod tests {
     fn gradcheck_f32() {
         for act in [Activation::Identity, Activation::Relu, Activation::Sigmoid] {
             let err = check::<f32>(act, 1e-2, 1e-3);
+            eprintln!("gradcheck activation f32 {act:?}: max relative error {err:e}");
             assert!(err < 1e-3, "{act:?}: {err:e}");
         }
     }

@@ -292,6 +292,7 @@ mod tests {
         for rank in [None, Some(2)] {
             let mut layer = net::<f64>(5, 3, rank, 1);
             let err = check_layer(&mut layer, 4, 1e-5, 1e-6, 2).max();
+            eprintln!("gradcheck crossnet f64 rank {rank:?}: max relative error {err:e}");
             assert!(err < 1e-6, "rank {rank:?}: {err:e}");
         }
     }
@@ -309,6 +310,7 @@ mod tests {
             let x = test_grid::values(batch * 4, &mut rng);
             let r = test_grid::values(batch * 4, &mut rng);
             let err = check_layer_at(&mut layer, &x, &r, batch, test_grid::STEP, 1e-3).max();
+            eprintln!("gradcheck crossnet f32 rank {rank:?}: max relative error {err:e}");
             assert!(err < 1e-3, "rank {rank:?}: {err:e}");
         }
     }

@@ -247,6 +247,7 @@ mod tests {
     fn gradcheck_f64() {
         for act in [Activation::Identity, Activation::Relu, Activation::Sigmoid] {
             let err = check::<f64>(act, (5, 7, 6), 1e-5, 1e-6, false);
+            eprintln!("gradcheck linear f64 {act:?}: max relative error {err:e}");
             assert!(err < 1e-6, "{act:?}: {err:e}");
         }
     }
@@ -255,11 +256,13 @@ mod tests {
     fn gradcheck_f32() {
         for act in [Activation::Identity, Activation::Relu] {
             let err = check::<f32>(act, (3, 4, 3), test_grid::STEP, 1e-3, true);
+            eprintln!("gradcheck linear f32 {act:?}: max relative error {err:e}");
             assert!(err < 1e-3, "{act:?}: {err:e}");
         }
         // σ is not exact on the grid: its f32 rounding (≈ 6e-8 / 2h ≈ 4e-6 per output)
         // needs a 1e-2 floor to stay well under 1e-3 for any seed.
         let err = check::<f32>(Activation::Sigmoid, (3, 4, 3), test_grid::STEP, 1e-2, true);
+        eprintln!("gradcheck linear f32 Sigmoid: max relative error {err:e}");
         assert!(err < 1e-3, "Sigmoid: {err:e}");
     }
 

@@ -226,10 +226,12 @@ mod tests {
     fn gradcheck_f64() {
         for last in [Activation::Identity, Activation::Sigmoid] {
             let err = check::<f64>(&[6, 8, 5, 3], last, 4, 1e-5, 1e-6, false);
+            eprintln!("gradcheck mlp f64 {last:?}: max relative error {err:e}");
             assert!(err < 1e-6, "{last:?}: {err:e}");
         }
         // One layer: the hidden buffers and the ping-pong are empty.
         let err = check::<f64>(&[4, 3], Activation::Sigmoid, 3, 1e-5, 1e-6, false);
+        eprintln!("gradcheck mlp f64 single layer: max relative error {err:e}");
         assert!(err < 1e-6, "single layer: {err:e}");
     }
 
@@ -243,6 +245,7 @@ mod tests {
             1e-3,
             true,
         );
+        eprintln!("gradcheck mlp f32 Identity last: max relative error {err:e}");
         assert!(err < 1e-3, "Identity last: {err:e}");
         // σ is not exact on the grid: its rounding and the h² term need the 1e-2 floor
         // (see linear.rs), and a CTR-like single-logit head keeps both small.
@@ -254,6 +257,7 @@ mod tests {
             1e-2,
             true,
         );
+        eprintln!("gradcheck mlp f32 Sigmoid last: max relative error {err:e}");
         assert!(err < 1e-3, "Sigmoid last: {err:e}");
     }
 
