@@ -202,7 +202,9 @@ mod tests {
         for self_interaction in [false, true] {
             let mut layer = DotInteraction::<f64>::new(4, 3, self_interaction);
             let err = check_layer(&mut layer, 5, 1e-5, 1e-6, 11).max();
-            eprintln!("gradcheck interaction f64 self={self_interaction}: max relative error {err:e}");
+            eprintln!(
+                "gradcheck interaction f64 self={self_interaction}: max relative error {err:e}"
+            );
             assert!(err < 1e-6, "self={self_interaction}: {err:e}");
         }
     }
@@ -218,7 +220,9 @@ mod tests {
             let x = test_grid::values(batch * layer.in_dim(), &mut rng);
             let r = test_grid::values(batch * layer.out_dim(), &mut rng);
             let err = check_layer_at(&mut layer, &x, &r, batch, test_grid::STEP, 1e-3).max();
-            eprintln!("gradcheck interaction f32 self={self_interaction}: max relative error {err:e}");
+            eprintln!(
+                "gradcheck interaction f32 self={self_interaction}: max relative error {err:e}"
+            );
             assert!(err < 1e-3, "self={self_interaction}: {err:e}");
         }
     }
