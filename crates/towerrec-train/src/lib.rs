@@ -3,6 +3,7 @@
 //! This trainer is single-process; the sharded embedding collection that executes
 //! a plan over many workers joins this crate with the distributed runtime.
 
+pub mod bench;
 pub mod checkpoint;
 pub mod config;
 pub mod error;

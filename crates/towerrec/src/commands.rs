@@ -138,7 +138,7 @@ pub struct PreprocessArgs {
     bad_rows: BadRowsArg,
 }
 
-fn set_threads(threads: usize) -> Result<()> {
+pub fn set_threads(threads: usize) -> Result<()> {
     if threads > 0 {
         rayon::ThreadPoolBuilder::new()
             .num_threads(threads)

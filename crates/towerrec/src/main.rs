@@ -1,5 +1,6 @@
 //! The `towerrec` command-line tool.
 
+mod bench;
 mod commands;
 mod progress;
 
@@ -23,6 +24,8 @@ enum Command {
     Datagen(commands::DatagenArgs),
     /// Convert a config's text data (Criteo TSV, schema CSV) into the preprocessed binary format.
     Preprocess(commands::PreprocessArgs),
+    /// Measure speed: whole model steps, or kernels against the machine's limits.
+    Bench(bench::BenchArgs),
 }
 
 fn main() {
@@ -32,6 +35,7 @@ fn main() {
         Some(Command::Eval(a)) => commands::eval(a),
         Some(Command::Datagen(a)) => commands::datagen(a),
         Some(Command::Preprocess(a)) => commands::preprocess(a),
+        Some(Command::Bench(a)) => bench::run(a),
         None => {
             use clap::CommandFactory;
             let _ = Cli::command().print_help();

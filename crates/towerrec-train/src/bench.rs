@@ -1,0 +1,131 @@
+//! Timing of whole training and inference steps on batches held in memory, so that the
+//! measured rate is the model's, not the reader's (`towerrec bench model`).
+
+use crate::config::Config;
+use crate::error::Result;
+use crate::model::Model;
+use serde::Serialize;
+use std::time::Instant;
+use towerrec_core::loss::bce_with_logits;
+use towerrec_core::Batch;
+use towerrec_data::{next_batch, open, schema, Part};
+
+/// What to time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Forward, loss, backward and the fused updates.
+    Train,
+    /// Forward only.
+    Infer,
+}
+
+/// Measured rates of one benchmark.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchResult {
+    pub mode: Mode,
+    pub batch_size: usize,
+    pub steps_per_rep: usize,
+    /// Samples per second of each repetition.
+    pub samples_per_sec: Vec<f64>,
+    pub median_samples_per_sec: f64,
+}
+
+/// The median of a non-empty list (NaN for an empty one).
+pub fn median(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Loads up to `count` training batches of `cfg`'s data into memory.
+pub fn load_batches(cfg: &Config, count: usize) -> Result<Vec<Batch>> {
+    let mut stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir)?;
+    let mut batches = Vec::with_capacity(count);
+    while batches.len() < count {
+        match next_batch(stream.as_mut(), cfg.train.batch_size)? {
+            Some(b) if b.batch_size() == cfg.train.batch_size => batches.push(b),
+            _ => break,
+        }
+    }
+    Ok(batches)
+}
+
+/// Times `reps` repetitions of `steps` steps (after `warmup` untimed ones), cycling over
+/// `batches`.
+pub fn bench_model(
+    cfg: &Config,
+    batches: &[Batch],
+    mode: Mode,
+    warmup: usize,
+    steps: usize,
+    reps: usize,
+) -> Result<BenchResult> {
+    let data_schema = schema(&cfg.data, &cfg.base_dir)?;
+    cfg.validate_against(&data_schema)?;
+    let mut model = Model::build(&cfg.model, &cfg.optimizer, &data_schema, cfg.train.seed)?;
+    let (dense_lr, sparse_lr) = (
+        cfg.optimizer.dense_lr as f32,
+        cfg.optimizer.sparse_lr as f32,
+    );
+    let mut logits = Vec::new();
+    let mut grad = Vec::new();
+    let mut step = |i: usize, model: &mut Model| -> Result<()> {
+        let batch = &batches[i % batches.len()];
+        model.forward(batch, &mut logits)?;
+        if mode == Mode::Train {
+            grad.resize(logits.len(), 0.0);
+            bce_with_logits(&logits, &batch.labels, Some(&mut grad));
+            model.backward_update(batch, &logits, &grad, dense_lr, sparse_lr)?;
+        }
+        Ok(())
+    };
+    if batches.is_empty() {
+        return Err(crate::Error::Config {
+            file: "bench".into(),
+            message: "the data has fewer samples than one batch".into(),
+        });
+    }
+    for i in 0..warmup {
+        step(i, &mut model)?;
+    }
+    let mut rates = Vec::with_capacity(reps);
+    let mut i = warmup;
+    for _ in 0..reps {
+        let start = Instant::now();
+        let mut samples = 0usize;
+        for _ in 0..steps {
+            step(i, &mut model)?;
+            samples += batches[i % batches.len()].batch_size();
+            i += 1;
+        }
+        rates.push(samples as f64 / start.elapsed().as_secs_f64().max(1e-9));
+    }
+    Ok(BenchResult {
+        mode,
+        batch_size: cfg.train.batch_size,
+        steps_per_rep: steps,
+        median_samples_per_sec: median(&rates),
+        samples_per_sec: rates,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_of_odd_and_even_lists() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
+}
