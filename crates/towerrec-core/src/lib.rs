@@ -4,6 +4,7 @@
 //! - [`layer`]: the [`Layer`] trait every dense layer implements (explicit forward and backward).
 //! - [`layers`]: Linear, activations, MLP, the DLRM dot interaction, the DCN-v2 CrossNet.
 //! - [`embedding`]: embedding-bag tables whose backward is fused with the optimizer update.
+//! - [`probe`]: the machine's limits (copy and random-gather bandwidth, GEMM throughput).
 //! - [`loss`], [`optim`], [`metrics`]: BCE with logits, dense optimizers and schedules,
 //!   AUC / log loss / normalized entropy.
 //!
@@ -19,7 +20,9 @@ pub mod loss;
 pub mod matmul;
 pub mod metrics;
 pub mod optim;
+pub mod probe;
 pub mod real;
+pub mod simd;
 
 pub use batch::{Batch, KeyedJagged};
 pub use error::{Error, Result};

@@ -29,6 +29,8 @@ pub struct BenchResult {
     /// Samples per second of each repetition.
     pub samples_per_sec: Vec<f64>,
     pub median_samples_per_sec: f64,
+    /// Milliseconds per step in each phase, averaged over the timed steps.
+    pub phase_ms_per_step: Vec<(String, f64)>,
 }
 
 /// The median of a non-empty list (NaN for an empty one).
@@ -97,6 +99,7 @@ pub fn bench_model(
     for i in 0..warmup {
         step(i, &mut model)?;
     }
+    model.reset_times();
     let mut rates = Vec::with_capacity(reps);
     let mut i = warmup;
     for _ in 0..reps {
@@ -109,8 +112,17 @@ pub fn bench_model(
         }
         rates.push(samples as f64 / start.elapsed().as_secs_f64().max(1e-9));
     }
+    let timed = (reps * steps) as f64;
+    let phase_ms_per_step = model
+        .phase_times()
+        .entries()
+        .iter()
+        .filter(|(_, t)| *t > 0.0)
+        .map(|(name, t)| (name.to_string(), t * 1e3 / timed))
+        .collect();
     Ok(BenchResult {
         mode,
+        phase_ms_per_step,
         batch_size: cfg.train.batch_size,
         steps_per_rep: steps,
         median_samples_per_sec: median(&rates),

@@ -12,6 +12,7 @@ use crate::config::{ModelConfig, ModelKind, OptimizerConfig};
 use crate::error::Result;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use std::time::Instant;
 use towerrec_core::embedding::EmbeddingBag;
 use towerrec_core::layers::activation::Activation;
 use towerrec_core::layers::crossnet::CrossNet;
@@ -20,6 +21,44 @@ use towerrec_core::layers::mlp::Mlp;
 use towerrec_core::optim::DenseOptimizer;
 use towerrec_core::{Batch, Layer, ParamMut};
 use towerrec_data::Schema;
+
+/// Wall time spent in each phase of the steps so far, in seconds.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PhaseTimes {
+    pub embedding_forward: f64,
+    pub bottom_forward: f64,
+    pub interaction_forward: f64,
+    pub top_forward: f64,
+    pub top_backward: f64,
+    pub interaction_backward: f64,
+    pub bottom_backward: f64,
+    pub embedding_backward_update: f64,
+    pub dense_update: f64,
+}
+
+impl PhaseTimes {
+    /// Each phase with its name.
+    pub fn entries(&self) -> [(&'static str, f64); 9] {
+        [
+            ("embedding_forward", self.embedding_forward),
+            ("bottom_forward", self.bottom_forward),
+            ("interaction_forward", self.interaction_forward),
+            ("top_forward", self.top_forward),
+            ("top_backward", self.top_backward),
+            ("interaction_backward", self.interaction_backward),
+            ("bottom_backward", self.bottom_backward),
+            ("embedding_backward_update", self.embedding_backward_update),
+            ("dense_update", self.dense_update),
+        ]
+    }
+}
+
+/// Adds the time since `*mark` to `slot` and moves the mark.
+fn lap(mark: &mut Instant, slot: &mut f64) {
+    let now = Instant::now();
+    *slot += (now - *mark).as_secs_f64();
+    *mark = now;
+}
 
 /// The feature-interaction part: what sits between the embeddings and the top MLP.
 enum Interaction {
@@ -49,6 +88,7 @@ pub struct Model {
     top_in: Vec<f32>,
     top_in_grad: Vec<f32>,
     logits_grad: Vec<f32>,
+    times: PhaseTimes,
 }
 
 impl Model {
@@ -117,6 +157,7 @@ impl Model {
             top_in: Vec::new(),
             top_in_grad: Vec::new(),
             logits_grad: Vec::new(),
+            times: PhaseTimes::default(),
         };
         let sizes: Vec<usize> = model.dense_params().iter().map(|p| p.value.len()).collect();
         model.dense_optimizer = DenseOptimizer::new(opt.dense, &sizes);
@@ -148,11 +189,13 @@ impl Model {
     pub fn forward(&mut self, batch: &Batch, logits: &mut Vec<f32>) -> Result<()> {
         let b = batch.batch_size();
         let width = self.feature_width();
+        let mut mark = Instant::now();
         resize(&mut self.features, b * width);
         for t in 0..self.tables.len() {
             let offset = self.table_offset(t);
             self.tables[t].forward(batch.sparse.feature(t), &mut self.features, width, offset)?;
         }
+        lap(&mut mark, &mut self.times.embedding_forward);
         match &mut self.interaction {
             Interaction::Dot {
                 bottom,
@@ -162,6 +205,7 @@ impl Model {
             } => {
                 resize(bottom_out, b * self.dim);
                 bottom.forward(&batch.dense, bottom_out, b);
+                lap(&mut mark, &mut self.times.bottom_forward);
                 for (row, out) in self
                     .features
                     .chunks_exact_mut(width)
@@ -171,6 +215,7 @@ impl Model {
                 }
                 resize(&mut self.top_in, b * dot.out_dim());
                 dot.forward(&self.features, &mut self.top_in, b);
+                lap(&mut mark, &mut self.times.interaction_forward);
             }
             Interaction::Cross(cross) => {
                 let nd = self.num_dense;
@@ -183,10 +228,12 @@ impl Model {
                 }
                 resize(&mut self.top_in, b * width);
                 cross.forward(&self.features, &mut self.top_in, b);
+                lap(&mut mark, &mut self.times.interaction_forward);
             }
         }
         resize(logits, b);
         self.top.forward(&self.top_in, logits, b);
+        lap(&mut mark, &mut self.times.top_forward);
         Ok(())
     }
 
@@ -202,6 +249,7 @@ impl Model {
     ) -> Result<()> {
         let b = batch.batch_size();
         let width = self.feature_width();
+        let mut mark = Instant::now();
         resize(&mut self.top_in_grad, self.top_in.len());
         self.logits_grad.clear();
         self.logits_grad.extend_from_slice(logits_grad);
@@ -212,6 +260,7 @@ impl Model {
             Some(&mut self.top_in_grad),
             b,
         );
+        lap(&mut mark, &mut self.times.top_backward);
         resize(&mut self.features_grad, b * width);
         match &mut self.interaction {
             Interaction::Dot {
@@ -227,6 +276,7 @@ impl Model {
                     Some(&mut self.features_grad),
                     b,
                 );
+                lap(&mut mark, &mut self.times.interaction_backward);
                 resize(bottom_grad, b * self.dim);
                 for (g, row) in bottom_grad
                     .chunks_exact_mut(self.dim)
@@ -235,6 +285,7 @@ impl Model {
                     g.copy_from_slice(&row[..self.dim]);
                 }
                 bottom.backward(&batch.dense, bottom_out, bottom_grad, None, b);
+                lap(&mut mark, &mut self.times.bottom_backward);
             }
             Interaction::Cross(cross) => {
                 cross.backward(
@@ -244,6 +295,7 @@ impl Model {
                     Some(&mut self.features_grad),
                     b,
                 );
+                lap(&mut mark, &mut self.times.interaction_backward);
             }
         }
         for t in 0..self.tables.len() {
@@ -256,9 +308,21 @@ impl Model {
                 sparse_lr,
             )?;
         }
+        lap(&mut mark, &mut self.times.embedding_backward_update);
         let mut params = dense_params(&mut self.interaction, &mut self.top);
         self.dense_optimizer.apply(&mut params, dense_lr)?;
+        lap(&mut mark, &mut self.times.dense_update);
         Ok(())
+    }
+
+    /// Time spent in each phase since the model was built or [`Model::reset_times`].
+    pub fn phase_times(&self) -> &PhaseTimes {
+        &self.times
+    }
+
+    /// Zeroes the phase times.
+    pub fn reset_times(&mut self) {
+        self.times = PhaseTimes::default();
     }
 
     /// Dense parameters with their gradients, named as in checkpoints.

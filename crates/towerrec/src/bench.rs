@@ -17,6 +17,8 @@ pub struct BenchArgs {
 enum BenchWhat {
     /// Samples/s of whole training or inference steps on batches held in memory.
     Model(ModelArgs),
+    /// Kernel speeds (lookup, fused update, MLP) beside the machine's measured limits.
+    Kernels(crate::bench_kernels::KernelsArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -59,6 +61,7 @@ struct ModelArgs {
 pub fn run(a: BenchArgs) -> Result<()> {
     match a.what {
         BenchWhat::Model(m) => model(m),
+        BenchWhat::Kernels(k) => crate::bench_kernels::run(k),
     }
 }
 
@@ -96,6 +99,13 @@ fn model(a: ModelArgs) -> Result<()> {
             r.median_samples_per_sec,
             reps.join(", ")
         );
+        let total: f64 = r.phase_ms_per_step.iter().map(|(_, ms)| ms).sum();
+        for (name, ms) in &r.phase_ms_per_step {
+            println!(
+                "  {name:<26} {ms:8.3} ms/step {:5.1}%",
+                100.0 * ms / total.max(1e-12)
+            );
+        }
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The `towerrec` command-line tool.
 
 mod bench;
+mod bench_kernels;
 mod commands;
 mod progress;
 

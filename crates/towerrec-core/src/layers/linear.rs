@@ -10,6 +10,7 @@ use crate::matmul::matmul;
 use crate::real::Real;
 use rand::Rng;
 use rand_distr::{Distribution, Normal};
+use rayon::prelude::*;
 
 /// `n` draws from `Normal(0, std)`, converted to `T`.
 pub(crate) fn normal_vec<T: Real>(n: usize, std: f64, rng: &mut impl Rng) -> Vec<T> {
@@ -30,7 +31,13 @@ pub struct Linear<T> {
     grad_bias: Vec<T>,
     /// `dL/dz` for the pre-activation `z`; grows to the largest batch seen and stays.
     dz: Vec<T>,
+    /// Per-block partial sums of the bias gradient (`blocks × out`), reduced in order.
+    bias_partials: Vec<T>,
 }
+
+/// Rows per block of the element-wise passes. Fixed, so that the bias gradient's
+/// summation order (and result) does not depend on the number of threads.
+const BLOCK_ROWS: usize = 64;
 
 impl<T: Real> Linear<T> {
     /// Initialized as the DLRM reference does: `W ~ N(0, √(2/(in+out)))`,
@@ -53,6 +60,7 @@ impl<T: Real> Linear<T> {
             grad_weight: vec![T::zero(); out_dim * in_dim],
             grad_bias: vec![T::zero(); out_dim],
             dz: Vec::new(),
+            bias_partials: Vec::new(),
         }
     }
 
@@ -83,12 +91,17 @@ impl<T: Real> Layer<T> for Linear<T> {
         let (n_in, n_out) = (self.in_dim, self.out_dim);
         assert_eq!(x.len(), batch * n_in, "Linear::forward: x");
         assert_eq!(y.len(), batch * n_out, "Linear::forward: y");
-        // Seeding y with the bias lets the GEMM add x·Wᵀ onto it in one pass.
-        for row in y.chunks_exact_mut(n_out) {
-            row.copy_from_slice(&self.bias);
-        }
-        matmul(batch, n_out, n_in, x, false, &self.weight, true, y, true);
-        self.activation.apply_slice(y);
+        matmul(batch, n_out, n_in, x, false, &self.weight, true, y, false);
+        // Bias and activation in one parallel pass over the GEMM's output.
+        let (bias, act) = (&self.bias, self.activation);
+        y.par_chunks_mut(BLOCK_ROWS * n_out).for_each(|block| {
+            for row in block.chunks_exact_mut(n_out) {
+                for (v, &b) in row.iter_mut().zip(bias) {
+                    *v += b;
+                }
+                act.apply_slice(row);
+            }
+        });
     }
 
     fn backward(&mut self, x: &[T], y: &[T], dy: &[T], dx: Option<&mut [T]>, batch: usize) {
@@ -97,15 +110,31 @@ impl<T: Real> Layer<T> for Linear<T> {
         assert_eq!(x.len(), batch * n_in, "Linear::backward: x");
         assert_eq!(y.len(), n, "Linear::backward: y");
         assert_eq!(dy.len(), n, "Linear::backward: dy");
-        let dz: &[T] = if self.activation == Activation::Identity {
-            dy
+        // One parallel pass: dz = dy ⊙ act'(y) and each block's partial bias gradient.
+        let blocks = batch.div_ceil(BLOCK_ROWS);
+        self.bias_partials.resize(blocks * n_out, T::zero());
+        let act = self.activation;
+        let identity = act == Activation::Identity;
+        if !identity && self.dz.len() < n {
+            self.dz.resize(n, T::zero());
+        }
+        let chunk = BLOCK_ROWS * n_out;
+        if identity {
+            self.bias_partials
+                .par_chunks_mut(n_out)
+                .zip(dy.par_chunks(chunk))
+                .for_each(|(partial, dyb)| column_sums(dyb, partial));
         } else {
-            if self.dz.len() < n {
-                self.dz.resize(n, T::zero());
-            }
-            self.activation.backward_slice(y, dy, &mut self.dz[..n]);
-            &self.dz[..n]
-        };
+            self.bias_partials
+                .par_chunks_mut(n_out)
+                .zip(self.dz[..n].par_chunks_mut(chunk))
+                .zip(dy.par_chunks(chunk).zip(y.par_chunks(chunk)))
+                .for_each(|((partial, dzb), (dyb, yb))| {
+                    act.backward_slice(yb, dyb, dzb);
+                    column_sums(dzb, partial);
+                });
+        }
+        let dz: &[T] = if identity { dy } else { &self.dz[..n] };
         // dW (out×in) = dzᵀ (out×batch) · x (batch×in)
         matmul(
             n_out,
@@ -118,10 +147,10 @@ impl<T: Real> Layer<T> for Linear<T> {
             &mut self.grad_weight,
             false,
         );
-        self.grad_bias.iter_mut().for_each(|g| *g = T::zero());
-        for row in dz.chunks_exact(n_out) {
-            for (g, &d) in self.grad_bias.iter_mut().zip(row) {
-                *g += d;
+        self.grad_bias.fill(T::zero());
+        for partial in self.bias_partials.chunks_exact(n_out) {
+            for (g, &p) in self.grad_bias.iter_mut().zip(partial) {
+                *g += p;
             }
         }
         if let Some(dx) = dx {
@@ -157,6 +186,16 @@ impl<T: Real> Layer<T> for Linear<T> {
     }
 }
 
+/// `sums[c] = Σ_rows block[row][c]` for a row-major block of `sums.len()` columns.
+fn column_sums<T: Real>(block: &[T], sums: &mut [T]) {
+    sums.fill(T::zero());
+    for row in block.chunks_exact(sums.len()) {
+        for (s, &v) in sums.iter_mut().zip(row) {
+            *s += v;
+        }
+    }
+}
+
 /// For the f32 gradient checks of every layer: inputs, output weights and parameters on
 /// multiples of 1/8 and a step of 1/128 (≈ 1e-2). Every product and short sum the layers
 /// form is then exact in f32, so for layers of degree ≤ 2 in each coordinate the central
@@ -167,6 +206,7 @@ pub(crate) mod test_grid {
     use crate::layer::Layer;
     use crate::real::Real;
     use rand::Rng;
+    use rayon::prelude::*;
 
     pub const STEP: f64 = 1.0 / 128.0;
 
