@@ -186,59 +186,78 @@ impl Model {
     }
 
     /// Computes one logit per sample into `logits` (resized to the batch).
+    ///
+    /// DLRM's table lookups (memory-bound) and bottom MLP (compute-bound) are
+    /// independent and run side by side; their phase times then overlap.
     pub fn forward(&mut self, batch: &Batch, logits: &mut Vec<f32>) -> Result<()> {
         let b = batch.batch_size();
         let width = self.feature_width();
-        let mut mark = Instant::now();
-        resize(&mut self.features, b * width);
-        for t in 0..self.tables.len() {
-            let offset = self.table_offset(t);
-            self.tables[t].forward(batch.sparse.feature(t), &mut self.features, width, offset)?;
-        }
-        lap(&mut mark, &mut self.times.embedding_forward);
-        match &mut self.interaction {
+        let (base, dim, nd) = (self.table_offset(0), self.dim, self.num_dense);
+        let Model {
+            tables,
+            interaction,
+            features,
+            top_in,
+            top,
+            times,
+            ..
+        } = self;
+        resize(features, b * width);
+        match interaction {
             Interaction::Dot {
                 bottom,
                 dot,
                 bottom_out,
                 ..
             } => {
-                resize(bottom_out, b * self.dim);
-                bottom.forward(&batch.dense, bottom_out, b);
-                lap(&mut mark, &mut self.times.bottom_forward);
-                for (row, out) in self
-                    .features
+                resize(bottom_out, b * dim);
+                let ((lookups, t_emb), ((), t_bottom)) = rayon::join(
+                    || timed(|| tables_forward(tables, batch, features, width, base)),
+                    || timed(|| bottom.forward(&batch.dense, bottom_out, b)),
+                );
+                lookups?;
+                times.embedding_forward += t_emb;
+                times.bottom_forward += t_bottom;
+                let mut mark = Instant::now();
+                for (row, out) in features
                     .chunks_exact_mut(width)
-                    .zip(bottom_out.chunks_exact(self.dim))
+                    .zip(bottom_out.chunks_exact(dim))
                 {
-                    row[..self.dim].copy_from_slice(out);
+                    row[..dim].copy_from_slice(out);
                 }
-                resize(&mut self.top_in, b * dot.out_dim());
-                dot.forward(&self.features, &mut self.top_in, b);
-                lap(&mut mark, &mut self.times.interaction_forward);
+                resize(top_in, b * dot.out_dim());
+                dot.forward(features, top_in, b);
+                lap(&mut mark, &mut times.interaction_forward);
             }
             Interaction::Cross(cross) => {
-                let nd = self.num_dense;
-                for (row, dense) in self
-                    .features
+                let (lookups, t_emb) =
+                    timed(|| tables_forward(tables, batch, features, width, base));
+                lookups?;
+                times.embedding_forward += t_emb;
+                let mut mark = Instant::now();
+                for (row, dense) in features
                     .chunks_exact_mut(width)
                     .zip(batch.dense.chunks_exact(nd.max(1)))
                 {
                     row[..nd].copy_from_slice(&dense[..nd]);
                 }
-                resize(&mut self.top_in, b * width);
-                cross.forward(&self.features, &mut self.top_in, b);
-                lap(&mut mark, &mut self.times.interaction_forward);
+                resize(top_in, b * width);
+                cross.forward(features, top_in, b);
+                lap(&mut mark, &mut times.interaction_forward);
             }
         }
+        let mut mark = Instant::now();
         resize(logits, b);
-        self.top.forward(&self.top_in, logits, b);
-        lap(&mut mark, &mut self.times.top_forward);
+        top.forward(top_in, logits, b);
+        lap(&mut mark, &mut times.top_forward);
         Ok(())
     }
 
     /// Backward from `dL/dlogit` of the last forward (same `batch`, same `logits`),
     /// updating the tables where their rows live and the dense layers.
+    ///
+    /// Once the interaction's input gradient is known, DLRM's bottom-MLP backward and the
+    /// tables' fused updates are independent and run side by side.
     pub fn backward_update(
         &mut self,
         batch: &Batch,
@@ -249,69 +268,69 @@ impl Model {
     ) -> Result<()> {
         let b = batch.batch_size();
         let width = self.feature_width();
+        let (base, dim) = (self.table_offset(0), self.dim);
+        let Model {
+            tables,
+            interaction,
+            top,
+            dense_optimizer,
+            features,
+            features_grad,
+            top_in,
+            top_in_grad,
+            logits_grad: dlogits,
+            times,
+            ..
+        } = self;
         let mut mark = Instant::now();
-        resize(&mut self.top_in_grad, self.top_in.len());
-        self.logits_grad.clear();
-        self.logits_grad.extend_from_slice(logits_grad);
-        self.top.backward(
-            &self.top_in,
-            logits,
-            &self.logits_grad,
-            Some(&mut self.top_in_grad),
-            b,
-        );
-        lap(&mut mark, &mut self.times.top_backward);
-        resize(&mut self.features_grad, b * width);
-        match &mut self.interaction {
+        resize(top_in_grad, top_in.len());
+        dlogits.clear();
+        dlogits.extend_from_slice(logits_grad);
+        top.backward(top_in, logits, dlogits, Some(top_in_grad), b);
+        lap(&mut mark, &mut times.top_backward);
+        resize(features_grad, b * width);
+        match interaction {
             Interaction::Dot {
                 bottom,
                 dot,
                 bottom_out,
                 bottom_grad,
             } => {
-                dot.backward(
-                    &self.features,
-                    &self.top_in,
-                    &self.top_in_grad,
-                    Some(&mut self.features_grad),
-                    b,
+                dot.backward(features, top_in, top_in_grad, Some(features_grad), b);
+                lap(&mut mark, &mut times.interaction_backward);
+                let grad: &[f32] = features_grad;
+                resize(bottom_grad, b * dim);
+                let (((), t_bottom), (updates, t_emb)) = rayon::join(
+                    || {
+                        timed(|| {
+                            for (g, row) in bottom_grad
+                                .chunks_exact_mut(dim)
+                                .zip(grad.chunks_exact(width))
+                            {
+                                g.copy_from_slice(&row[..dim]);
+                            }
+                            bottom.backward(&batch.dense, bottom_out, bottom_grad, None, b);
+                        })
+                    },
+                    || timed(|| tables_backward(tables, batch, grad, width, base, sparse_lr)),
                 );
-                lap(&mut mark, &mut self.times.interaction_backward);
-                resize(bottom_grad, b * self.dim);
-                for (g, row) in bottom_grad
-                    .chunks_exact_mut(self.dim)
-                    .zip(self.features_grad.chunks_exact(width))
-                {
-                    g.copy_from_slice(&row[..self.dim]);
-                }
-                bottom.backward(&batch.dense, bottom_out, bottom_grad, None, b);
-                lap(&mut mark, &mut self.times.bottom_backward);
+                updates?;
+                times.bottom_backward += t_bottom;
+                times.embedding_backward_update += t_emb;
             }
             Interaction::Cross(cross) => {
-                cross.backward(
-                    &self.features,
-                    &self.top_in,
-                    &self.top_in_grad,
-                    Some(&mut self.features_grad),
-                    b,
-                );
-                lap(&mut mark, &mut self.times.interaction_backward);
+                cross.backward(features, top_in, top_in_grad, Some(features_grad), b);
+                lap(&mut mark, &mut times.interaction_backward);
+                let (updates, t_emb) =
+                    timed(|| tables_backward(tables, batch, features_grad, width, base, sparse_lr));
+                updates?;
+                times.embedding_backward_update += t_emb;
             }
         }
-        for t in 0..self.tables.len() {
-            let offset = self.table_offset(t);
-            self.tables[t].backward_update(
-                batch.sparse.feature(t),
-                &self.features_grad,
-                width,
-                offset,
-                sparse_lr,
-            )?;
-        }
-        lap(&mut mark, &mut self.times.embedding_backward_update);
-        let mut params = dense_params(&mut self.interaction, &mut self.top);
-        self.dense_optimizer.apply(&mut params, dense_lr)?;
-        lap(&mut mark, &mut self.times.dense_update);
+        let mut mark = Instant::now();
+        let mut params = dense_params(interaction, top);
+        dense_optimizer.apply(&mut params, dense_lr)?;
+        lap(&mut mark, &mut times.dense_update);
         Ok(())
     }
 
@@ -374,6 +393,48 @@ fn prefixed<'a>(
         p.name = format!("{prefix}.{}", p.name);
         p
     })
+}
+
+/// Pools every table's ids into its slot of the feature rows (`base + t·dim`).
+fn tables_forward(
+    tables: &[EmbeddingBag],
+    batch: &Batch,
+    features: &mut [f32],
+    width: usize,
+    base: usize,
+) -> Result<()> {
+    for (t, table) in tables.iter().enumerate() {
+        table.forward(
+            batch.sparse.feature(t),
+            features,
+            width,
+            base + t * table.dim(),
+        )?;
+    }
+    Ok(())
+}
+
+/// Every table's fused backward and update from its slot of the feature gradients.
+fn tables_backward(
+    tables: &mut [EmbeddingBag],
+    batch: &Batch,
+    grad: &[f32],
+    width: usize,
+    base: usize,
+    lr: f32,
+) -> Result<()> {
+    for (t, table) in tables.iter_mut().enumerate() {
+        let offset = base + t * table.dim();
+        table.backward_update(batch.sparse.feature(t), grad, width, offset, lr)?;
+    }
+    Ok(())
+}
+
+/// Runs `f`, returning its result and the seconds it took.
+fn timed<R>(f: impl FnOnce() -> R) -> (R, f64) {
+    let start = Instant::now();
+    let r = f();
+    (r, start.elapsed().as_secs_f64())
 }
 
 /// Resizes a scratch buffer without shrinking its allocation.

@@ -8,8 +8,16 @@
 //! as FBGEMM's `split_table_batched_embeddings` and TorchRec's fused optimizers do.
 //!
 //! - [`mod@self`] (this file): configuration types, the table, its forward.
-//! - `update`: the fused backward and the sparse optimizers' row updates.
+//! - `update`: the fused backward: grouping the batch's ids by row, then one optimizer
+//!   update per unique row.
+//! - `kernels`: the inner loops (pooling, per-row aggregation and update), compiled
+//!   portable and for AVX2 + FMA, with software prefetch of the rows ahead.
+//!
+//! Weights and optimizer state live on 2 MiB transparent huge pages
+//! ([`HugePageBuf`]): a random row access then needs no page walk through memory,
+//! which roughly doubles the rate of random row gathers.
 
+mod kernels;
 mod update;
 
 #[cfg(test)]
@@ -17,6 +25,8 @@ mod tests;
 
 use crate::batch::JaggedView;
 use crate::error::{Error, Result};
+use crate::probe::HugePageBuf;
+use kernels::Isa;
 use rand::distr::{Distribution, Uniform};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -113,13 +123,13 @@ enum State {
     Sgd,
     /// One accumulator per row.
     RowWiseAdagrad {
-        acc: Vec<f32>,
+        acc: HugePageBuf<f32>,
         eps: f32,
     },
     /// First and second moments, `rows × dim` each.
     Adam {
-        m: Vec<f32>,
-        v: Vec<f32>,
+        m: HugePageBuf<f32>,
+        v: HugePageBuf<f32>,
         beta1: f32,
         beta2: f32,
         eps: f32,
@@ -129,12 +139,14 @@ enum State {
 /// Buffers of the backward, kept between calls so that a step allocates little.
 #[derive(Clone, Default)]
 struct Scratch {
-    /// `(row, sample)` for every id of the batch, sorted.
-    pairs: Vec<(usize, usize)>,
-    /// Start of each unique row's run in `pairs`, then `pairs.len()`.
-    segments: Vec<usize>,
-    /// Aggregated gradient, `unique rows × dim`, in the order of `segments`.
-    grad: Vec<f32>,
+    /// `row << sample_bits | sample` for every id of the batch, in batch order.
+    keys: Vec<u64>,
+    /// The keys partitioned by their row's top bits (and then sorted, bucket by bucket).
+    sorted: Vec<u64>,
+    /// Start of each bucket in `sorted`, then `sorted.len()`.
+    counts: Vec<usize>,
+    /// `(row, sample)` for every id, sorted, where the packed keys do not fit in 64 bits.
+    pairs: Vec<(u64, usize)>,
 }
 
 /// An embedding-bag table with its fused optimizer.
@@ -145,8 +157,8 @@ pub struct EmbeddingBag {
     dim: usize,
     pooling: Pooling,
     optimizer: SparseOptimizer,
-    /// `rows × dim`, row-major.
-    weights: Vec<f32>,
+    /// `rows × dim`, row-major, on huge pages.
+    weights: HugePageBuf<f32>,
     state: State,
     step: u64,
     scratch: Scratch,
@@ -191,23 +203,25 @@ impl EmbeddingBag {
             .checked_mul(dim)
             .unwrap_or_else(|| panic!("embedding table of {rows} × {dim} overflows usize"));
         let bound = (1.0 / rows.max(1) as f64).sqrt() as f32;
-        let weights: Vec<f32> = match Uniform::new(-bound, bound) {
-            Ok(dist) => (0..len).map(|_| dist.sample(rng)).collect(),
-            // Unreachable for a positive bound; zeros are a valid if poor start.
-            Err(_) => vec![0.0; len],
-        };
+        let mut weights = HugePageBuf::<f32>::new_zeroed(len);
+        // Unreachable error for a positive bound; zeros are a valid if poor start.
+        if let Ok(dist) = Uniform::new(-bound, bound) {
+            for w in weights.iter_mut() {
+                *w = dist.sample(rng);
+            }
+        }
         let state = match optimizer {
             SparseOptimizer::Sgd => State::Sgd,
             SparseOptimizer::RowWiseAdagrad {
                 eps,
                 initial_accumulator,
             } => State::RowWiseAdagrad {
-                acc: vec![initial_accumulator; rows],
+                acc: HugePageBuf::from_elem(rows, initial_accumulator),
                 eps,
             },
             SparseOptimizer::Adam { beta1, beta2, eps } => State::Adam {
-                m: vec![0.0; len],
-                v: vec![0.0; len],
+                m: HugePageBuf::new_zeroed(len),
+                v: HugePageBuf::new_zeroed(len),
                 beta1,
                 beta2,
                 eps,
@@ -270,11 +284,11 @@ impl EmbeddingBag {
         match &mut self.state {
             State::Sgd => Vec::new(),
             State::RowWiseAdagrad { acc, .. } => {
-                vec![("accumulator".to_string(), acc.as_mut_slice())]
+                vec![("accumulator".to_string(), &mut acc[..])]
             }
             State::Adam { m, v, .. } => vec![
-                ("momentum1".to_string(), m.as_mut_slice()),
-                ("momentum2".to_string(), v.as_mut_slice()),
+                ("momentum1".to_string(), &mut m[..]),
+                ("momentum2".to_string(), &mut v[..]),
             ],
         }
     }
@@ -283,10 +297,10 @@ impl EmbeddingBag {
     pub fn optimizer_state(&self) -> Vec<(String, &[f32])> {
         match &self.state {
             State::Sgd => Vec::new(),
-            State::RowWiseAdagrad { acc, .. } => vec![("accumulator".to_string(), acc.as_slice())],
+            State::RowWiseAdagrad { acc, .. } => vec![("accumulator".to_string(), &acc[..])],
             State::Adam { m, v, .. } => vec![
-                ("momentum1".to_string(), m.as_slice()),
-                ("momentum2".to_string(), v.as_slice()),
+                ("momentum1".to_string(), &m[..]),
+                ("momentum2".to_string(), &v[..]),
             ],
         }
     }
@@ -305,49 +319,49 @@ impl EmbeddingBag {
         stride: usize,
         offset: usize,
     ) -> Result<()> {
+        self.forward_with(Isa::detect(), ids, out, stride, offset)
+    }
+
+    /// [`EmbeddingBag::forward`] with the kernels' compilation chosen (tests compare
+    /// them).
+    fn forward_with(
+        &self,
+        isa: Isa,
+        ids: JaggedView<'_>,
+        out: &mut [f32],
+        stride: usize,
+        offset: usize,
+    ) -> Result<()> {
         let batch = ids.batch_size();
         let needed = self.check_layout("forward output", batch, out.len(), stride, offset)?;
         self.check_ids(&ids)?;
         if batch == 0 || self.dim == 0 {
             return Ok(());
         }
-        let dim = self.dim;
         // Trimmed so that the last sample's chunk ends right after its slot: `out` only
         // has to reach that far.
         let out = &mut out[..needed];
-        let pool = |(b, row): (usize, &mut [f32])| {
-            self.pool_into(ids.ids(b), &mut row[offset..offset + dim]);
-        };
+        let (weights, dim, pooling) = (&self.weights[..], self.dim, self.pooling);
         let per_sample = (ids.values.len() / batch).max(1) * dim;
-        if per_sample * batch >= PAR_MIN_WORK {
-            out.par_chunks_mut(stride)
+        let threads = rayon::current_num_threads();
+        if per_sample * batch >= PAR_MIN_WORK && threads > 1 {
+            // A few long tasks per thread: each keeps its prefetch pipeline full over
+            // its whole range of samples.
+            let samples_per_task = batch
+                .div_ceil(threads * 4)
+                .max(PAR_TASK_WORK.div_ceil(per_sample));
+            out.par_chunks_mut(samples_per_task * stride)
                 .enumerate()
-                .with_min_len((PAR_TASK_WORK / per_sample).max(1))
-                .for_each(pool);
+                .for_each(|(k, chunk)| {
+                    let first = k * samples_per_task;
+                    kernels::pool_samples(
+                        isa, weights, dim, pooling, ids, first, chunk, stride, offset,
+                    );
+                });
         } else {
-            out.chunks_mut(stride).enumerate().for_each(pool);
+            kernels::pool_samples(isa, weights, dim, pooling, ids, 0, out, stride, offset);
         }
         Ok(())
-    }
-
-    /// Pools the rows of `bag` into `dst`; ids were checked by the caller.
-    #[inline]
-    fn pool_into(&self, bag: &[u64], dst: &mut [f32]) {
-        dst.fill(0.0);
-        let dim = self.dim;
-        for &id in bag {
-            let r = id as usize;
-            let row = &self.weights[r * dim..(r + 1) * dim];
-            for (d, &w) in dst.iter_mut().zip(row) {
-                *d += w;
-            }
-        }
-        if self.pooling == Pooling::Mean && bag.len() > 1 {
-            let scale = 1.0 / bag.len() as f32;
-            for d in dst.iter_mut() {
-                *d *= scale;
-            }
-        }
     }
 
     /// Checks that sample slots fit: `offset + dim ≤ stride` (so samples do not
@@ -388,16 +402,25 @@ impl EmbeddingBag {
         Ok(needed)
     }
 
-    /// Errors on the first id that is not a row of the table.
-    fn check_ids(&self, ids: &JaggedView<'_>) -> Result<()> {
+    /// Errors on the first id that is not a row of the table; returns the largest id
+    /// (0 for none).
+    fn check_ids(&self, ids: &JaggedView<'_>) -> Result<u64> {
         let rows = self.rows as u64;
-        match ids.values.iter().find(|&&id| id >= rows) {
-            Some(&id) => Err(Error::IdOutOfRange {
-                table: self.name.clone(),
-                id,
-                rows: self.rows,
-            }),
-            None => Ok(()),
+        // A branch-free maximum first (vectorized): the common case is all valid.
+        let max = ids.values.iter().fold(0u64, |m, &id| m.max(id));
+        if max < rows {
+            return Ok(max);
         }
+        let id = ids
+            .values
+            .iter()
+            .copied()
+            .find(|&id| id >= rows)
+            .unwrap_or(max);
+        Err(Error::IdOutOfRange {
+            table: self.name.clone(),
+            id,
+            rows: self.rows,
+        })
     }
 }

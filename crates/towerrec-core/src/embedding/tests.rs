@@ -521,3 +521,161 @@ proptest! {
         prop_assert_eq!(a.step(), b.step());
     }
 }
+
+/// Bit patterns, to compare results exactly.
+fn bits_of(x: &[f32]) -> Vec<u32> {
+    x.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn forward_is_bitwise_identical_across_kernel_compilations_and_threads() {
+    // Dims that exercise every column block (64, 32, 16, 8, 4, 1) and their tails.
+    let mut rng = StdRng::seed_from_u64(11);
+    for dim in [1, 3, 4, 7, 8, 16, 24, 64, 100, 131] {
+        for pooling in [Pooling::Sum, Pooling::Mean] {
+            let rows = 300;
+            let t = EmbeddingBag::new("t", rows, dim, pooling, SparseOptimizer::Sgd, &mut rng);
+            let bags = random_bags(&mut rng, 1500, 25, rows);
+            let kj = jagged(&bags);
+            let stride = dim + 5;
+            let run = |isa: Isa, threads: usize| {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let mut out = vec![0.0f32; bags.len() * stride];
+                pool.install(|| t.forward_with(isa, kj.feature(0), &mut out, stride, 2))
+                    .unwrap();
+                out
+            };
+            let want = run(Isa::Portable, 1);
+            assert_eq!(bits_of(&run(Isa::detect(), 1)), bits_of(&want), "dim {dim}");
+            assert_eq!(bits_of(&run(Isa::detect(), 3)), bits_of(&want), "dim {dim}");
+            let naive: Vec<f64> = bags.iter().flat_map(|bag| naive_pool(&t, bag)).collect();
+            let got: Vec<f32> = want
+                .chunks(stride)
+                .flat_map(|row| row[2..2 + dim].iter().copied())
+                .collect();
+            assert_close(&format!("dim {dim} {pooling:?}"), &got, &naive, 1e-5);
+        }
+    }
+}
+
+#[test]
+fn backward_is_bitwise_identical_across_kernels_and_groupings() {
+    // The AVX2 compilation, the portable one and the comparison-sort fallback agree
+    // exactly, serial and parallel, for every optimizer and dims with odd tails.
+    let mut rng = StdRng::seed_from_u64(12);
+    for dim in [1, 5, 16, 64, 70] {
+        let rows = 700;
+        let bags = random_bags(&mut rng, 2000, 12, rows);
+        let grad = random_vec(&mut rng, bags.len() * (dim + 1));
+        let kj = jagged(&bags);
+        for opt in ALL_OPTIMIZERS {
+            for pooling in [Pooling::Sum, Pooling::Mean] {
+                let t0 = EmbeddingBag::new("t", rows, dim, pooling, opt, &mut rng);
+                let run = |isa: Isa, grouping: update::Grouping, threads: usize| {
+                    let pool = rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .build()
+                        .unwrap();
+                    let mut t = t0.clone();
+                    pool.install(|| {
+                        for _ in 0..2 {
+                            t.backward_update_with(
+                                isa,
+                                grouping,
+                                kj.feature(0),
+                                &grad,
+                                dim + 1,
+                                1,
+                                0.1,
+                            )
+                            .unwrap();
+                        }
+                    });
+                    let mut all = bits_of(t.weights());
+                    for (_, s) in t.optimizer_state() {
+                        all.extend(bits_of(s));
+                    }
+                    all
+                };
+                let want = run(Isa::Portable, update::Grouping::Pairs, 1);
+                let what = format!("dim {dim} {opt:?} {pooling:?}");
+                assert_eq!(
+                    run(Isa::Portable, update::Grouping::Auto, 1),
+                    want,
+                    "{what}"
+                );
+                assert_eq!(
+                    run(Isa::detect(), update::Grouping::Auto, 1),
+                    want,
+                    "{what}"
+                );
+                assert_eq!(
+                    run(Isa::detect(), update::Grouping::Auto, 3),
+                    want,
+                    "{what}"
+                );
+                assert_eq!(
+                    run(Isa::detect(), update::Grouping::Pairs, 2),
+                    want,
+                    "{what}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn grouping_handles_extreme_ids_and_tiny_batches() {
+    // Every id 0 (no row bits), one sample (no sample bits), and ids near the top of a
+    // table, against the dense reference.
+    let mut rng = StdRng::seed_from_u64(13);
+    for bags in [
+        vec![vec![0, 0, 0]],
+        vec![vec![0], vec![0, 0], vec![]],
+        vec![vec![4095, 0, 4095, 2048]],
+        vec![vec![4095; 40], vec![1; 40], (0..40).collect()],
+    ] {
+        for opt in ALL_OPTIMIZERS {
+            let (rows, dim) = (4096, 3);
+            let mut t = EmbeddingBag::new("t", rows, dim, Pooling::Mean, opt, &mut rng);
+            let mut reference = Reference::of(&t);
+            let grad = random_vec(&mut rng, bags.len() * dim);
+            t.backward_update(jagged(&bags).feature(0), &grad, dim, 0, 0.05)
+                .unwrap();
+            reference.step(&bags, &grad, dim, 0, 0.05);
+            assert_close(
+                &format!("{bags:?} {opt:?}"),
+                t.weights(),
+                &reference.w,
+                1e-6,
+            );
+        }
+    }
+}
+
+#[test]
+fn large_tables_live_on_huge_page_aligned_storage() {
+    // 2 MiB of weights and more: 2 MiB-aligned mappings advised for huge pages.
+    let mut rng = StdRng::seed_from_u64(14);
+    let adam = ALL_OPTIMIZERS[3];
+    let t = EmbeddingBag::new("t", 1 << 15, 16, Pooling::Sum, adam, &mut rng);
+    assert_eq!(
+        t.weights().as_ptr() as usize % crate::probe::HUGE_PAGE_BYTES,
+        0
+    );
+    for (name, s) in t.optimizer_state() {
+        assert_eq!(
+            s.as_ptr() as usize % crate::probe::HUGE_PAGE_BYTES,
+            0,
+            "{name}"
+        );
+        assert!(s.iter().all(|&x| x == 0.0), "{name}");
+    }
+    // A clone is a deep copy on its own storage.
+    let c = t.clone();
+    assert_eq!(c.weights(), t.weights());
+    assert_ne!(c.weights().as_ptr(), t.weights().as_ptr());
+}

@@ -1,18 +1,42 @@
-//! The fused backward: aggregate the gradient of every row a batch touched, then apply
-//! the table's optimizer once per unique row.
+//! The fused backward: group the occurrences of every row a batch touched, then, per
+//! unique row, sum its gradient and apply the table's optimizer once.
 //!
-//! Aggregation sorts `(row, sample)` pairs, so each row's contributions are summed in
-//! the same order (by sample, then by position in the bag) whatever the thread count:
-//! results are bitwise reproducible. Rows are then updated in parallel, which is safe
-//! because unique rows are disjoint slices of the table.
+//! Grouping sorts `row << sample_bits | sample` keys, built in `(sample, position)`
+//! order. One sequential pass partitions them (stably) into buckets by the top bits of
+//! the row; then tasks that own disjoint, contiguous ranges of buckets (so of rows) run
+//! in parallel: each sorts its buckets (small, in cache) and updates its rows, summing
+//! a row's gradient in a buffer that stays in L1 and updating the row straight away, so
+//! no `unique rows × dim` gradient is ever materialized. Each row's contributions are
+//! summed in `(sample, position in the bag)` order whatever the thread count or the
+//! partition, so results are bitwise reproducible.
 
-use super::{EmbeddingBag, Pooling, Scratch, State, PAR_MIN_WORK, PAR_TASK_WORK};
+use super::kernels::{self, Isa, Packed, RowOpt, UpdateInput, UpdateTask};
+use super::{EmbeddingBag, Scratch, State, PAR_MIN_WORK, PAR_TASK_WORK};
 use crate::batch::JaggedView;
 use crate::error::Result;
 use rayon::prelude::*;
 
-/// Below this many pairs a sequential sort is faster than rayon's.
-const PAR_SORT_MIN: usize = 1 << 14;
+/// Average keys per bucket of the partition: small enough to sort in L1.
+const KEYS_PER_BUCKET: usize = 32;
+/// At most 2¹² buckets (32 KiB of counters).
+const MAX_BUCKET_BITS: u32 = 12;
+
+/// A task's weights, two state buffers and keys.
+type TaskParts<'a> = (
+    ((&'a mut [f32], &'a mut [f32]), &'a mut [f32]),
+    &'a mut [u64],
+);
+
+/// How the backward groups ids by row (tests force the fallback).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Grouping {
+    /// Packed `(row, sample)` keys where they fit in 64 bits, partitioned by row.
+    Auto,
+    /// One comparison sort of `(row, sample)` pairs, on one thread (what `Auto` falls
+    /// back to).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Pairs,
+}
 
 impl EmbeddingBag {
     /// Backward of [`EmbeddingBag::forward`] fused with the optimizer update.
@@ -34,9 +58,25 @@ impl EmbeddingBag {
         offset: usize,
         lr: f32,
     ) -> Result<()> {
+        self.backward_update_with(Isa::detect(), Grouping::Auto, ids, grad, stride, offset, lr)
+    }
+
+    /// [`EmbeddingBag::backward_update`] with the kernels' compilation and the grouping
+    /// chosen (tests compare them).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn backward_update_with(
+        &mut self,
+        isa: Isa,
+        grouping: Grouping,
+        ids: JaggedView<'_>,
+        grad: &[f32],
+        stride: usize,
+        offset: usize,
+        lr: f32,
+    ) -> Result<()> {
         let batch = ids.batch_size();
         self.check_layout("backward gradient", batch, grad.len(), stride, offset)?;
-        self.check_ids(&ids)?;
+        let max_id = self.check_ids(&ids)?;
         self.step += 1;
         if self.dim == 0 || ids.values.is_empty() {
             return Ok(());
@@ -50,60 +90,14 @@ impl EmbeddingBag {
             step,
             ..
         } = self;
-        aggregate(scratch, ids, grad, stride, offset, dim, *pooling);
-        let Scratch {
-            pairs,
-            segments,
-            grad: agg,
-        } = scratch;
-        let unique = segments.len() - 1;
-        let unique_rows = segments[..unique].iter().map(|&s| pairs[s].0);
-        let parallel = unique * dim >= PAR_MIN_WORK;
-        let min_len = (PAR_TASK_WORK / dim).max(1);
-        let w_rows = pick_rows(weights, dim, unique_rows.clone());
-        match state {
-            State::Sgd => {
-                let f = |(w, g): (&mut [f32], &[f32])| {
-                    for (w, &g) in w.iter_mut().zip(g) {
-                        *w -= lr * g;
-                    }
-                };
-                if parallel {
-                    w_rows
-                        .into_par_iter()
-                        .zip(agg.par_chunks(dim))
-                        .with_min_len(min_len)
-                        .for_each(f);
-                } else {
-                    w_rows.into_iter().zip(agg.chunks(dim)).for_each(f);
-                }
-            }
-            State::RowWiseAdagrad { acc, eps } => {
-                let eps = *eps;
-                let acc_rows = pick_rows(acc, 1, unique_rows);
-                let f = |((w, a), g): ((&mut [f32], &mut [f32]), &[f32])| {
-                    let sq: f64 = g.iter().map(|&g| (g as f64) * (g as f64)).sum();
-                    a[0] += (sq / dim as f64) as f32;
-                    let mult = lr / (a[0].sqrt() + eps);
-                    for (w, &g) in w.iter_mut().zip(g) {
-                        *w -= mult * g;
-                    }
-                };
-                if parallel {
-                    w_rows
-                        .into_par_iter()
-                        .zip(acc_rows)
-                        .zip(agg.par_chunks(dim))
-                        .with_min_len(min_len)
-                        .for_each(f);
-                } else {
-                    w_rows
-                        .into_iter()
-                        .zip(acc_rows)
-                        .zip(agg.chunks(dim))
-                        .for_each(f);
-                }
-            }
+        let (opt, s1, s2, width1): (RowOpt, &mut [f32], &mut [f32], usize) = match state {
+            State::Sgd => (RowOpt::Sgd { lr }, &mut [], &mut [], 0),
+            State::RowWiseAdagrad { acc, eps } => (
+                RowOpt::RowWiseAdagrad { lr, eps: *eps },
+                &mut acc[..],
+                &mut [],
+                1,
+            ),
             State::Adam {
                 m,
                 v,
@@ -111,123 +105,222 @@ impl EmbeddingBag {
                 beta2,
                 eps,
             } => {
-                let (beta1, beta2, eps) = (*beta1, *beta2, *eps);
                 // torch.optim.Adam's arrangement: bias corrections in f64, folded into
                 // the step size and the denominator.
                 let t = *step as f64;
-                let bc1 = 1.0 - (beta1 as f64).powf(t);
-                let bc2 = 1.0 - (beta2 as f64).powf(t);
-                let step_size = (lr as f64 / bc1) as f32;
-                let bc2_sqrt = bc2.sqrt() as f32;
-                let m_rows = pick_rows(m, dim, unique_rows.clone());
-                let v_rows = pick_rows(v, dim, unique_rows);
-                let f = |w: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32]| {
-                    for (((w, m), v), &g) in w.iter_mut().zip(m).zip(v).zip(g) {
-                        *m = beta1 * *m + (1.0 - beta1) * g;
-                        *v = beta2 * *v + (1.0 - beta2) * g * g;
-                        *w -= step_size * *m / (v.sqrt() / bc2_sqrt + eps);
-                    }
+                let bc1 = 1.0 - (*beta1 as f64).powf(t);
+                let bc2 = 1.0 - (*beta2 as f64).powf(t);
+                let opt = RowOpt::Adam {
+                    beta1: *beta1,
+                    beta2: *beta2,
+                    eps: *eps,
+                    step_size: (lr as f64 / bc1) as f32,
+                    bc2_sqrt: bc2.sqrt() as f32,
                 };
-                if parallel {
-                    w_rows
-                        .into_par_iter()
-                        .zip(m_rows)
-                        .zip(v_rows)
-                        .zip(agg.par_chunks(dim))
-                        .with_min_len(min_len)
-                        .for_each(|(((w, m), v), g)| f(w, m, v, g));
-                } else {
-                    w_rows
-                        .into_iter()
-                        .zip(m_rows)
-                        .zip(v_rows)
-                        .zip(agg.chunks(dim))
-                        .for_each(|(((w, m), v), g)| f(w, m, v, g));
-                }
+                (opt, &mut m[..], &mut v[..], dim)
             }
+        };
+        let input = UpdateInput {
+            dim,
+            pooling: *pooling,
+            offsets: ids.offsets,
+            grad,
+            stride,
+            offset,
+            opt,
+        };
+        let batch = ids.batch_size();
+        let n = ids.values.len();
+        let sample_bits = bits(batch as u64 - 1);
+        let row_bits = bits(max_id);
+        if grouping == Grouping::Pairs || sample_bits + row_bits > 64 || sample_bits >= 64 {
+            // Out of reach of real tables (rows × batch ≥ 2⁶⁴), kept for correctness.
+            let pairs = &mut scratch.pairs;
+            pairs.clear();
+            pairs.reserve(n);
+            for b in 0..batch {
+                pairs.extend(ids.ids(b).iter().map(|&id| (id, b)));
+            }
+            // `(row, sample)` is a total order in which equal keys are interchangeable.
+            pairs.sort_unstable();
+            let task = UpdateTask {
+                base: 0,
+                occ: &pairs[..],
+                w: &mut weights[..],
+                s1,
+                s2,
+            };
+            kernels::update_rows(isa, input, task);
+            return Ok(());
+        }
+        let bucket_bits = row_bits
+            .min(bits((n / KEYS_PER_BUCKET) as u64).max(1))
+            .min(MAX_BUCKET_BITS);
+        let Scratch {
+            keys,
+            sorted,
+            counts,
+            ..
+        } = scratch;
+        partition(
+            keys,
+            sorted,
+            counts,
+            ids,
+            sample_bits,
+            row_bits,
+            bucket_bits,
+        );
+        let buckets = counts.len() - 1;
+        // Bucket `k` holds rows `k << rows_bits_below ..`, keys `counts[k]..counts[k+1]`.
+        let row_shift = row_bits - bucket_bits;
+        let work = n * dim;
+        let tasks = if work >= PAR_MIN_WORK {
+            (rayon::current_num_threads() * 4)
+                .min(work / PAR_TASK_WORK)
+                .max(1)
+        } else {
+            1
+        };
+        // Cut the buckets into `tasks` ranges of about equal numbers of keys; every range
+        // starts with a non-empty bucket, so their first rows increase strictly and
+        // are rows of the table.
+        let mut first_buckets = Vec::with_capacity(tasks + 1);
+        for k in 0..buckets {
+            let (lo, hi) = (counts[k], counts[k + 1]);
+            if hi > lo && (first_buckets.is_empty() || lo * tasks >= first_buckets.len() * n) {
+                first_buckets.push(k);
+            }
+        }
+        let bases: Vec<usize> = first_buckets
+            .iter()
+            .enumerate()
+            .map(|(t, &k)| if t == 0 { 0 } else { k << row_shift })
+            .collect();
+        first_buckets.push(buckets);
+        let w_parts = split_rows(weights, dim, &bases);
+        let s1_parts = split_rows(s1, width1, &bases);
+        let s2_parts = split_rows(s2, dim, &bases);
+        // Each task's keys, a disjoint slice of `sorted`.
+        let mut key_parts = Vec::with_capacity(bases.len());
+        let mut rest = &mut sorted[..];
+        for w in first_buckets.windows(2) {
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(counts[w[1]] - counts[w[0]]);
+            key_parts.push(head);
+            rest = tail;
+        }
+        let counts = &counts[..];
+        let first_buckets = &first_buckets[..];
+        let run = |(t, (((w, s1), s2), keys)): (usize, TaskParts<'_>)| {
+            // Sort each bucket: the task's keys are then sorted.
+            let key0 = counts[first_buckets[t]];
+            for k in first_buckets[t]..first_buckets[t + 1] {
+                keys[counts[k] - key0..counts[k + 1] - key0].sort_unstable();
+            }
+            let task = UpdateTask {
+                base: bases[t],
+                occ: Packed {
+                    keys,
+                    shift: sample_bits,
+                },
+                w,
+                s1,
+                s2,
+            };
+            kernels::update_rows(isa, input, task);
+        };
+        if bases.len() > 1 {
+            w_parts
+                .into_par_iter()
+                .zip(s1_parts)
+                .zip(s2_parts)
+                .zip(key_parts)
+                .enumerate()
+                .for_each(run);
+        } else {
+            w_parts
+                .into_iter()
+                .zip(s1_parts)
+                .zip(s2_parts)
+                .zip(key_parts)
+                .enumerate()
+                .for_each(run);
         }
         Ok(())
     }
 }
 
-/// Fills `scratch` with the sorted `(row, sample)` pairs, the start of each unique row's
-/// run, and each unique row's summed gradient. Ids and layout were checked by the caller,
-/// and there is at least one id.
-fn aggregate(
-    scratch: &mut Scratch,
-    ids: JaggedView<'_>,
-    grad: &[f32],
-    stride: usize,
-    offset: usize,
-    dim: usize,
-    pooling: Pooling,
-) {
-    let Scratch {
-        pairs,
-        segments,
-        grad: agg,
-    } = scratch;
-    pairs.clear();
-    pairs.reserve(ids.values.len());
-    for b in 0..ids.batch_size() {
-        pairs.extend(ids.ids(b).iter().map(|&id| (id as usize, b)));
+/// Splits `buf` (`width` floats per row; empty when the optimizer has no such state)
+/// at the rows `bases` (increasing, the first 0) into one slice per base.
+fn split_rows<'a>(buf: &'a mut [f32], width: usize, bases: &[usize]) -> Vec<&'a mut [f32]> {
+    if buf.is_empty() {
+        return bases.iter().map(|_| Default::default()).collect();
     }
-    // `(row, sample)` is a total order in which equal keys are interchangeable, so the
-    // unstable sorts give one result whatever the thread count.
-    if pairs.len() >= PAR_SORT_MIN {
-        pairs.par_sort_unstable();
-    } else {
-        pairs.sort_unstable();
+    let mut out = Vec::with_capacity(bases.len());
+    let mut rest = buf;
+    for w in bases.windows(2) {
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut((w[1] - w[0]) * width);
+        out.push(head);
+        rest = tail;
     }
-    segments.clear();
-    segments.push(0);
-    for i in 1..pairs.len() {
-        if pairs[i].0 != pairs[i - 1].0 {
-            segments.push(i);
-        }
-    }
-    segments.push(pairs.len());
-    let unique = segments.len() - 1;
-    agg.clear();
-    agg.resize(unique * dim, 0.0);
-    let pairs = &pairs[..];
-    let sum_row = |(dst, seg): (&mut [f32], &[usize])| {
-        for &(_, b) in &pairs[seg[0]..seg[1]] {
-            let src = &grad[b * stride + offset..b * stride + offset + dim];
-            let scale = match pooling {
-                Pooling::Sum => 1.0,
-                Pooling::Mean => 1.0 / (ids.offsets[b + 1] - ids.offsets[b]) as f32,
-            };
-            for (d, &g) in dst.iter_mut().zip(src) {
-                *d += scale * g;
-            }
-        }
-    };
-    if pairs.len() * dim >= PAR_MIN_WORK {
-        let per_row = (pairs.len() / unique).max(1) * dim;
-        agg.par_chunks_mut(dim)
-            .zip(segments.par_windows(2))
-            .with_min_len((PAR_TASK_WORK / per_row).max(1))
-            .for_each(sum_row);
-    } else {
-        agg.chunks_mut(dim)
-            .zip(segments.windows(2))
-            .for_each(sum_row);
-    }
+    out.push(rest);
+    out
 }
 
-/// Splits `rows` (strictly increasing) out of `buf` as disjoint `width`-long slices,
-/// in `O(rows.len())`, so that they can be updated in parallel without `unsafe`.
-fn pick_rows(buf: &mut [f32], width: usize, rows: impl Iterator<Item = usize>) -> Vec<&mut [f32]> {
-    let mut out = Vec::with_capacity(rows.size_hint().0);
-    let mut rest = buf;
-    let mut base = 0;
-    for r in rows {
-        let (_, tail) = std::mem::take(&mut rest).split_at_mut((r - base) * width);
-        let (row, tail) = tail.split_at_mut(width);
-        out.push(row);
-        rest = tail;
-        base = r + 1;
+/// Number of bits needed to write `x`.
+fn bits(x: u64) -> u32 {
+    u64::BITS - x.leading_zeros()
+}
+
+/// Fills `sorted` with the keys `id << sample_bits | sample` of `ids`, partitioned
+/// stably by their row's top `bucket_bits` (of `row_bits`), and `counts` with the start
+/// of each bucket, then the number of keys. `keys` is scratch.
+fn partition(
+    keys: &mut Vec<u64>,
+    sorted: &mut Vec<u64>,
+    counts: &mut Vec<usize>,
+    ids: JaggedView<'_>,
+    sample_bits: u32,
+    row_bits: u32,
+    bucket_bits: u32,
+) {
+    let n = ids.values.len();
+    let buckets = 1usize << bucket_bits;
+    // `shift < 64`: the keys have `sample_bits + row_bits ≤ 64` bits and `bucket_bits ≥ 1`
+    // when `row_bits ≥ 1`; with `row_bits = 0` every key is in bucket 0.
+    let shift = sample_bits + row_bits - bucket_bits;
+    let bucket = |k: u64| {
+        if bucket_bits == 0 {
+            0
+        } else {
+            (k >> shift) as usize
+        }
+    };
+    counts.clear();
+    counts.resize(buckets + 1, 0);
+    keys.clear();
+    keys.reserve(n);
+    for b in 0..ids.batch_size() {
+        for &id in ids.ids(b) {
+            let k = (id << sample_bits) | b as u64;
+            counts[bucket(k) + 1] += 1;
+            keys.push(k);
+        }
     }
-    out
+    for k in 1..=buckets {
+        counts[k] += counts[k - 1];
+    }
+    sorted.clear();
+    sorted.resize(n, 0);
+    // Scatter with a moving cursor per bucket (`counts[k]`), then shift the cursors back
+    // to the bucket starts.
+    for &k in keys.iter() {
+        let d = bucket(k);
+        sorted[counts[d]] = k;
+        counts[d] += 1;
+    }
+    for k in (1..=buckets).rev() {
+        counts[k] = counts[k - 1];
+    }
+    counts[0] = 0;
 }

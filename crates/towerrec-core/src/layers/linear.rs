@@ -206,7 +206,6 @@ pub(crate) mod test_grid {
     use crate::layer::Layer;
     use crate::real::Real;
     use rand::Rng;
-    use rayon::prelude::*;
 
     pub const STEP: f64 = 1.0 / 128.0;
 

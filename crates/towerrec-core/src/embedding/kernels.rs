@@ -1,0 +1,427 @@
+//! The inner loops of the embedding bags: the pooled lookup and the per-row aggregation
+//! and update of the fused backward.
+//!
+//! Both are bound by random row accesses, so they
+//! - issue software prefetches for the rows a few ids ahead (x86-64; elsewhere the
+//!   hardware is left to itself),
+//! - sum each bag column block by column block in fixed-size stack arrays
+//!   (`[f32; 64]` is eight AVX2 registers), so that a row is read once and the
+//!   accumulator never goes through memory,
+//! - are compiled twice, portable and with AVX2 + FMA enabled, and picked at run time
+//!   ([`crate::simd::has_avx2_fma`]).
+//!
+//! The two compilations compute bitwise the same results: every element is summed in
+//! the same order (ids in bag order, occurrences in `(sample, position)` order), Rust
+//! never contracts `a * b + c` into a fused multiply-add, and vector `+ − × ÷ √` are
+//! correctly rounded like their scalar forms. The tests check this.
+
+use super::Pooling;
+use crate::batch::JaggedView;
+
+/// How many ids ahead the lookup prefetches rows. Enough to cover a DRAM latency at
+/// the rate a core sums rows, not so many that prefetched lines are evicted first.
+const LOOKUP_PREFETCH: usize = 12;
+/// How many occurrences ahead the backward prefetches the rows it will update.
+const UPDATE_PREFETCH: usize = 12;
+
+/// Which compilation of the kernels to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Isa {
+    /// Baseline instructions only (SSE2 on x86-64).
+    Portable,
+    /// AVX2 + FMA; only chosen where the CPU has them.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
+
+impl Isa {
+    /// The fastest compilation this CPU runs.
+    pub(super) fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::has_avx2_fma() {
+            return Isa::Avx2;
+        }
+        Isa::Portable
+    }
+}
+
+/// Asks for the cache lines of `buf[start..start + len]` to be loaded into L1, without
+/// waiting. A hint only: it never faults and never changes a result.
+#[inline(always)]
+fn prefetch(buf: &[f32], start: usize, len: usize) {
+    prefetch_hint::<{ HINT_READ }>(buf, start, len);
+}
+
+/// [`prefetch`] with the intent to write (`PREFETCHW`): the line arrives exclusive, so
+/// the update's store does not have to ask for ownership again.
+#[inline(always)]
+fn prefetch_for_write(buf: &[f32], start: usize, len: usize) {
+    prefetch_hint::<{ HINT_WRITE }>(buf, start, len);
+}
+
+#[cfg(target_arch = "x86_64")]
+const HINT_READ: i32 = core::arch::x86_64::_MM_HINT_T0;
+#[cfg(target_arch = "x86_64")]
+const HINT_WRITE: i32 = core::arch::x86_64::_MM_HINT_ET0;
+#[cfg(not(target_arch = "x86_64"))]
+const HINT_READ: i32 = 0;
+#[cfg(not(target_arch = "x86_64"))]
+const HINT_WRITE: i32 = 1;
+
+#[inline(always)]
+fn prefetch_hint<const HINT: i32>(buf: &[f32], start: usize, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::_mm_prefetch;
+        let base = buf.as_ptr();
+        let mut i = 0;
+        while i < len {
+            // `wrapping_add`: the address is only a hint, so it need not be in bounds
+            // (callers keep it in bounds anyway).
+            let p = base.wrapping_add(start + i).cast::<i8>();
+            // SAFETY: SSE is part of the x86-64 baseline, and a prefetch never faults
+            // nor reads memory in the abstract machine's sense.
+            unsafe { _mm_prefetch::<HINT>(p) };
+            i += 16; // one 64-byte line
+        }
+        // A row that starts mid-line ends in one more line.
+        if len > 0 && (base.wrapping_add(start) as usize) & 63 != 0 {
+            let p = base.wrapping_add(start + len - 1).cast::<i8>();
+            // SAFETY: as above.
+            unsafe { _mm_prefetch::<HINT>(p) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (buf, start, len);
+}
+
+/// Pools the bags of samples `first..` into the `stride`-long chunks of `out` (one per
+/// sample, the slot at `offset`). Every id is `< weights.len() / dim`, `dim > 0`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn pool_samples(
+    isa: Isa,
+    weights: &[f32],
+    dim: usize,
+    pooling: Pooling,
+    ids: JaggedView<'_>,
+    first: usize,
+    out: &mut [f32],
+    stride: usize,
+    offset: usize,
+) {
+    match isa {
+        Isa::Portable => pool_samples_body(weights, dim, pooling, ids, first, out, stride, offset),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx2` is only constructed where the CPU has AVX2 and FMA.
+        Isa::Avx2 => unsafe {
+            pool_samples_avx2(weights, dim, pooling, ids, first, out, stride, offset)
+        },
+    }
+}
+
+/// [`pool_samples_body`] compiled for AVX2 + FMA.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn pool_samples_avx2(
+    weights: &[f32],
+    dim: usize,
+    pooling: Pooling,
+    ids: JaggedView<'_>,
+    first: usize,
+    out: &mut [f32],
+    stride: usize,
+    offset: usize,
+) {
+    pool_samples_body(weights, dim, pooling, ids, first, out, stride, offset);
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn pool_samples_body(
+    weights: &[f32],
+    dim: usize,
+    pooling: Pooling,
+    ids: JaggedView<'_>,
+    first: usize,
+    out: &mut [f32],
+    stride: usize,
+    offset: usize,
+) {
+    let values = ids.values;
+    let n = out.len().div_ceil(stride);
+    // Prefetch no further than this task's last id: the next task's ids are another
+    // thread's.
+    let limit = ids.start(first + n);
+    for (i, slot) in out.chunks_mut(stride).enumerate() {
+        let (s, e) = (ids.start(first + i), ids.start(first + i + 1));
+        let bag = &values[s..e];
+        let ahead = &values[(s + LOOKUP_PREFETCH).min(limit)..(e + LOOKUP_PREFETCH).min(limit)];
+        let dst = &mut slot[offset..offset + dim];
+        pool_bag(weights, dim, bag, ahead, dst);
+        if pooling == Pooling::Mean && bag.len() > 1 {
+            let scale = 1.0 / bag.len() as f32;
+            for d in dst.iter_mut() {
+                *d *= scale;
+            }
+        }
+    }
+}
+
+/// Sums the rows of `bag` into `dst` (`dim` long), prefetching the rows of `ahead`
+/// (the ids `LOOKUP_PREFETCH` positions after each of `bag`'s, possibly fewer).
+#[inline(always)]
+fn pool_bag(weights: &[f32], dim: usize, bag: &[u64], ahead: &[u64], dst: &mut [f32]) {
+    let mut c = 0;
+    // Prefetch with the first column block only: it reads every id once.
+    let mut ahead = ahead;
+    while c < dim {
+        let left = dim - c;
+        c += if left >= 64 {
+            pool_block::<64>(weights, dim, c, bag, ahead, dst)
+        } else if left >= 32 {
+            pool_block::<32>(weights, dim, c, bag, ahead, dst)
+        } else if left >= 16 {
+            pool_block::<16>(weights, dim, c, bag, ahead, dst)
+        } else if left >= 8 {
+            pool_block::<8>(weights, dim, c, bag, ahead, dst)
+        } else if left >= 4 {
+            pool_block::<4>(weights, dim, c, bag, ahead, dst)
+        } else {
+            pool_block::<1>(weights, dim, c, bag, ahead, dst)
+        };
+        ahead = &[];
+    }
+}
+
+/// Sums columns `c..c + W` of the rows of `bag` into `dst[c..c + W]`; returns `W`.
+#[inline(always)]
+fn pool_block<const W: usize>(
+    weights: &[f32],
+    dim: usize,
+    c: usize,
+    bag: &[u64],
+    ahead: &[u64],
+    dst: &mut [f32],
+) -> usize {
+    let mut acc = [0.0f32; W];
+    for (k, &id) in bag.iter().enumerate() {
+        if let Some(&next) = ahead.get(k) {
+            prefetch(weights, next as usize * dim, dim);
+        }
+        let start = id as usize * dim + c;
+        let row: &[f32; W] = weights[start..start + W]
+            .try_into()
+            .expect("a slice of W elements");
+        for (a, &w) in acc.iter_mut().zip(row) {
+            *a += w;
+        }
+    }
+    dst[c..c + W].copy_from_slice(&acc);
+    W
+}
+
+/// What the backward's row update needs besides the rows.
+#[derive(Clone, Copy)]
+pub(super) enum RowOpt {
+    Sgd {
+        lr: f32,
+    },
+    RowWiseAdagrad {
+        lr: f32,
+        eps: f32,
+    },
+    Adam {
+        beta1: f32,
+        beta2: f32,
+        eps: f32,
+        step_size: f32,
+        bc2_sqrt: f32,
+    },
+}
+
+/// The occurrences of a task's rows, sorted by row then sample.
+pub(super) trait Occurrences {
+    fn len(&self) -> usize;
+    /// Row of occurrence `j < len()`.
+    fn row(&self, j: usize) -> usize;
+    /// Sample of occurrence `j < len()`.
+    fn sample(&self, j: usize) -> usize;
+}
+
+/// Keys `row << shift | sample`.
+pub(super) struct Packed<'a> {
+    pub keys: &'a [u64],
+    pub shift: u32,
+}
+
+impl Occurrences for Packed<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.keys.len()
+    }
+    #[inline(always)]
+    fn row(&self, j: usize) -> usize {
+        (self.keys[j] >> self.shift) as usize
+    }
+    #[inline(always)]
+    fn sample(&self, j: usize) -> usize {
+        // `shift < 64` (the caller's condition for packing).
+        (self.keys[j] & ((1u64 << self.shift) - 1)) as usize
+    }
+}
+
+impl Occurrences for &[(u64, usize)] {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        <[_]>::len(self)
+    }
+    #[inline(always)]
+    fn row(&self, j: usize) -> usize {
+        self[j].0 as usize
+    }
+    #[inline(always)]
+    fn sample(&self, j: usize) -> usize {
+        self[j].1
+    }
+}
+
+/// One task's share of the fused backward: the occurrences `occ` of a range of rows
+/// whose weights are in `w` starting at row `base` (and likewise the optimizer state
+/// in `s1`, `s2`: the accumulators, one per row, for row-wise Adagrad; the two moments
+/// for Adam; empty for SGD).
+pub(super) struct UpdateTask<'a, O> {
+    pub base: usize,
+    pub occ: O,
+    pub w: &'a mut [f32],
+    pub s1: &'a mut [f32],
+    pub s2: &'a mut [f32],
+}
+
+/// What every task of one backward shares.
+#[derive(Clone, Copy)]
+pub(super) struct UpdateInput<'a> {
+    pub dim: usize,
+    pub pooling: Pooling,
+    pub offsets: &'a [usize],
+    pub grad: &'a [f32],
+    pub stride: usize,
+    pub offset: usize,
+    pub opt: RowOpt,
+}
+
+/// Aggregates each row's gradient over its occurrences (in order), then applies the
+/// optimizer to the row.
+pub(super) fn update_rows<O: Occurrences>(
+    isa: Isa,
+    input: UpdateInput<'_>,
+    task: UpdateTask<'_, O>,
+) {
+    match isa {
+        Isa::Portable => update_rows_body(input, task),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx2` is only constructed where the CPU has AVX2 and FMA.
+        Isa::Avx2 => unsafe { update_rows_avx2(input, task) },
+    }
+}
+
+/// [`update_rows_body`] compiled for AVX2 + FMA.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn update_rows_avx2<O: Occurrences>(input: UpdateInput<'_>, task: UpdateTask<'_, O>) {
+    update_rows_body(input, task);
+}
+
+#[inline(always)]
+fn update_rows_body<O: Occurrences>(input: UpdateInput<'_>, task: UpdateTask<'_, O>) {
+    let UpdateInput {
+        dim,
+        pooling,
+        offsets,
+        grad,
+        stride,
+        offset,
+        opt,
+    } = input;
+    let UpdateTask {
+        base,
+        occ,
+        w,
+        s1,
+        s2,
+    } = task;
+    let n = occ.len();
+    let mut agg = vec![0.0f32; dim];
+    let mut j = 0;
+    while j < n {
+        let row = occ.row(j);
+        agg.fill(0.0);
+        while j < n && occ.row(j) == row {
+            if j + UPDATE_PREFETCH < n {
+                let r = (occ.row(j + UPDATE_PREFETCH) - base) * dim;
+                prefetch_for_write(w, r, dim);
+                if let RowOpt::Adam { .. } = opt {
+                    prefetch_for_write(s1, r, dim);
+                    prefetch_for_write(s2, r, dim);
+                }
+                prefetch(grad, occ.sample(j + UPDATE_PREFETCH) * stride + offset, dim);
+            }
+            let b = occ.sample(j);
+            let start = b * stride + offset;
+            let g = &grad[start..start + dim];
+            match pooling {
+                Pooling::Sum => {
+                    for (a, &g) in agg.iter_mut().zip(g) {
+                        *a += g;
+                    }
+                }
+                Pooling::Mean => {
+                    let scale = 1.0 / (offsets[b + 1] - offsets[b]) as f32;
+                    for (a, &g) in agg.iter_mut().zip(g) {
+                        *a += scale * g;
+                    }
+                }
+            }
+            j += 1;
+        }
+        let r = row - base;
+        let w = &mut w[r * dim..(r + 1) * dim];
+        match opt {
+            RowOpt::Sgd { lr } => {
+                for (w, &g) in w.iter_mut().zip(&agg) {
+                    *w -= lr * g;
+                }
+            }
+            RowOpt::RowWiseAdagrad { lr, eps } => {
+                let a = &mut s1[r];
+                let sq: f64 = agg.iter().map(|&g| (g as f64) * (g as f64)).sum();
+                *a += (sq / dim as f64) as f32;
+                let mult = lr / (a.sqrt() + eps);
+                for (w, &g) in w.iter_mut().zip(&agg) {
+                    *w -= mult * g;
+                }
+            }
+            RowOpt::Adam {
+                beta1,
+                beta2,
+                eps,
+                step_size,
+                bc2_sqrt,
+            } => {
+                let m = &mut s1[r * dim..(r + 1) * dim];
+                let v = &mut s2[r * dim..(r + 1) * dim];
+                for (((w, m), v), &g) in w.iter_mut().zip(m).zip(v).zip(&agg) {
+                    *m = beta1 * *m + (1.0 - beta1) * g;
+                    *v = beta2 * *v + (1.0 - beta2) * g * g;
+                    *w -= step_size * *m / (v.sqrt() / bc2_sqrt + eps);
+                }
+            }
+        }
+    }
+}
