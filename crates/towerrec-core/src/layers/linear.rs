@@ -147,12 +147,6 @@ impl<T: Real> Layer<T> for Linear<T> {
             &mut self.grad_weight,
             false,
         );
-        self.grad_bias.fill(T::zero());
-        for partial in self.bias_partials.chunks_exact(n_out) {
-            for (g, &p) in self.grad_bias.iter_mut().zip(partial) {
-                *g += p;
-            }
-        }
         if let Some(dx) = dx {
             assert_eq!(dx.len(), batch * n_in, "Linear::backward: dx");
             // dx (batch×in) = dz (batch×out) · W (out×in)
@@ -167,6 +161,12 @@ impl<T: Real> Layer<T> for Linear<T> {
                 dx,
                 false,
             );
+        }
+        self.grad_bias.fill(T::zero());
+        for partial in self.bias_partials.chunks_exact(n_out) {
+            for (g, &p) in self.grad_bias.iter_mut().zip(partial) {
+                *g += p;
+            }
         }
     }
 
