@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use towerrec_core::loss::bce_with_logits;
 use towerrec_core::metrics::EvalMetrics;
-use towerrec_data::{open, schema, Part};
+use towerrec_data::{open, schema, DataConfig, Part};
 
 /// How a run is started.
 #[derive(Debug, Clone, Default)]
@@ -72,7 +72,8 @@ pub struct Summary {
 
 /// Receives progress as a run goes (the CLI draws a progress bar from it).
 pub trait Observer {
-    /// Called once before the first step. `total_steps` is known when `max_steps` is set.
+    /// Called once before the first step. `total_steps` is known for synthetic data or
+    /// when `max_steps` is set.
     fn on_start(&mut self, _params: usize, _total_steps: Option<u64>, _resumed_at: u64) {}
     fn on_step(&mut self, _report: &StepReport) {}
     fn on_eval(&mut self, _report: &EvalReport) {}
@@ -115,6 +116,20 @@ fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     std::fs::write(path, text + "\n").map_err(|e| Error::io(path, e))
 }
 
+/// Steps the run will take, where the data says how many samples it has.
+fn total_steps(cfg: &Config) -> Option<u64> {
+    let from_data = match &cfg.data {
+        DataConfig::Synthetic(s) if s.train_samples > 0 => {
+            Some(s.train_samples.div_ceil(cfg.train.batch_size as u64) * cfg.train.epochs as u64)
+        }
+        _ => None,
+    };
+    match (from_data, cfg.train.max_steps) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// Evaluates `model` on the eval part of the data.
 fn evaluate(model: &mut Model, cfg: &Config, step: u64) -> Result<(EvalReport, u64)> {
     let stream = open(&cfg.data, Part::Eval, cfg.train.bad_rows, &cfg.base_dir)?;
@@ -151,7 +166,7 @@ pub fn train(cfg: &Config, opts: &TrainOptions, observer: &mut dyn Observer) -> 
         .map_err(|e| Error::io(out.join("config.toml"), e))?;
     let mut log = MetricsLog::open(out.join("metrics.jsonl"), opts.resume)?;
     let params = model.param_count();
-    observer.on_start(params, cfg.train.max_steps, progress.step);
+    observer.on_start(params, total_steps(cfg), progress.step);
 
     let (dense_lr, sparse_lr) = (cfg.optimizer.dense_lr, cfg.optimizer.sparse_lr);
     let max_steps = cfg.train.max_steps.unwrap_or(u64::MAX);

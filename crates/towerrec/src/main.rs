@@ -29,7 +29,18 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
+/// Restores the default SIGPIPE action, so that `towerrec … | head` ends quietly as other
+/// Unix tools do instead of panicking on a closed stdout (Rust ignores SIGPIPE).
+fn default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called once at start-up, before any thread exists; SIG_DFL is a valid action.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() {
+    default_sigpipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Train(a)) => commands::train(a),

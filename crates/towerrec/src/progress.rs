@@ -8,6 +8,7 @@ pub struct Bar {
     bar: Option<ProgressBar>,
     quiet: bool,
     last_auc: Option<f64>,
+    last_step: Option<StepReport>,
 }
 
 impl Bar {
@@ -16,6 +17,7 @@ impl Bar {
             bar: None,
             quiet,
             last_auc: None,
+            last_step: None,
         }
     }
 
@@ -67,10 +69,14 @@ impl Observer for Bar {
             bar.set_position(r.step);
             bar.set_message(msg);
         }
+        self.last_step = Some(r.clone());
     }
 
     fn on_eval(&mut self, r: &EvalReport) {
         self.last_auc = r.auc;
+        if let (Some(bar), Some(step)) = (&self.bar, &self.last_step) {
+            bar.set_message(self.message(step));
+        }
         let line = format!(
             "eval at step {}: auc {} logloss {:.5} ne {:.5} ({} samples)",
             r.step,
