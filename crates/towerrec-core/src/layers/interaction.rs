@@ -30,8 +30,8 @@ pub fn output_dim(num_vectors: usize, dim: usize, self_interaction: bool) -> usi
     dim + pairs
 }
 
-/// `Σ a·b` in eight interleaved partial sums (one 8-wide vector register) combined by a
-/// fixed tree: the same order on every CPU and thread count, so results are
+/// `Σ a·b` in eight interleaved partial sums (one 8-wide vector register) combined by
+/// halving: the same order on every CPU and thread count, so results are
 /// reproducible, and the loop vectorizes.
 #[inline(always)]
 fn dot<T: Real>(a: &[T], b: &[T]) -> T {
@@ -42,11 +42,52 @@ fn dot<T: Real>(a: &[T], b: &[T]) -> T {
         tail += *x * *y;
     }
     for (x, y) in ac.zip(bc) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
+        for ((s, &p), &q) in acc.iter_mut().zip(x).zip(y) {
+            *s += p * q;
         }
     }
-    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+    // Halving: 8 → 4 → 2 → 1 partial sums.
+    for l in 0..4 {
+        acc[l] = acc[l] + acc[l + 4];
+    }
+    for l in 0..2 {
+        acc[l] = acc[l] + acc[l + 2];
+    }
+    (acc[0] + acc[1]) + tail
+}
+
+/// [`dot`] for f32 in AVX2 registers, summing in exactly `dot`'s order (lane `l` holds
+/// elements `l, l+8, …`; then 8 → 4 → 2 → 1).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = a.len().min(b.len());
+    let full = n / 8 * 8;
+    let mut tail = 0.0f32;
+    for k in full..n {
+        tail += a[k] * b[k];
+    }
+    let mut acc = _mm256_setzero_ps();
+    let mut k = 0;
+    while k < full {
+        // SAFETY: k + 8 <= full <= both lengths.
+        let (x, y) = unsafe {
+            (
+                _mm256_loadu_ps(a.as_ptr().add(k)),
+                _mm256_loadu_ps(b.as_ptr().add(k)),
+            )
+        };
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(x, y));
+        k += 8;
+    }
+    let half = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
+    let quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    let pair = _mm_add_ss(quarter, _mm_shuffle_ps::<0b01>(quarter, quarter));
+    _mm_cvtss_f32(pair) + tail
 }
 
 /// The DLRM dot interaction; it has no parameters.
@@ -190,6 +231,31 @@ impl<T: Real> DotInteraction<T> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn forward_rows_avx2(&self, x: &[T], y: &mut [T], scratch: &mut [T]) {
+        use std::any::TypeId;
+        if TypeId::of::<T>() == TypeId::of::<f32>() {
+            // SAFETY: T is f32, so these are the same slices under their own type.
+            let (x32, y32) = unsafe {
+                (
+                    std::slice::from_raw_parts(x.as_ptr().cast::<f32>(), x.len()),
+                    std::slice::from_raw_parts_mut(y.as_mut_ptr().cast::<f32>(), y.len()),
+                )
+            };
+            let (ni, no) = (self.in_dim(), self.out_dim());
+            let (n, d) = (self.num_vectors, self.dim);
+            for (yr, xr) in y32.chunks_exact_mut(no).zip(x32.chunks_exact(ni)) {
+                yr[..d].copy_from_slice(&xr[..d]);
+                let mut k = d;
+                for i in 0..n {
+                    let vi = &xr[i * d..(i + 1) * d];
+                    for j in 0..self.partners(i) {
+                        // SAFETY: AVX2 and FMA were checked by the caller.
+                        yr[k] = unsafe { dot_f32_avx2(vi, &xr[j * d..(j + 1) * d]) };
+                        k += 1;
+                    }
+                }
+            }
+            return;
+        }
         self.forward_rows(x, y, scratch)
     }
 
