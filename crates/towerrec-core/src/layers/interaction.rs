@@ -48,10 +48,10 @@ fn dot<T: Real>(a: &[T], b: &[T]) -> T {
     }
     // Halving: 8 → 4 → 2 → 1 partial sums.
     for l in 0..4 {
-        acc[l] = acc[l] + acc[l + 4];
+        acc[l] += acc[l + 4];
     }
     for l in 0..2 {
-        acc[l] = acc[l] + acc[l + 2];
+        acc[l] += acc[l + 2];
     }
     (acc[0] + acc[1]) + tail
 }
