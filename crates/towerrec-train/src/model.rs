@@ -87,7 +87,6 @@ pub struct Model {
     /// Input of the top MLP, `B × top_in`.
     top_in: Vec<f32>,
     top_in_grad: Vec<f32>,
-    logits_grad: Vec<f32>,
     times: PhaseTimes,
 }
 
@@ -156,7 +155,6 @@ impl Model {
             features_grad: Vec::new(),
             top_in: Vec::new(),
             top_in_grad: Vec::new(),
-            logits_grad: Vec::new(),
             times: PhaseTimes::default(),
         };
         let sizes: Vec<usize> = model.dense_params().iter().map(|p| p.value.len()).collect();
@@ -278,15 +276,12 @@ impl Model {
             features_grad,
             top_in,
             top_in_grad,
-            logits_grad: dlogits,
             times,
             ..
         } = self;
         let mut mark = Instant::now();
         resize(top_in_grad, top_in.len());
-        dlogits.clear();
-        dlogits.extend_from_slice(logits_grad);
-        top.backward(top_in, logits, dlogits, Some(top_in_grad), b);
+        top.backward(top_in, logits, logits_grad, Some(top_in_grad), b);
         lap(&mut mark, &mut times.top_backward);
         resize(features_grad, b * width);
         match interaction {

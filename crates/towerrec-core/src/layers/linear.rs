@@ -215,6 +215,15 @@ pub(crate) mod test_grid {
             .collect()
     }
 
+    /// `n` test values: on the grid, or uniform in [-1, 1].
+    pub fn draw<T: Real>(grid: bool, n: usize, rng: &mut impl Rng) -> Vec<T> {
+        if grid {
+            values(n, rng)
+        } else {
+            (0..n).map(|_| T::of(rng.random_range(-1.0..1.0))).collect()
+        }
+    }
+
     pub fn snap_params<T: Real, L: Layer<T>>(layer: &mut L) {
         for p in layer.params() {
             for v in p.value.iter_mut() {
@@ -262,18 +271,11 @@ mod tests {
         for seed in 0..200u64 {
             let mut rng = StdRng::seed_from_u64(seed);
             let mut layer = Linear::<T>::new(ni, no, act, &mut rng);
-            let (x, r): (Vec<T>, Vec<T>) = if grid {
+            if grid {
                 test_grid::snap_params(&mut layer);
-                (
-                    test_grid::values(batch * ni, &mut rng),
-                    test_grid::values(batch * no, &mut rng),
-                )
-            } else {
-                let mut uniform = |n: usize| -> Vec<T> {
-                    (0..n).map(|_| T::of(rng.random_range(-1.0..1.0))).collect()
-                };
-                (uniform(batch * ni), uniform(batch * no))
-            };
+            }
+            let x = test_grid::draw(grid, batch * ni, &mut rng);
+            let r = test_grid::draw(grid, batch * no, &mut rng);
             if act == Activation::Relu && min_abs_preact(&layer, &x, batch) < margin {
                 continue;
             }

@@ -202,18 +202,11 @@ mod tests {
         for seed in 0..500u64 {
             let mut rng = StdRng::seed_from_u64(seed);
             let mut mlp = Mlp::<T>::new(dims, Activation::Relu, last, &mut rng);
-            let (x, r): (Vec<T>, Vec<T>) = if grid {
+            if grid {
                 test_grid::snap_params(&mut mlp);
-                (
-                    test_grid::values(batch * ni, &mut rng),
-                    test_grid::values(batch * no, &mut rng),
-                )
-            } else {
-                let mut uniform = |n: usize| -> Vec<T> {
-                    (0..n).map(|_| T::of(rng.random_range(-1.0..1.0))).collect()
-                };
-                (uniform(batch * ni), uniform(batch * no))
-            };
+            }
+            let x = test_grid::draw(grid, batch * ni, &mut rng);
+            let r = test_grid::draw(grid, batch * no, &mut rng);
             if min_abs_relu_preact(&mlp, &x, batch) < margin {
                 continue;
             }
