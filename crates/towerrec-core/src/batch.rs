@@ -29,6 +29,30 @@ pub struct JaggedView<'a> {
 }
 
 impl<'a> JaggedView<'a> {
+    /// A view of `values` cut by `offsets` (`batch_size + 1` non-decreasing offsets,
+    /// the first of which is where `values` begins).
+    pub fn new(offsets: &'a [usize], values: &'a [u64]) -> Result<Self> {
+        let (first, last) = match (offsets.first(), offsets.last()) {
+            (Some(&f), Some(&l)) => (f, l),
+            _ => return Err(Error::shape("JaggedView offsets", "at least 1", 0)),
+        };
+        if offsets.windows(2).any(|w| w[0] > w[1]) {
+            return Err(Error::Config("JaggedView offsets must not decrease".into()));
+        }
+        if last - first != values.len() {
+            return Err(Error::shape(
+                "JaggedView values",
+                last - first,
+                values.len(),
+            ));
+        }
+        Ok(Self {
+            offsets,
+            values,
+            base: first,
+        })
+    }
+
     /// Number of samples.
     pub fn batch_size(&self) -> usize {
         self.offsets.len() - 1
@@ -191,6 +215,43 @@ impl Batch {
     pub fn batch_size(&self) -> usize {
         self.labels.len()
     }
+
+    /// Samples `start..start + len` as a batch of their own (a worker's part of a
+    /// global batch).
+    ///
+    /// # Panics
+    /// If the range is beyond the batch.
+    pub fn slice(&self, start: usize, len: usize) -> Batch {
+        let end = start + len;
+        assert!(
+            end <= self.batch_size(),
+            "slice {start}..{end} of {}",
+            self.batch_size()
+        );
+        let nd = self.num_dense;
+        let sparse = &self.sparse;
+        let mut offsets = Vec::with_capacity(sparse.num_keys() * len + 1);
+        let mut values = Vec::new();
+        offsets.push(0);
+        for f in 0..sparse.num_keys() {
+            let view = sparse.feature(f);
+            for b in start..end {
+                values.extend_from_slice(view.ids(b));
+                offsets.push(values.len());
+            }
+        }
+        Batch {
+            dense: self.dense[start * nd..end * nd].to_vec(),
+            num_dense: nd,
+            sparse: KeyedJagged {
+                keys: sparse.keys.clone(),
+                batch_size: len,
+                offsets,
+                values,
+            },
+            labels: self.labels[start..end].to_vec(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -214,6 +275,27 @@ mod tests {
         assert_eq!(b.ids(1), &[20, 21, 22]);
         assert_eq!(b.values, &[20, 21, 22]);
         assert_eq!(kj.length(1, 1), 3);
+    }
+
+    #[test]
+    fn slices_keep_each_samples_ids() {
+        let kj = KeyedJagged::from_lengths(
+            vec!["a".into(), "b".into()],
+            3,
+            &[1, 2, 0, 0, 3, 1],
+            vec![10, 11, 12, 20, 21, 22, 23],
+        )
+        .unwrap();
+        let batch = Batch::new(vec![1.0, 2.0, 3.0], 1, kj, vec![0.0, 1.0, 0.0]).unwrap();
+        let s = batch.slice(1, 2);
+        assert_eq!(s.batch_size(), 2);
+        assert_eq!(s.dense, vec![2.0, 3.0]);
+        assert_eq!(s.labels, vec![1.0, 0.0]);
+        assert_eq!(s.sparse.feature(0).ids(0), &[11, 12]);
+        assert_eq!(s.sparse.feature(0).ids(1), &[] as &[u64]);
+        assert_eq!(s.sparse.feature(1).ids(0), &[20, 21, 22]);
+        assert_eq!(s.sparse.feature(1).ids(1), &[23]);
+        assert_eq!(batch.slice(3, 0).batch_size(), 0);
     }
 
     #[test]

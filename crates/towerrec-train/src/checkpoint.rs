@@ -9,6 +9,7 @@
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::model::Model;
+use crate::sharded::WholeTable;
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -64,8 +65,13 @@ fn from_bytes(path: &Path, name: &str, bytes: &[u8], dst: &mut [f32]) -> Result<
     Ok(())
 }
 
-/// Every tensor of the model's state, named, as owned bytes.
-fn collect(model: &mut Model) -> Vec<(String, Vec<u8>, usize)> {
+/// Every tensor of the model's state, named, as owned bytes, and the tables' step
+/// counts; `None` on the ranks of a sharded model other than 0.
+#[allow(clippy::type_complexity)]
+fn collect(model: &mut Model) -> Result<Option<(Vec<(String, Vec<u8>, usize)>, Vec<u64>)>> {
+    let Some(tables) = model.whole_tables()? else {
+        return Ok(None);
+    };
     let mut out = Vec::new();
     for p in model.dense_params() {
         out.push((
@@ -77,23 +83,28 @@ fn collect(model: &mut Model) -> Vec<(String, Vec<u8>, usize)> {
     for (name, buf) in model.dense_optimizer_mut().state_mut() {
         out.push((format!("opt.dense.{name}"), to_bytes(buf), buf.len()));
     }
-    for t in model.tables_mut() {
-        let table = t.name().to_string();
+    let steps = tables.iter().map(|t| t.step).collect();
+    for t in tables {
+        let table = &t.name;
         out.push((
             format!("emb.{table}.weight"),
-            to_bytes(t.weights()),
-            t.weights().len(),
+            to_bytes(&t.weights),
+            t.weights.len(),
         ));
-        for (name, buf) in t.optimizer_state_mut() {
+        for (name, buf) in &t.state {
             out.push((format!("emb.{table}.opt.{name}"), to_bytes(buf), buf.len()));
         }
     }
-    out
+    Ok(Some((out, steps)))
 }
 
-/// Writes `model`, its optimizers and `progress` to `path` atomically.
+/// Writes `model`, its optimizers and `progress` to `path` atomically. On a sharded
+/// model every rank calls it; rank 0 gathers the tables whole and writes the file, so a
+/// run can resume on another topology or plan.
 pub fn save(path: &Path, model: &mut Model, config: &Config, progress: Progress) -> Result<()> {
-    let tensors = collect(model);
+    let Some((tensors, table_steps)) = collect(model)? else {
+        return Ok(());
+    };
     let views: Vec<(String, TensorView<'_>)> = tensors
         .iter()
         .map(|(name, bytes, len)| {
@@ -123,11 +134,7 @@ pub fn save(path: &Path, model: &mut Model, config: &Config, progress: Progress)
         "dense_optimizer_step".to_string(),
         model.dense_optimizer_mut().step().to_string(),
     );
-    let table_steps: Vec<String> = model
-        .tables()
-        .iter()
-        .map(|t| t.step().to_string())
-        .collect();
+    let table_steps: Vec<String> = table_steps.iter().map(u64::to_string).collect();
     meta.insert("table_steps".to_string(), table_steps.join(","));
     let bytes =
         safetensors::tensor::serialize(views, Some(meta)).map_err(|e| Error::Checkpoint {
@@ -234,24 +241,36 @@ impl Checkpoint {
             .get("table_steps")
             .map(|s| s.split(',').filter_map(|v| v.parse().ok()).collect())
             .unwrap_or_default();
-        if steps.len() != model.tables().len() {
+        let descs = model.table_descs();
+        if steps.len() != descs.len() {
             return Err(Error::Checkpoint {
                 path: path.clone(),
                 message: format!(
                     "checkpoint has {} tables, the model {}",
                     steps.len(),
-                    model.tables().len()
+                    descs.len()
                 ),
             });
         }
-        for (t, step) in model.tables_mut().iter_mut().zip(steps) {
-            let table = t.name().to_string();
-            load(&format!("emb.{table}.weight"), t.weights_mut())?;
-            for (name, buf) in t.optimizer_state_mut() {
-                load(&format!("emb.{table}.opt.{name}"), buf)?;
+        // The state tensors the model's sparse optimizer keeps, and their sizes.
+        let mut whole = Vec::with_capacity(descs.len());
+        for (d, step) in descs.iter().zip(steps) {
+            let table = &d.name;
+            let mut weights = vec![0.0; d.rows * d.dim];
+            load(&format!("emb.{table}.weight"), &mut weights)?;
+            let mut state = Vec::new();
+            for (name, per_row) in model.sparse_state_layout() {
+                let mut buf = vec![0.0; if per_row { d.rows } else { d.rows * d.dim }];
+                load(&format!("emb.{table}.opt.{name}"), &mut buf)?;
+                state.push((name.to_string(), buf));
             }
-            t.set_step(step);
+            whole.push(WholeTable {
+                name: table.clone(),
+                step,
+                weights,
+                state,
+            });
         }
-        Ok(())
+        model.load_whole_tables(&whole)
     }
 }

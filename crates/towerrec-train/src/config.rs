@@ -102,8 +102,44 @@ pub struct TrainSettings {
 fn one() -> usize {
     1
 }
+fn is_single(c: &ClusterConfig) -> bool {
+    *c == ClusterConfig::default()
+}
 fn default_log_every() -> u64 {
     50
+}
+
+/// Where the model trains (`[cluster]`; omitted: one process).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Hosts of the cluster.
+    #[serde(default = "one")]
+    pub hosts: usize,
+    /// Ranks (workers) on each host.
+    #[serde(default = "one")]
+    pub ranks_per_host: usize,
+    /// Sharding plan (JSON, from `towerrec plan`), relative to the config file;
+    /// default: the greedy planner's plan for this model and cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PathBuf>,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            hosts: 1,
+            ranks_per_host: 1,
+            plan: None,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Ranks in all.
+    pub fn world_size(&self) -> usize {
+        self.hosts * self.ranks_per_host
+    }
 }
 
 /// The whole run configuration.
@@ -114,6 +150,8 @@ pub struct Config {
     pub optimizer: OptimizerConfig,
     pub train: TrainSettings,
     pub data: DataConfig,
+    #[serde(default, skip_serializing_if = "is_single")]
+    pub cluster: ClusterConfig,
     /// Directory that relative data paths are resolved against (the config file's).
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -161,8 +199,26 @@ impl Config {
         toml::to_string(self).unwrap_or_else(|e| format!("# could not serialize config: {e}\n"))
     }
 
+    /// The plan file named by `[cluster] plan`, resolved against the config's directory.
+    pub fn plan_path(&self) -> Option<PathBuf> {
+        self.cluster.plan.as_ref().map(|p| self.base_dir.join(p))
+    }
+
     /// Checks that need no data: widths, sizes, learning rates.
     fn validate_static(&self) -> std::result::Result<(), String> {
+        let c = &self.cluster;
+        if c.hosts == 0 || c.ranks_per_host == 0 {
+            return Err(format!(
+                "cluster: hosts ({}) and ranks_per_host ({}) must be at least 1",
+                c.hosts, c.ranks_per_host
+            ));
+        }
+        if c.hosts
+            .checked_mul(c.ranks_per_host)
+            .is_none_or(|w| w > 4096)
+        {
+            return Err("cluster: hosts × ranks_per_host must be at most 4096".into());
+        }
         let m = &self.model;
         if m.embedding_dim == 0 {
             return Err("model.embedding_dim: must be at least 1".into());

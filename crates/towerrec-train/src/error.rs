@@ -22,6 +22,18 @@ pub enum Error {
     /// The data layer failed (bad file, bad row, ...).
     #[error(transparent)]
     Data(#[from] towerrec_data::Error),
+    /// A sharding plan that cannot be executed.
+    #[error("plan: {0}")]
+    Plan(String),
+    /// A rank of a cluster run failed; the message names it.
+    #[error("cluster: {0}")]
+    Cluster(String),
+    /// A plan could not be read or does not fit the model.
+    #[error(transparent)]
+    PlanFile(#[from] towerrec_plan::Error),
+    /// A collective failed (another rank failed, ranks disagree, ...).
+    #[error(transparent)]
+    Comm(#[from] towerrec_comm::Error),
     /// A core operation failed (an id out of range, ...).
     #[error(transparent)]
     Core(#[from] towerrec_core::Error),

@@ -1,8 +1,10 @@
 //! Scoring a data stream with a model: predictions and AUC, log loss, normalized entropy.
 
+use crate::cluster::rank_slice;
 use crate::error::Result;
 use crate::model::Model;
 use crate::prefetch::Prefetcher;
+use towerrec_comm::Phase;
 use towerrec_core::layers::activation::sigmoid;
 use towerrec_core::metrics::EvalMetrics;
 use towerrec_data::RecordStream;
@@ -22,7 +24,8 @@ impl Scored {
     }
 }
 
-/// Scores every sample of `stream`.
+/// Scores every sample of `stream`. On a sharded model every rank calls it with the same
+/// stream, scores its slice of each batch, and gets everyone's scores back.
 pub fn score(
     model: &mut Model,
     stream: Box<dyn RecordStream>,
@@ -32,11 +35,17 @@ pub fn score(
     let mut probs = Vec::new();
     let mut labels = Vec::new();
     let mut logits = Vec::new();
+    let (rank, world) = model.comm().map_or((0, 1), |c| (c.rank(), c.size()));
     while let Some(batch) = reader.next() {
-        let batch = batch?;
+        let global = batch?;
+        let batch = rank_slice(&global, rank, world);
         model.forward(&batch, &mut logits)?;
+        if let Some(comm) = model.comm() {
+            let (all, _) = comm.all_gather(&logits, Phase::Control)?;
+            logits = all;
+        }
         probs.extend(logits.iter().map(|&z| sigmoid(z)));
-        labels.extend_from_slice(&batch.labels);
+        labels.extend_from_slice(&global.labels);
     }
     let skipped = reader.finish();
     Ok(Scored {

@@ -1,15 +1,18 @@
 //! towerrec-train: model assembly (DLRM, DCN-v2), the trainer, evaluation and checkpoints.
 //!
-//! This trainer is single-process; the sharded embedding collection that executes
-//! a plan over many workers joins this crate with the distributed runtime.
+//! A model runs in one process or spread over the ranks of a cluster: its embedding
+//! tables sharded by a plan ([`sharded`]), its dense layers replicated.
 
 pub mod bench;
 pub mod checkpoint;
+pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod evaluate;
+mod init;
 pub mod model;
 mod prefetch;
+pub mod sharded;
 pub mod trainer;
 
 pub use config::Config;

@@ -9,11 +9,14 @@
 //! per-table copies are made.
 
 use crate::config::{ModelConfig, ModelKind, OptimizerConfig};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::init::TableInit;
+use crate::sharded::{FeatureLayout, ShardedEmbeddings, TableDesc, WholeTable};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::time::Instant;
-use towerrec_core::embedding::EmbeddingBag;
+use towerrec_comm::{Comm, Phase};
+use towerrec_core::embedding::{EmbeddingBag, SparseOptimizer};
 use towerrec_core::layers::activation::Activation;
 use towerrec_core::layers::crossnet::CrossNet;
 use towerrec_core::layers::interaction::DotInteraction;
@@ -21,6 +24,7 @@ use towerrec_core::layers::mlp::Mlp;
 use towerrec_core::optim::DenseOptimizer;
 use towerrec_core::{Batch, Layer, ParamMut};
 use towerrec_data::Schema;
+use towerrec_plan::Plan;
 
 /// Wall time spent in each phase of the steps so far, in seconds.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -33,12 +37,13 @@ pub struct PhaseTimes {
     pub interaction_backward: f64,
     pub bottom_backward: f64,
     pub embedding_backward_update: f64,
+    pub dense_grad_sync: f64,
     pub dense_update: f64,
 }
 
 impl PhaseTimes {
     /// Each phase with its name.
-    pub fn entries(&self) -> [(&'static str, f64); 9] {
+    pub fn entries(&self) -> [(&'static str, f64); 10] {
         [
             ("embedding_forward", self.embedding_forward),
             ("bottom_forward", self.bottom_forward),
@@ -48,6 +53,7 @@ impl PhaseTimes {
             ("interaction_backward", self.interaction_backward),
             ("bottom_backward", self.bottom_backward),
             ("embedding_backward_update", self.embedding_backward_update),
+            ("dense_grad_sync", self.dense_grad_sync),
             ("dense_update", self.dense_update),
         ]
     }
@@ -72,12 +78,48 @@ enum Interaction {
     Cross(CrossNet<f32>),
 }
 
+/// Where the embedding tables live.
+pub enum Embeddings {
+    /// All tables whole, in this process.
+    Local(Vec<EmbeddingBag>),
+    /// Spread over the ranks of a cluster by a plan; dense layers are replicated and
+    /// their gradients summed over the ranks.
+    Sharded(Box<ShardedEmbeddings>),
+}
+
+impl Embeddings {
+    fn forward(&mut self, batch: &Batch, out: &mut [f32], layout: FeatureLayout) -> Result<()> {
+        match self {
+            Embeddings::Local(tables) => tables_forward(tables, batch, out, layout),
+            Embeddings::Sharded(s) => s.forward(batch, out, layout),
+        }
+    }
+
+    fn backward_update(
+        &mut self,
+        batch: &Batch,
+        grad: &[f32],
+        layout: FeatureLayout,
+        lr: f32,
+    ) -> Result<()> {
+        match self {
+            Embeddings::Local(tables) => tables_backward(tables, batch, grad, layout, lr),
+            Embeddings::Sharded(s) => s.backward_update(batch, grad, layout, lr),
+        }
+    }
+}
+
 /// A DLRM or DCN-v2 model with its dense optimizer.
 pub struct Model {
     kind: ModelKind,
     num_dense: usize,
     dim: usize,
-    tables: Vec<EmbeddingBag>,
+    num_tables: usize,
+    /// Parameters of all tables, whole (whatever part of them this rank holds).
+    table_params: usize,
+    tables: Vec<TableDesc>,
+    sparse_optimizer: SparseOptimizer,
+    embeddings: Embeddings,
     interaction: Interaction,
     top: Mlp<f32>,
     dense_optimizer: DenseOptimizer,
@@ -91,31 +133,62 @@ pub struct Model {
 }
 
 impl Model {
-    /// Builds a model for data of `schema`, initialized from `seed`.
+    /// Builds a model for data of `schema`, initialized from `seed`, all in this process.
     pub fn build(
         cfg: &ModelConfig,
         opt: &OptimizerConfig,
         schema: &Schema,
         seed: u64,
     ) -> Result<Self> {
+        let dim = cfg.embedding_dim;
+        let tables: Vec<EmbeddingBag> = table_descs(cfg, schema)
+            .into_iter()
+            .enumerate()
+            .map(|(t, d)| {
+                let init = TableInit::new(seed, t, d.rows, dim);
+                EmbeddingBag::from_fn(d.name, d.rows, dim, cfg.pooling, opt.sparse, |r, row| {
+                    init.fill_row(r, 0, row)
+                })
+            })
+            .collect();
+        Self::assemble(cfg, opt, schema, seed, Embeddings::Local(tables))
+    }
+
+    /// Builds this rank's part of a model whose tables are spread over the ranks of
+    /// `comm` by `plan` (validated by the caller). Every rank starts from the values
+    /// [`Model::build`] gives.
+    pub fn build_sharded(
+        cfg: &ModelConfig,
+        opt: &OptimizerConfig,
+        schema: &Schema,
+        seed: u64,
+        comm: Comm,
+        plan: &Plan,
+    ) -> Result<Self> {
+        let descs = table_descs(cfg, schema);
+        let sharded = ShardedEmbeddings::new(comm, &descs, plan, cfg.pooling, opt.sparse, seed)?;
+        sharded.check_optimizer(opt.sparse)?;
+        Self::assemble(
+            cfg,
+            opt,
+            schema,
+            seed,
+            Embeddings::Sharded(Box::new(sharded)),
+        )
+    }
+
+    fn assemble(
+        cfg: &ModelConfig,
+        opt: &OptimizerConfig,
+        schema: &Schema,
+        seed: u64,
+        embeddings: Embeddings,
+    ) -> Result<Self> {
         let mut rng = StdRng::seed_from_u64(seed);
         let dim = cfg.embedding_dim;
         let num_dense = schema.dense.len();
-        let tables: Vec<EmbeddingBag> = schema
-            .sparse
-            .iter()
-            .map(|f| {
-                EmbeddingBag::new(
-                    f.name.clone(),
-                    f.rows as usize,
-                    dim,
-                    cfg.pooling,
-                    opt.sparse,
-                    &mut rng,
-                )
-            })
-            .collect();
-        let n_tables = tables.len();
+        let n_tables = schema.sparse.len();
+        let table_params = schema.sparse.iter().map(|f| f.rows as usize * dim).sum();
         let (interaction, top_in_dim) = match cfg.kind {
             ModelKind::Dlrm => {
                 let mut dims = vec![num_dense];
@@ -147,7 +220,11 @@ impl Model {
             kind: cfg.kind,
             num_dense,
             dim,
-            tables,
+            num_tables: n_tables,
+            table_params,
+            tables: table_descs(cfg, schema),
+            sparse_optimizer: opt.sparse,
+            embeddings,
             interaction,
             top,
             dense_optimizer: DenseOptimizer::new(opt.dense, &[]),
@@ -167,19 +244,19 @@ impl Model {
         self.kind
     }
 
-    /// Width of one row of the interaction (DLRM) or CrossNet (DCN) input.
-    fn feature_width(&self) -> usize {
+    /// Where the tables' pooled vectors sit in a row of the interaction (DLRM) or
+    /// CrossNet (DCN) input: DLRM puts the bottom-MLP output first, DCN the dense
+    /// features.
+    fn layout(&self) -> FeatureLayout {
         match self.kind {
-            ModelKind::Dlrm => (self.tables.len() + 1) * self.dim,
-            ModelKind::Dcn => self.num_dense + self.tables.len() * self.dim,
-        }
-    }
-
-    /// Offset of table `t`'s pooled vector within a feature row.
-    fn table_offset(&self, t: usize) -> usize {
-        match self.kind {
-            ModelKind::Dlrm => (t + 1) * self.dim,
-            ModelKind::Dcn => self.num_dense + t * self.dim,
+            ModelKind::Dlrm => FeatureLayout {
+                width: (self.num_tables + 1) * self.dim,
+                base: self.dim,
+            },
+            ModelKind::Dcn => FeatureLayout {
+                width: self.num_dense + self.num_tables * self.dim,
+                base: self.num_dense,
+            },
         }
     }
 
@@ -189,10 +266,11 @@ impl Model {
     /// independent and run side by side; their phase times then overlap.
     pub fn forward(&mut self, batch: &Batch, logits: &mut Vec<f32>) -> Result<()> {
         let b = batch.batch_size();
-        let width = self.feature_width();
-        let (base, dim, nd) = (self.table_offset(0), self.dim, self.num_dense);
+        let layout = self.layout();
+        let width = layout.width;
+        let (dim, nd) = (self.dim, self.num_dense);
         let Model {
-            tables,
+            embeddings,
             interaction,
             features,
             top_in,
@@ -210,7 +288,7 @@ impl Model {
             } => {
                 resize(bottom_out, b * dim);
                 let ((lookups, t_emb), ((), t_bottom)) = rayon::join(
-                    || timed(|| tables_forward(tables, batch, features, width, base)),
+                    || timed(|| embeddings.forward(batch, features, layout)),
                     || timed(|| bottom.forward(&batch.dense, bottom_out, b)),
                 );
                 lookups?;
@@ -228,8 +306,7 @@ impl Model {
                 lap(&mut mark, &mut times.interaction_forward);
             }
             Interaction::Cross(cross) => {
-                let (lookups, t_emb) =
-                    timed(|| tables_forward(tables, batch, features, width, base));
+                let (lookups, t_emb) = timed(|| embeddings.forward(batch, features, layout));
                 lookups?;
                 times.embedding_forward += t_emb;
                 let mut mark = Instant::now();
@@ -265,10 +342,11 @@ impl Model {
         sparse_lr: f32,
     ) -> Result<()> {
         let b = batch.batch_size();
-        let width = self.feature_width();
-        let (base, dim) = (self.table_offset(0), self.dim);
+        let layout = self.layout();
+        let width = layout.width;
+        let dim = self.dim;
         let Model {
-            tables,
+            embeddings,
             interaction,
             top,
             dense_optimizer,
@@ -307,7 +385,7 @@ impl Model {
                             bottom.backward(&batch.dense, bottom_out, bottom_grad, None, b);
                         })
                     },
-                    || timed(|| tables_backward(tables, batch, grad, width, base, sparse_lr)),
+                    || timed(|| embeddings.backward_update(batch, grad, layout, sparse_lr)),
                 );
                 updates?;
                 times.bottom_backward += t_bottom;
@@ -317,13 +395,17 @@ impl Model {
                 cross.backward(features, top_in, top_in_grad, Some(features_grad), b);
                 lap(&mut mark, &mut times.interaction_backward);
                 let (updates, t_emb) =
-                    timed(|| tables_backward(tables, batch, features_grad, width, base, sparse_lr));
+                    timed(|| embeddings.backward_update(batch, features_grad, layout, sparse_lr));
                 updates?;
                 times.embedding_backward_update += t_emb;
             }
         }
         let mut mark = Instant::now();
         let mut params = dense_params(interaction, top);
+        if let Embeddings::Sharded(s) = embeddings {
+            all_reduce_grads(s.comm(), &mut params)?;
+            lap(&mut mark, &mut times.dense_grad_sync);
+        }
         dense_optimizer.apply(&mut params, dense_lr)?;
         lap(&mut mark, &mut times.dense_update);
         Ok(())
@@ -344,14 +426,85 @@ impl Model {
         dense_params(&mut self.interaction, &mut self.top)
     }
 
-    /// The embedding tables.
-    pub fn tables(&self) -> &[EmbeddingBag] {
-        &self.tables
+    /// The embedding tables, wherever they live.
+    pub fn embeddings(&self) -> &Embeddings {
+        &self.embeddings
     }
 
     /// The embedding tables, mutably (checkpoint loading).
-    pub fn tables_mut(&mut self) -> &mut [EmbeddingBag] {
-        &mut self.tables
+    pub fn embeddings_mut(&mut self) -> &mut Embeddings {
+        &mut self.embeddings
+    }
+
+    /// Every table whole, with its optimizer state: on a sharded model, gathered on rank
+    /// 0 (`None` on the other ranks; every rank must call it).
+    pub fn whole_tables(&self) -> Result<Option<Vec<WholeTable>>> {
+        match &self.embeddings {
+            Embeddings::Local(tables) => Ok(Some(
+                tables
+                    .iter()
+                    .map(|t| WholeTable {
+                        name: t.name().to_string(),
+                        step: t.step(),
+                        weights: t.weights().to_vec(),
+                        state: t
+                            .optimizer_state()
+                            .into_iter()
+                            .map(|(n, v)| (n, v.to_vec()))
+                            .collect(),
+                    })
+                    .collect(),
+            )),
+            Embeddings::Sharded(s) => s.gather_whole(&self.tables, self.sparse_optimizer),
+        }
+    }
+
+    /// Sets every table (this rank's part of it) from whole tables in model order, as
+    /// [`Model::whole_tables`] gives them.
+    pub fn load_whole_tables(&mut self, whole: &[WholeTable]) -> Result<()> {
+        for (w, d) in whole.iter().zip(&self.tables) {
+            if w.name != d.name || w.weights.len() != d.rows * d.dim {
+                return Err(Error::Plan(format!(
+                    "table '{}' of {} values does not fit the model's '{}' of {} × {}",
+                    w.name,
+                    w.weights.len(),
+                    d.name,
+                    d.rows,
+                    d.dim
+                )));
+            }
+        }
+        match &mut self.embeddings {
+            Embeddings::Local(tables) => {
+                for (t, w) in tables.iter_mut().zip(whole) {
+                    t.weights_mut().copy_from_slice(&w.weights);
+                    for ((_, dst), (_, src)) in t.optimizer_state_mut().into_iter().zip(&w.state) {
+                        dst.copy_from_slice(src);
+                    }
+                    t.set_step(w.step);
+                }
+                Ok(())
+            }
+            Embeddings::Sharded(s) => s.load_whole(whole, self.sparse_optimizer),
+        }
+    }
+
+    /// The sparse optimizer's state tensors: name and whether per row (else per element).
+    pub fn sparse_state_layout(&self) -> Vec<(&'static str, bool)> {
+        crate::sharded::state_layout(self.sparse_optimizer)
+    }
+
+    /// The tables as the model sees them (names, rows, dims), in model order.
+    pub fn table_descs(&self) -> &[TableDesc] {
+        &self.tables
+    }
+
+    /// The cluster communicator of a sharded model.
+    pub fn comm(&self) -> Option<&Comm> {
+        match &self.embeddings {
+            Embeddings::Local(_) => None,
+            Embeddings::Sharded(s) => Some(s.comm()),
+        }
     }
 
     /// The dense optimizer (its state is part of a checkpoint).
@@ -362,7 +515,7 @@ impl Model {
     /// Number of trainable parameters, embeddings included.
     pub fn param_count(&mut self) -> usize {
         let dense: usize = self.dense_params().iter().map(|p| p.value.len()).sum();
-        dense + self.tables.iter().map(|t| t.weights().len()).sum::<usize>()
+        dense + self.table_params
     }
 }
 
@@ -390,20 +543,48 @@ fn prefixed<'a>(
     })
 }
 
+/// The tables a model of `cfg` needs for data of `schema`.
+pub fn table_descs(cfg: &ModelConfig, schema: &Schema) -> Vec<TableDesc> {
+    schema
+        .sparse
+        .iter()
+        .map(|f| TableDesc {
+            name: f.name.clone(),
+            rows: f.rows as usize,
+            dim: cfg.embedding_dim,
+        })
+        .collect()
+}
+
+/// Sums every dense gradient over the ranks (one AllReduce of all of them together).
+fn all_reduce_grads(comm: &Comm, params: &mut [ParamMut<'_, f32>]) -> Result<()> {
+    let mut flat: Vec<f32> = Vec::with_capacity(params.iter().map(|p| p.grad.len()).sum());
+    for p in params.iter() {
+        flat.extend_from_slice(p.grad);
+    }
+    comm.all_reduce(&mut flat, Phase::DenseGradSync)?;
+    let mut at = 0;
+    for p in params.iter_mut() {
+        let n = p.grad.len();
+        p.grad.copy_from_slice(&flat[at..at + n]);
+        at += n;
+    }
+    Ok(())
+}
+
 /// Pools every table's ids into its slot of the feature rows (`base + t·dim`).
 fn tables_forward(
     tables: &[EmbeddingBag],
     batch: &Batch,
     features: &mut [f32],
-    width: usize,
-    base: usize,
+    layout: FeatureLayout,
 ) -> Result<()> {
     for (t, table) in tables.iter().enumerate() {
         table.forward(
             batch.sparse.feature(t),
             features,
-            width,
-            base + t * table.dim(),
+            layout.width,
+            layout.base + t * table.dim(),
         )?;
     }
     Ok(())
@@ -414,13 +595,12 @@ fn tables_backward(
     tables: &mut [EmbeddingBag],
     batch: &Batch,
     grad: &[f32],
-    width: usize,
-    base: usize,
+    layout: FeatureLayout,
     lr: f32,
 ) -> Result<()> {
     for (t, table) in tables.iter_mut().enumerate() {
-        let offset = base + t * table.dim();
-        table.backward_update(batch.sparse.feature(t), grad, width, offset, lr)?;
+        let offset = layout.base + t * table.dim();
+        table.backward_update(batch.sparse.feature(t), grad, layout.width, offset, lr)?;
     }
     Ok(())
 }

@@ -1,11 +1,13 @@
-//! The single-process training loop: batches in, fused forward/backward/update, periodic
-//! evaluation, the metrics log, checkpoints and resume.
+//! The training loop: batches in, fused forward/backward/update, periodic evaluation,
+//! the metrics log, checkpoints and resume; in one process, or as one rank of a cluster
+//! (each rank trains on its slice of every global batch; see [`crate::cluster`]).
 //!
-//! Outputs in the run directory: `config.toml` (the resolved config), `metrics.jsonl`
+//! Outputs in the run directory (written by rank 0): `config.toml` (the resolved config), `metrics.jsonl`
 //! (one JSON object per logged step and per evaluation), `checkpoint.safetensors` and,
 //! at the end, `summary.json`.
 
 use crate::checkpoint::{self, Checkpoint, Progress};
+use crate::cluster::{global_sum, rank_slice, ClusterReport};
 use crate::config::{Config, ModelKind};
 use crate::error::{Error, Result};
 use crate::evaluate::score;
@@ -16,8 +18,9 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use towerrec_core::loss::bce_with_logits;
+use towerrec_core::loss::bce_with_logits_sum;
 use towerrec_core::metrics::EvalMetrics;
+use towerrec_core::Batch;
 use towerrec_data::{open, schema, DataConfig, Part};
 
 /// How a run is started.
@@ -68,6 +71,9 @@ pub struct Summary {
     pub skipped_eval_rows: u64,
     /// True when the run stopped early at `stop_after` (a checkpoint to resume from was written).
     pub stopped_early: bool,
+    /// On a cluster: the topology, and time and bytes per step by phase.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterReport>,
 }
 
 /// Receives progress as a run goes (the CLI draws a progress bar from it).
@@ -83,13 +89,17 @@ pub trait Observer {
 pub struct Silent;
 impl Observer for Silent {}
 
+/// The metrics log; a sink on ranks other than 0.
 struct MetricsLog {
     path: PathBuf,
-    out: BufWriter<File>,
+    out: Option<BufWriter<File>>,
 }
 
 impl MetricsLog {
-    fn open(path: PathBuf, append: bool) -> Result<Self> {
+    fn open(path: PathBuf, append: bool, write: bool) -> Result<Self> {
+        if !write {
+            return Ok(Self { path, out: None });
+        }
         let file = OpenOptions::new()
             .create(true)
             .write(true)
@@ -99,14 +109,17 @@ impl MetricsLog {
             .map_err(|e| Error::io(&path, e))?;
         Ok(Self {
             path,
-            out: BufWriter::new(file),
+            out: Some(BufWriter::new(file)),
         })
     }
 
     fn write<T: Serialize>(&mut self, record: &T) -> Result<()> {
+        let Some(out) = self.out.as_mut() else {
+            return Ok(());
+        };
         let line = serde_json::to_string(record).map_err(|e| Error::io(&self.path, e.into()))?;
-        writeln!(self.out, "{line}")
-            .and_then(|_| self.out.flush())
+        writeln!(out, "{line}")
+            .and_then(|_| out.flush())
             .map_err(|e| Error::io(&self.path, e))
     }
 }
@@ -130,7 +143,7 @@ fn total_steps(cfg: &Config) -> Option<u64> {
     }
 }
 
-/// Evaluates `model` on the eval part of the data.
+/// Evaluates `model` on the eval part of the data (every rank of a cluster calls it).
 fn evaluate(model: &mut Model, cfg: &Config, step: u64) -> Result<(EvalReport, u64)> {
     let stream = open(&cfg.data, Part::Eval, cfg.train.bad_rows, &cfg.base_dir)?;
     let scored = score(model, stream, cfg.eval_batch_size())?;
@@ -148,13 +161,51 @@ fn evaluate(model: &mut Model, cfg: &Config, step: u64) -> Result<(EvalReport, u
     ))
 }
 
-/// Trains as `cfg` says, writing into `opts.out_dir`.
+/// Trains as `cfg` says in this process, writing into `opts.out_dir`.
 pub fn train(cfg: &Config, opts: &TrainOptions, observer: &mut dyn Observer) -> Result<Summary> {
-    let out = &opts.out_dir;
-    std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
     let data_schema = schema(&cfg.data, &cfg.base_dir)?;
     cfg.validate_against(&data_schema)?;
-    let mut model = Model::build(&cfg.model, &cfg.optimizer, &data_schema, cfg.train.seed)?;
+    let model = Model::build(&cfg.model, &cfg.optimizer, &data_schema, cfg.train.seed)?;
+    train_model(cfg, opts, model, observer)
+}
+
+/// One optimizer step on a global batch: this rank's share of its mean loss (the sum
+/// over ranks is the global mean) after forward, backward and update. On a cluster,
+/// every rank calls it with the same global batch and trains on its slice.
+pub fn train_step(
+    model: &mut Model,
+    global: &Batch,
+    (dense_lr, sparse_lr): (f32, f32),
+    logits: &mut Vec<f32>,
+    grad: &mut Vec<f32>,
+) -> Result<f64> {
+    let (rank, world) = model.comm().map_or((0, 1), |c| (c.rank(), c.size()));
+    let batch = rank_slice(global, rank, world);
+    model.forward(&batch, logits)?;
+    grad.resize(logits.len(), 0.0);
+    let n = global.batch_size().max(1);
+    let loss_sum = bce_with_logits_sum(logits, &batch.labels, Some(grad));
+    let scale = 1.0 / n as f32;
+    grad.iter_mut().for_each(|g| *g *= scale);
+    model.backward_update(&batch, logits, grad, dense_lr, sparse_lr)?;
+    Ok(loss_sum / n as f64)
+}
+
+/// Trains `model` (whole, or this rank's part of a sharded one) as `cfg` says. On a
+/// cluster every rank calls it; only rank 0 writes files and calls `observer`.
+pub fn train_model(
+    cfg: &Config,
+    opts: &TrainOptions,
+    mut model: Model,
+    observer: &mut dyn Observer,
+) -> Result<Summary> {
+    let out = &opts.out_dir;
+    let root = model.comm().is_none_or(|c| c.rank() == 0);
+    if root {
+        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+    }
+    let mut silent = Silent;
+    let observer: &mut dyn Observer = if root { observer } else { &mut silent };
     let ckpt_path = out.join(checkpoint::CHECKPOINT_FILE);
     let mut progress = Progress::default();
     if opts.resume {
@@ -162,9 +213,14 @@ pub fn train(cfg: &Config, opts: &TrainOptions, observer: &mut dyn Observer) -> 
         ckpt.apply(&mut model)?;
         progress = ckpt.progress()?;
     }
-    std::fs::write(out.join("config.toml"), cfg.to_toml())
-        .map_err(|e| Error::io(out.join("config.toml"), e))?;
-    let mut log = MetricsLog::open(out.join("metrics.jsonl"), opts.resume)?;
+    if root {
+        std::fs::write(out.join("config.toml"), cfg.to_toml())
+            .map_err(|e| Error::io(out.join("config.toml"), e))?;
+    }
+    let mut log = MetricsLog::open(out.join("metrics.jsonl"), opts.resume, root)?;
+    let first_step = progress.step;
+    let traffic_start = model.comm().map(|c| c.traffic());
+    model.reset_times();
     let params = model.param_count();
     observer.on_start(params, total_steps(cfg), progress.step);
 
@@ -186,19 +242,11 @@ pub fn train(cfg: &Config, opts: &TrainOptions, observer: &mut dyn Observer) -> 
             Prefetcher::start(stream, cfg.train.batch_size, progress.batch_in_epoch, 4);
         let mut step_start = Instant::now();
         while let Some(batch) = reader.next() {
-            let batch = batch?;
+            let global = batch?;
             let factor = cfg.optimizer.schedule.factor(progress.step);
-            model.forward(&batch, &mut logits)?;
-            grad.resize(logits.len(), 0.0);
-            let loss = bce_with_logits(&logits, &batch.labels, Some(&mut grad));
-            model.backward_update(
-                &batch,
-                &logits,
-                &grad,
-                (dense_lr * factor) as f32,
-                (sparse_lr * factor) as f32,
-            )?;
-            let b = batch.batch_size() as u64;
+            let lrs = ((dense_lr * factor) as f32, (sparse_lr * factor) as f32);
+            let loss = train_step(&mut model, &global, lrs, &mut logits, &mut grad)?;
+            let b = global.batch_size() as u64;
             progress.step += 1;
             progress.batch_in_epoch += 1;
             progress.samples += b;
@@ -211,7 +259,7 @@ pub fn train(cfg: &Config, opts: &TrainOptions, observer: &mut dyn Observer) -> 
             if progress.step % cfg.train.log_every == 0 {
                 let report = StepReport {
                     step: progress.step,
-                    loss: window.0 / window.1 as f64,
+                    loss: global_sum(&model, window.0)? / window.1 as f64,
                     samples_per_sec: window.2 as f64 / window.3.elapsed().as_secs_f64().max(1e-9),
                     lr: dense_lr * factor,
                 };
@@ -257,7 +305,7 @@ pub fn train(cfg: &Config, opts: &TrainOptions, observer: &mut dyn Observer) -> 
         if progress.step % cfg.train.log_every != 0 && window.1 > 0 {
             let report = StepReport {
                 step: progress.step,
-                loss: window.0 / window.1 as f64,
+                loss: global_sum(&model, window.0)? / window.1 as f64,
                 samples_per_sec: window.2 as f64 / window.3.elapsed().as_secs_f64().max(1e-9),
                 lr: dense_lr
                     * cfg
@@ -275,6 +323,14 @@ pub fn train(cfg: &Config, opts: &TrainOptions, observer: &mut dyn Observer) -> 
         observer.on_eval(&report);
         Some(report)
     };
+    let cluster = match traffic_start {
+        Some(start) => Some(ClusterReport::gather(
+            &model,
+            &start,
+            progress.step - first_step,
+        )?),
+        None => None,
+    };
     let summary = Summary {
         auc: report.as_ref().and_then(|r| r.auc),
         logloss: report.as_ref().map_or(f64::NAN, |r| r.logloss),
@@ -288,8 +344,9 @@ pub fn train(cfg: &Config, opts: &TrainOptions, observer: &mut dyn Observer) -> 
         skipped_train_rows: skipped_train,
         skipped_eval_rows: skipped_eval,
         stopped_early,
+        cluster,
     };
-    if !stopped_early {
+    if !stopped_early && root {
         write_json(&out.join("summary.json"), &summary)?;
     }
     Ok(summary)

@@ -73,9 +73,19 @@ pub struct TrainArgs {
     /// Write a checkpoint and stop after this many steps; `--resume` continues from it.
     #[arg(long)]
     stop_after: Option<u64>,
-    /// Worker threads [default: the config's train.threads, else one per core].
+    /// Worker threads [default: the config's train.threads, else one per core]; on a
+    /// cluster, shared among its ranks.
     #[arg(long)]
     threads: Option<usize>,
+    /// Hosts of an in-process cluster (overrides cluster.hosts).
+    #[arg(long)]
+    hosts: Option<usize>,
+    /// Ranks per host of an in-process cluster (overrides cluster.ranks_per_host).
+    #[arg(long)]
+    ranks_per_host: Option<usize>,
+    /// Sharding plan (JSON from `towerrec plan`) [default: the config's cluster.plan, else greedy].
+    #[arg(long)]
+    plan: Option<PathBuf>,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
@@ -192,7 +202,20 @@ pub fn train(a: TrainArgs) -> Result<()> {
     if let Some(n) = a.max_steps {
         cfg.train.max_steps = Some(n);
     }
-    set_threads(a.threads.unwrap_or(cfg.train.threads))?;
+    if let Some(h) = a.hosts {
+        cfg.cluster.hosts = h;
+    }
+    if let Some(r) = a.ranks_per_host {
+        cfg.cluster.ranks_per_host = r;
+    }
+    if let Some(p) = absolute(a.plan)? {
+        cfg.cluster.plan = Some(p);
+    }
+    if cfg.cluster.hosts == 0 || cfg.cluster.ranks_per_host == 0 {
+        bail!("--hosts and --ranks-per-host must be at least 1");
+    }
+    let threads = a.threads.unwrap_or(cfg.train.threads);
+    set_threads(threads)?;
     if resume && a.out.is_some() {
         bail!("--out cannot be combined with --resume: a run continues in its own directory");
     }
@@ -203,7 +226,12 @@ pub fn train(a: TrainArgs) -> Result<()> {
     };
     let mut bar = Bar::new(a.quiet);
     let started = Instant::now();
-    let summary = towerrec_train::train(&cfg, &opts, &mut bar)?;
+    let threads = if threads == 0 {
+        rayon::current_num_threads()
+    } else {
+        threads
+    };
+    let summary = towerrec_train::cluster::train_configured(&cfg, &opts, threads, &mut bar)?;
     bar.finish();
     let auc = summary
         .auc
@@ -223,6 +251,9 @@ pub fn train(a: TrainArgs) -> Result<()> {
             summary.skipped_train_rows, summary.skipped_eval_rows
         );
     }
+    if let Some(c) = &summary.cluster {
+        print_cluster(c);
+    }
     println!(
         "final eval: auc {auc} logloss {:.5} ne {:.5} | {} steps, {:.0} train samples/s, {:.1}s | run in {}",
         summary.logloss,
@@ -233,6 +264,41 @@ pub fn train(a: TrainArgs) -> Result<()> {
         out.display()
     );
     Ok(())
+}
+
+/// The per-step traffic and phase times of a cluster run.
+fn print_cluster(c: &towerrec_train::cluster::ClusterReport) {
+    println!(
+        "cluster {} hosts × {} ranks: bytes per step (all ranks)   intra-host    cross-host",
+        c.hosts, c.ranks_per_host
+    );
+    for p in &c.bytes_per_step {
+        if p.intra_host + p.cross_host > 0.0 {
+            println!(
+                "  {:<44} {:>12} {:>13}",
+                p.phase,
+                human_bytes(p.intra_host),
+                human_bytes(p.cross_host)
+            );
+        }
+    }
+    let phases: Vec<String> = c
+        .phase_ms_per_step
+        .iter()
+        .filter(|(_, ms)| *ms > 0.0)
+        .map(|(name, ms)| format!("{name} {ms:.2}"))
+        .collect();
+    println!("  rank 0 ms per step: {}", phases.join(", "));
+}
+
+fn human_bytes(b: f64) -> String {
+    if b >= 1e6 {
+        format!("{:.2} MB", b / 1e6)
+    } else if b >= 1e3 {
+        format!("{:.1} kB", b / 1e3)
+    } else {
+        format!("{b:.0} B")
+    }
 }
 
 pub fn eval(a: EvalArgs) -> Result<()> {

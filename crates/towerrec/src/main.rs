@@ -3,6 +3,7 @@
 mod bench;
 mod bench_kernels;
 mod commands;
+mod plan_cmd;
 mod progress;
 
 use clap::{Parser, Subcommand};
@@ -27,6 +28,8 @@ enum Command {
     Preprocess(commands::PreprocessArgs),
     /// Measure speed: whole model steps, or kernels against the machine's limits.
     Bench(bench::BenchArgs),
+    /// Plan how to shard the embedding tables over hosts × ranks; writes the plan as JSON.
+    Plan(plan_cmd::PlanArgs),
 }
 
 /// Restores the default SIGPIPE action, so that `towerrec … | head` ends quietly as other
@@ -48,6 +51,7 @@ fn main() {
         Some(Command::Datagen(a)) => commands::datagen(a),
         Some(Command::Preprocess(a)) => commands::preprocess(a),
         Some(Command::Bench(a)) => bench::run(a),
+        Some(Command::Plan(a)) => plan_cmd::run(a),
         None => {
             use clap::CommandFactory;
             let _ = Cli::command().print_help();

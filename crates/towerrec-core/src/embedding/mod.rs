@@ -199,17 +199,53 @@ impl EmbeddingBag {
         optimizer: SparseOptimizer,
         rng: &mut impl rand::Rng,
     ) -> Self {
-        let len = rows
-            .checked_mul(dim)
-            .unwrap_or_else(|| panic!("embedding table of {rows} × {dim} overflows usize"));
+        let mut table = Self::zeroed(name, rows, dim, pooling, optimizer);
         let bound = (1.0 / rows.max(1) as f64).sqrt() as f32;
-        let mut weights = HugePageBuf::<f32>::new_zeroed(len);
         // Unreachable error for a positive bound; zeros are a valid if poor start.
         if let Ok(dist) = Uniform::new(-bound, bound) {
-            for w in weights.iter_mut() {
+            for w in table.weights.iter_mut() {
                 *w = dist.sample(rng);
             }
         }
+        table
+    }
+
+    /// A table whose row `r` is filled by `init(r, row)`, rows in parallel; optimizer
+    /// state as in [`EmbeddingBag::new`]. Shards of one table use this to start from
+    /// the same values as the whole table would.
+    ///
+    /// # Panics
+    /// If `rows × dim` overflows `usize` or cannot be allocated.
+    pub fn from_fn(
+        name: impl Into<String>,
+        rows: usize,
+        dim: usize,
+        pooling: Pooling,
+        optimizer: SparseOptimizer,
+        init: impl Fn(usize, &mut [f32]) + Sync,
+    ) -> Self {
+        let mut table = Self::zeroed(name, rows, dim, pooling, optimizer);
+        if dim > 0 {
+            table
+                .weights
+                .par_chunks_mut(dim)
+                .enumerate()
+                .for_each(|(r, row)| init(r, row));
+        }
+        table
+    }
+
+    fn zeroed(
+        name: impl Into<String>,
+        rows: usize,
+        dim: usize,
+        pooling: Pooling,
+        optimizer: SparseOptimizer,
+    ) -> Self {
+        let len = rows
+            .checked_mul(dim)
+            .unwrap_or_else(|| panic!("embedding table of {rows} × {dim} overflows usize"));
+        let weights = HugePageBuf::<f32>::new_zeroed(len);
         let state = match optimizer {
             SparseOptimizer::Sgd => State::Sgd,
             SparseOptimizer::RowWiseAdagrad {

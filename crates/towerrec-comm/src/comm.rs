@@ -1,0 +1,262 @@
+//! [`Comm`]: typed collectives over a [`Backend`], with traffic accounting.
+//!
+//! Reductions are done here, on the receiving rank, summing contributions in rank order;
+//! AllReduce is a ReduceScatter followed by an AllGather, each one direct exchange. So
+//! every backend gives the same bits, and the bytes counted are exactly the bytes sent:
+//! AllReduce of `n` elements on `p` ranks sends `2·(p−1)/p·n` elements per rank, the
+//! bandwidth-optimal volume (scale-in paper §IV-D).
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::topology::Topology;
+use crate::traffic::{Phase, RankTraffic};
+use std::sync::{Arc, Mutex};
+
+/// A value collectives can move and sum: plain numbers.
+pub trait Element:
+    bytemuck::Pod + Default + Send + Sync + std::ops::Add<Output = Self> + 'static
+{
+}
+impl Element for f32 {}
+impl Element for f64 {}
+impl Element for u32 {}
+impl Element for u64 {}
+impl Element for i32 {}
+impl Element for i64 {}
+
+/// A group of ranks (the world, a host, a peer group) that this rank belongs to.
+///
+/// Every method is collective: all ranks of the group call it, in the same order,
+/// with arguments that agree (counts, roots). Sub-groups made by [`Comm::split`] share
+/// their parent's traffic counters.
+pub struct Comm {
+    backend: Box<dyn Backend>,
+    topology: Topology,
+    traffic: Arc<Mutex<RankTraffic>>,
+}
+
+impl Comm {
+    /// The world communicator of a backend whose ranks are laid out as `topology`.
+    pub fn new(backend: Box<dyn Backend>, topology: Topology) -> Result<Self> {
+        if backend.size() != topology.world_size() {
+            return Err(Error::Topology(format!(
+                "topology {topology} has {} ranks but the backend has {}",
+                topology.world_size(),
+                backend.size()
+            )));
+        }
+        let me = backend.world_rank(backend.rank());
+        Ok(Self {
+            backend,
+            topology,
+            traffic: Arc::new(Mutex::new(RankTraffic::new(topology, me))),
+        })
+    }
+
+    /// This rank's index in the group.
+    pub fn rank(&self) -> usize {
+        self.backend.rank()
+    }
+
+    /// Number of ranks in the group.
+    pub fn size(&self) -> usize {
+        self.backend.size()
+    }
+
+    /// This rank's world rank.
+    pub fn world_rank(&self) -> usize {
+        self.backend.world_rank(self.backend.rank())
+    }
+
+    /// World rank of group rank `r`.
+    pub fn world_rank_of(&self, r: usize) -> usize {
+        self.backend.world_rank(r)
+    }
+
+    /// The cluster layout.
+    pub fn topology(&self) -> Topology {
+        self.topology
+    }
+
+    /// A snapshot of the bytes this rank has sent so far (all its groups together).
+    pub fn traffic(&self) -> RankTraffic {
+        self.traffic.lock().expect("traffic lock").clone()
+    }
+
+    /// Variable-size AlltoAll: `send` holds `counts[r]` elements for group rank `r`,
+    /// in rank order. Returns the elements received, in source-rank order, and how many
+    /// came from each rank.
+    pub fn all_to_all_v<T: Element>(
+        &self,
+        send: &[T],
+        counts: &[usize],
+        phase: Phase,
+    ) -> Result<(Vec<T>, Vec<usize>)> {
+        let p = self.size();
+        if counts.len() != p {
+            return Err(Error::usage(
+                "all_to_all_v",
+                format!("{} counts for a group of {p}", counts.len()),
+            ));
+        }
+        let total: usize = counts.iter().sum();
+        if total != send.len() {
+            return Err(Error::usage(
+                "all_to_all_v",
+                format!("counts add up to {total} but {} elements given", send.len()),
+            ));
+        }
+        let size = std::mem::size_of::<T>();
+        {
+            let mut t = self.traffic.lock().expect("traffic lock");
+            for (r, &c) in counts.iter().enumerate() {
+                t.record(phase, self.world_rank_of(r), (c * size) as u64);
+            }
+        }
+        let byte_counts: Vec<usize> = counts.iter().map(|c| c * size).collect();
+        let (bytes, recv_bytes) = self
+            .backend
+            .all_to_all_v(bytemuck::cast_slice(send), &byte_counts)?;
+        let mut out = vec![T::default(); bytes.len() / size];
+        bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(&bytes);
+        Ok((out, recv_bytes.into_iter().map(|b| b / size).collect()))
+    }
+
+    /// Every rank's `send` (sizes may differ), concatenated in rank order, with the
+    /// element count from each.
+    pub fn all_gather<T: Element>(&self, send: &[T], phase: Phase) -> Result<(Vec<T>, Vec<usize>)> {
+        let p = self.size();
+        let mut buf = Vec::with_capacity(send.len() * p);
+        for _ in 0..p {
+            buf.extend_from_slice(send);
+        }
+        self.all_to_all_v(&buf, &vec![send.len(); p], phase)
+    }
+
+    /// Sums `send` over the ranks and leaves chunk `r` (of `counts[r]` elements; the
+    /// chunks tile `send`) on rank `r`. Contributions are added in rank order.
+    pub fn reduce_scatter<T: Element>(
+        &self,
+        send: &[T],
+        counts: &[usize],
+        phase: Phase,
+    ) -> Result<Vec<T>> {
+        let (recv, from) = self.all_to_all_v(send, counts, phase)?;
+        let mine = counts.get(self.rank()).copied().unwrap_or(0);
+        if from.iter().any(|&c| c != mine) {
+            return Err(Error::Mismatch(format!(
+                "reduce_scatter: rank {} expects {mine} elements, ranks sent {from:?}",
+                self.rank()
+            )));
+        }
+        let mut out = recv[..mine].to_vec();
+        for part in recv.chunks_exact(mine.max(1)).skip(1) {
+            for (o, &v) in out.iter_mut().zip(part) {
+                *o = *o + v;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sums `buf` over the ranks, in place, the same bits on every rank.
+    pub fn all_reduce<T: Element>(&self, buf: &mut [T], phase: Phase) -> Result<()> {
+        let p = self.size();
+        if p == 1 {
+            return Ok(());
+        }
+        let counts = even_split(buf.len(), p);
+        let mine = self.reduce_scatter(buf, &counts, phase)?;
+        let (all, _) = self.all_gather_counts(&mine, &counts, phase)?;
+        buf.copy_from_slice(&all);
+        Ok(())
+    }
+
+    /// [`Comm::all_gather`] where every rank knows the sizes: checks them.
+    fn all_gather_counts<T: Element>(
+        &self,
+        send: &[T],
+        counts: &[usize],
+        phase: Phase,
+    ) -> Result<(Vec<T>, Vec<usize>)> {
+        let (all, from) = self.all_gather(send, phase)?;
+        if from != counts {
+            return Err(Error::Mismatch(format!(
+                "all_gather: expected counts {counts:?}, got {from:?}"
+            )));
+        }
+        Ok((all, from))
+    }
+
+    /// Copies `root`'s `buf` to every rank (resizing theirs).
+    pub fn broadcast<T: Element>(&self, buf: &mut Vec<T>, root: usize, phase: Phase) -> Result<()> {
+        let p = self.size();
+        if root >= p {
+            return Err(Error::usage(
+                "broadcast",
+                format!("root {root} in a group of {p}"),
+            ));
+        }
+        let (send, counts) = if self.rank() == root {
+            let mut send = Vec::with_capacity(buf.len() * p);
+            for _ in 0..p {
+                send.extend_from_slice(buf);
+            }
+            (send, vec![buf.len(); p])
+        } else {
+            (Vec::new(), vec![0; p])
+        };
+        let (recv, _) = self.all_to_all_v(&send, &counts, phase)?;
+        *buf = recv;
+        Ok(())
+    }
+
+    /// Returns once every rank of the group has called it.
+    pub fn barrier(&self) -> Result<()> {
+        self.backend.barrier()
+    }
+
+    /// Splits the group by `color`, ordering each new group by `(key, rank)`.
+    pub fn split(&self, color: usize, key: usize) -> Result<Comm> {
+        Ok(Comm {
+            backend: self.backend.split(color, key)?,
+            topology: self.topology,
+            traffic: Arc::clone(&self.traffic),
+        })
+    }
+
+    /// The ranks of this rank's host, ordered by local rank. Call on the world.
+    pub fn intra_host(&self) -> Result<Comm> {
+        let me = self.world_rank();
+        self.split(self.topology.host_of(me), self.topology.local_rank(me))
+    }
+
+    /// The ranks with this rank's local rank on every host, ordered by host (the DMT
+    /// paper's peers). Call on the world.
+    pub fn peers(&self) -> Result<Comm> {
+        let me = self.world_rank();
+        self.split(self.topology.local_rank(me), self.topology.host_of(me))
+    }
+
+    /// Fails on every rank, naming the ranks, unless all ranks pass the same `value`
+    /// (say, a hash of their configuration; `what` names it in the error).
+    pub fn check_same(&self, what: &str, value: u64) -> Result<()> {
+        let (all, _) = self.all_gather(&[value], Phase::Control)?;
+        let differ: Vec<usize> = (0..all.len())
+            .filter(|&r| all[r] != all[0])
+            .map(|r| self.world_rank_of(r))
+            .collect();
+        if differ.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Mismatch(format!(
+                "{what} differs between rank {} and rank(s) {differ:?}",
+                self.world_rank_of(0)
+            )))
+        }
+    }
+}
+
+/// Splits `n` items into `p` near-equal contiguous chunks (the first `n % p` one larger).
+pub fn even_split(n: usize, p: usize) -> Vec<usize> {
+    (0..p).map(|r| n / p + usize::from(r < n % p)).collect()
+}

@@ -1,0 +1,32 @@
+//! towerrec-comm: the cluster a model is spread over, and the collectives that move its
+//! data, with every byte counted.
+//!
+//! - [`Topology`]: hosts × ranks per host, intra-host and peer groups (DMT §3.1).
+//! - [`Comm`]: AlltoAllv, AllReduce, ReduceScatter, AllGather, Broadcast, Barrier and
+//!   splits, for f32/f64 and integer payloads, over a [`Backend`].
+//! - Backends: in-process threads ([`run_in_process`], the default) and MPI (feature
+//!   `mpi`: `init_mpi`, `MpiSession`, `MpiBackend`; see the `mpi` module).
+//! - [`RankTraffic`] / [`ClusterTraffic`]: bytes by phase, source and destination,
+//!   intra-host or cross-host.
+//! - [`selftest`]: a deterministic run of every collective, to compare backends and
+//!   check a cluster (`examples/comm_selftest.rs`).
+
+mod backend;
+mod comm;
+mod error;
+mod inprocess;
+#[cfg(feature = "mpi")]
+pub mod mpi;
+mod selftest;
+mod topology;
+mod traffic;
+
+#[cfg(feature = "mpi")]
+pub use self::mpi::{init_mpi, MpiBackend, MpiSession, RANKS_PER_HOST_ENV};
+pub use backend::Backend;
+pub use comm::{even_split, Comm, Element};
+pub use error::{Error, Result};
+pub use inprocess::{run_in_process, InProcess, WorkerFailure};
+pub use selftest::{selftest, SelfTestReport};
+pub use topology::Topology;
+pub use traffic::{Bytes, ClusterTraffic, Phase, RankTraffic};

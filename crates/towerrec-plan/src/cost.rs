@@ -1,0 +1,239 @@
+//! A first-order cost model of one training step's embedding work, per rank.
+//!
+//! For a block of a table (rows `f` of the table's rows, `c` of its `dim` columns) on
+//! one rank, with a global batch of `B` samples and `p` ids per sample on average:
+//!
+//! - lookup: the rank gathers `B · p · f · c · 4` bytes of weights, at
+//!   `gather_bytes_per_s` (ids spread evenly over rows);
+//! - communication: it receives `B · p · f` ids of 8 bytes (a column block receives
+//!   every id), sends `B · c · 4` bytes of pooled output (row blocks send partial sums)
+//!   and receives as many bytes of gradients in the backward pass. The samples are
+//!   spread evenly over the `W` ranks, so of these bytes `1/W` stay on the rank,
+//!   `(L−1)/W` cross the links inside its host (`intra_host_bytes_per_s`) and `(W−L)/W`
+//!   cross hosts (`cross_host_bytes_per_s`), `L` being ranks per host.
+//!
+//! A data-parallel table costs every rank the lookup of its own `B/W` samples plus a
+//! ring AllReduce of the table's weight gradients, `2·(W−1)/W · rows · dim · 4` bytes
+//! at the slowest link the ring crosses. The model ignores overlap, latency and skew;
+//! it ranks placements, it does not predict step times (the analytical performance
+//! model of `towerrec-sim` will).
+
+use crate::error::{Error, Result};
+use crate::plan::{world_size_or_zero, Plan, Shard, ShardingType, TableSpec};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use towerrec_comm::Topology;
+
+/// What the cost model and the greedy planner assume about the workload and the
+/// machines.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostParams {
+    /// Samples per step over the whole cluster (each rank reads `batch_size / W`).
+    pub batch_size: usize,
+    /// Rate of random row gathers from embedding memory, bytes/s.
+    pub gather_bytes_per_s: f64,
+    /// Link bandwidth between two ranks of one host, bytes/s.
+    pub intra_host_bytes_per_s: f64,
+    /// Link bandwidth between ranks of different hosts, bytes/s.
+    pub cross_host_bytes_per_s: f64,
+    /// Tables smaller than this (`rows · bytes_per_row`) go data-parallel in the greedy
+    /// planner.
+    pub data_parallel_max_bytes: u64,
+}
+
+impl Default for CostParams {
+    /// A global batch of 4096 on GPU-class hosts: 500 GB/s of gathers from HBM,
+    /// 150 GB/s NVLink-class links inside a host, 12.5 GB/s (100 Gb/s) between hosts,
+    /// and tables under 64 KiB replicated.
+    fn default() -> Self {
+        Self {
+            batch_size: 4096,
+            gather_bytes_per_s: 500e9,
+            intra_host_bytes_per_s: 150e9,
+            cross_host_bytes_per_s: 12.5e9,
+            data_parallel_max_bytes: 64 << 10,
+        }
+    }
+}
+
+impl CostParams {
+    /// Checks that every rate is a positive number.
+    pub fn check(&self) -> Result<()> {
+        for (key, v) in [
+            ("gather_bytes_per_s", self.gather_bytes_per_s),
+            ("intra_host_bytes_per_s", self.intra_host_bytes_per_s),
+            ("cross_host_bytes_per_s", self.cross_host_bytes_per_s),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(Error::Request(format!(
+                    "cost parameter {key} must be a positive number, got {v}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Seconds per step that `shard` of `spec` costs the rank holding it.
+    pub(crate) fn shard_seconds(&self, spec: &TableSpec, shard: &Shard, topo: Topology) -> f64 {
+        let b = self.batch_size as f64;
+        let p = spec.pooling_factor;
+        let f = shard.rows.1.saturating_sub(shard.rows.0) as f64 / spec.rows.max(1) as f64;
+        let c = shard.columns.1.saturating_sub(shard.columns.0) as f64;
+        let lookup = b * p * f * c * 4.0 / self.gather_bytes_per_s;
+        let comm_bytes = b * (p * f * 8.0 + 2.0 * c * 4.0);
+        lookup + comm_bytes * self.seconds_per_exchanged_byte(topo)
+    }
+
+    /// Seconds per step `spec` costs when one rank holds all of it (table-wise).
+    pub(crate) fn table_wise_seconds(&self, spec: &TableSpec, topo: Topology) -> f64 {
+        let whole = Shard {
+            rank: 0,
+            rows: (0, spec.rows),
+            columns: (0, spec.dim),
+        };
+        self.shard_seconds(spec, &whole, topo)
+    }
+
+    /// Seconds per step a data-parallel `spec` costs every rank.
+    pub(crate) fn data_parallel_seconds(&self, spec: &TableSpec, topo: Topology) -> f64 {
+        let w = world_size_or_zero(topo).max(1) as f64;
+        let weights = spec.rows as f64 * spec.dim as f64 * 4.0;
+        let lookup = self.batch_size as f64 / w * spec.pooling_factor * spec.dim as f64 * 4.0
+            / self.gather_bytes_per_s;
+        let link = if topo.hosts > 1 {
+            self.cross_host_bytes_per_s
+        } else {
+            self.intra_host_bytes_per_s
+        };
+        lookup + 2.0 * (w - 1.0) / w * weights / link
+    }
+
+    /// Mean seconds per byte a rank exchanges with the senders of a batch spread evenly
+    /// over all ranks (its own share costs nothing).
+    fn seconds_per_exchanged_byte(&self, topo: Topology) -> f64 {
+        let w = world_size_or_zero(topo);
+        if w <= 1 {
+            return 0.0;
+        }
+        let l = topo.ranks_per_host as f64;
+        let w = w as f64;
+        (l - 1.0) / w / self.intra_host_bytes_per_s + (w - l) / w / self.cross_host_bytes_per_s
+    }
+}
+
+/// Estimated embedding seconds per training step of each rank of `plan` (one entry per
+/// rank of its topology). Entries for tables not in `tables` and shards on ranks outside
+/// the topology count nothing; validate the plan first for a meaningful answer.
+pub fn estimate(plan: &Plan, tables: &[TableSpec], cost: &CostParams) -> Vec<f64> {
+    let topo = plan.topology;
+    let mut secs = vec![0.0; world_size_or_zero(topo)];
+    let specs: HashMap<&str, &TableSpec> = tables.iter().map(|t| (t.name.as_str(), t)).collect();
+    for entry in &plan.tables {
+        let Some(spec) = specs.get(entry.table.as_str()) else {
+            continue;
+        };
+        if entry.sharding == ShardingType::DataParallel {
+            let s = cost.data_parallel_seconds(spec, topo);
+            secs.iter_mut().for_each(|x| *x += s);
+            continue;
+        }
+        for shard in &entry.shards {
+            if let Some(x) = secs.get_mut(shard.rank) {
+                *x += cost.shard_seconds(spec, shard, topo);
+            }
+        }
+    }
+    secs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(rows: usize, dim: usize, pooling_factor: f64) -> TableSpec {
+        TableSpec {
+            name: "t".into(),
+            rows,
+            dim,
+            bytes_per_row: 4 * dim,
+            pooling_factor,
+        }
+    }
+
+    fn unit() -> CostParams {
+        CostParams {
+            batch_size: 100,
+            gather_bytes_per_s: 1.0,
+            intra_host_bytes_per_s: 2.0,
+            cross_host_bytes_per_s: 1.0,
+            data_parallel_max_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn table_wise_cost_follows_the_formula() {
+        let t = spec(1000, 16, 2.0);
+        // One rank: lookup only, 100·2·16·4 bytes at 1 B/s.
+        assert_eq!(unit().table_wise_seconds(&t, Topology::single()), 12_800.0);
+        // 2 hosts × 2 ranks: comm 100·(2·8 + 2·16·4) = 14_400 bytes; 1/4 intra at 2 B/s,
+        // 2/4 cross at 1 B/s.
+        let topo = Topology::new(2, 2).unwrap();
+        let comm = 14_400.0 * (0.25 / 2.0 + 0.5 / 1.0);
+        assert_eq!(unit().table_wise_seconds(&t, topo), 12_800.0 + comm);
+    }
+
+    #[test]
+    fn row_shards_split_lookup_and_ids_but_not_outputs() {
+        let t = spec(1000, 16, 2.0);
+        let topo = Topology::new(1, 2).unwrap();
+        let half = Shard {
+            rank: 0,
+            rows: (0, 500),
+            columns: (0, 16),
+        };
+        // lookup 6400; comm 100·(1·8 + 128) = 13_600 bytes, half intra at 2 B/s.
+        assert_eq!(
+            unit().shard_seconds(&t, &half, topo),
+            6_400.0 + 13_600.0 / 4.0
+        );
+    }
+
+    #[test]
+    fn estimate_adds_shards_and_replicas_per_rank() {
+        let t = vec![
+            spec(1000, 16, 1.0),
+            TableSpec {
+                name: "d".into(),
+                ..spec(10, 4, 1.0)
+            },
+        ];
+        let topo = Topology::new(1, 2).unwrap();
+        let plan = Plan::from_json(
+            r#"{ "topology": { "hosts": 1, "ranks_per_host": 2 }, "tables": [
+                { "table": "t", "sharding": "table_wise", "shards": [ { "rank": 1, "rows": [0, 1000], "columns": [0, 16] } ] },
+                { "table": "d", "sharding": "data_parallel" } ] }"#,
+        )
+        .unwrap();
+        let c = unit();
+        let dp = c.data_parallel_seconds(&t[1], topo);
+        // 50 samples · 16 bytes lookup + 2·½·160 bytes at 2 B/s.
+        assert_eq!(dp, 800.0 + 80.0);
+        let secs = estimate(&plan, &t, &c);
+        assert_eq!(secs, vec![dp, dp + c.table_wise_seconds(&t[0], topo)]);
+    }
+
+    #[test]
+    fn check_rejects_rates_that_are_not_positive() {
+        let mut c = CostParams::default();
+        c.check().unwrap();
+        c.cross_host_bytes_per_s = 0.0;
+        assert!(c
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("cross_host_bytes_per_s"));
+        c.cross_host_bytes_per_s = f64::NAN;
+        assert!(c.check().is_err());
+    }
+}

@@ -1,0 +1,40 @@
+//! The one error type of this crate.
+
+use std::path::PathBuf;
+
+/// What can be wrong with a plan or a request for one.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A plan entry that does not fit the model or the topology.
+    #[error("plan entry for table '{table}': {reason}")]
+    Entry { table: String, reason: String },
+    /// A plan-wide problem (missing tables, memory budget, topology).
+    #[error("plan: {0}")]
+    Plan(String),
+    /// The JSON could not be read.
+    #[error("plan JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A table of the model that no plan can hold (no rows, no columns, a name used
+    /// twice, a pooling factor that is not a number).
+    #[error("model table '{table}': {reason}")]
+    Table { table: String, reason: String },
+    /// A request a planner cannot satisfy as asked (a topology without ranks, zero
+    /// column shards, cost parameters that are not positive).
+    #[error("planning request: {0}")]
+    Request(String),
+    /// A plan file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A plan file is not valid plan JSON.
+    #[error("plan JSON in {}: {source}", path.display())]
+    JsonFile {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
+/// This crate's result.
+pub type Result<T> = std::result::Result<T, Error>;

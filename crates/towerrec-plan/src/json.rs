@@ -1,0 +1,196 @@
+//! Plans as JSON files: reading, writing, and a layout meant for people.
+//!
+//! `serde_json`'s pretty printer puts every number of a `[start, end)` range on its own
+//! line; [`Plan::to_json_pretty`] writes one table entry per block and one shard per
+//! line instead, so a plan of hundreds of tables stays readable and diffable. Both
+//! layouts read back the same.
+
+use crate::error::{Error, Result};
+use crate::plan::{Plan, Shard, TablePlan};
+use std::fmt::Write as _;
+use std::path::Path;
+
+impl Plan {
+    /// Parses a plan. Checks only the JSON's shape; [`Plan::validate`] checks the plan
+    /// against a model and a cluster.
+    pub fn from_json(text: &str) -> Result<Plan> {
+        Ok(serde_json::from_str(text)?)
+    }
+
+    /// The plan as JSON: one line per shard, and no `shards` key where there are none
+    /// (data-parallel tables). Ends with a newline.
+    pub fn to_json_pretty(&self) -> String {
+        let mut out = String::new();
+        let t = self.topology;
+        out.push_str("{\n");
+        let _ = writeln!(
+            out,
+            "  \"topology\": {{ \"hosts\": {}, \"ranks_per_host\": {} }},",
+            t.hosts, t.ranks_per_host
+        );
+        if self.tables.is_empty() {
+            out.push_str("  \"tables\": []\n}\n");
+            return out;
+        }
+        out.push_str("  \"tables\": [\n");
+        for (i, entry) in self.tables.iter().enumerate() {
+            write_entry(&mut out, entry);
+            out.push_str(if i + 1 < self.tables.len() {
+                ",\n"
+            } else {
+                "\n"
+            });
+        }
+        out.push_str("  ]\n}\n");
+        out
+    }
+
+    /// Reads a plan file (see [`Plan::from_json`]); errors name the file.
+    pub fn load(path: impl AsRef<Path>) -> Result<Plan> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|source| Error::JsonFile {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Writes the plan to `path` as [`Plan::to_json_pretty`] does; errors name the file.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        std::fs::write(path, self.to_json_pretty()).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
+fn write_entry(out: &mut String, entry: &TablePlan) {
+    // A JSON string with its escapes; `Value`'s Display cannot fail.
+    let name = serde_json::Value::String(entry.table.clone());
+    let _ = write!(
+        out,
+        "    {{ \"table\": {name}, \"sharding\": \"{}\"",
+        entry.sharding.name()
+    );
+    if entry.shards.is_empty() {
+        out.push_str(" }");
+        return;
+    }
+    out.push_str(", \"shards\": [\n");
+    for (i, s) in entry.shards.iter().enumerate() {
+        write_shard(out, s);
+        out.push_str(if i + 1 < entry.shards.len() {
+            ",\n"
+        } else {
+            "\n"
+        });
+    }
+    out.push_str("    ] }");
+}
+
+fn write_shard(out: &mut String, s: &Shard) {
+    let _ = write!(
+        out,
+        "      {{ \"rank\": {}, \"rows\": [{}, {}], \"columns\": [{}, {}] }}",
+        s.rank, s.rows.0, s.rows.1, s.columns.0, s.columns.1
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Error, Plan, Shard, ShardingType, TablePlan};
+    use towerrec_comm::Topology;
+
+    fn sample() -> Plan {
+        Plan {
+            topology: Topology::new(2, 2).unwrap(),
+            tables: vec![
+                TablePlan {
+                    table: "C\"1\"".into(),
+                    sharding: ShardingType::RowWise,
+                    shards: vec![
+                        Shard {
+                            rank: 0,
+                            rows: (0, 5),
+                            columns: (0, 4),
+                        },
+                        Shard {
+                            rank: 3,
+                            rows: (5, 9),
+                            columns: (0, 4),
+                        },
+                    ],
+                },
+                TablePlan {
+                    table: "C2".into(),
+                    sharding: ShardingType::DataParallel,
+                    shards: vec![],
+                },
+                TablePlan {
+                    table: "C3".into(),
+                    sharding: ShardingType::TableWise,
+                    shards: vec![Shard {
+                        rank: 1,
+                        rows: (0, 7),
+                        columns: (0, 4),
+                    }],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn pretty_json_reads_back_and_serde_agrees() {
+        let plan = sample();
+        let text = plan.to_json_pretty();
+        assert!(text.contains("\"rows\": [5, 9]"), "{text}");
+        assert!(!text.contains("\"shards\": []"), "{text}");
+        assert_eq!(Plan::from_json(&text).unwrap(), plan);
+        let via_serde = serde_json::to_string(&plan).unwrap();
+        assert_eq!(Plan::from_json(&via_serde).unwrap(), plan);
+        let empty = Plan {
+            topology: Topology::single(),
+            tables: vec![],
+        };
+        assert_eq!(Plan::from_json(&empty.to_json_pretty()).unwrap(), empty);
+    }
+
+    #[test]
+    fn rejects_unknown_keys_and_bad_sharding_names() {
+        let bad = r#"{ "topology": { "hosts": 1, "ranks_per_host": 1 }, "tables": [
+            { "table": "a", "sharding": "diagonal" } ] }"#;
+        let e = Plan::from_json(bad).unwrap_err().to_string();
+        assert!(e.contains("diagonal"), "{e}");
+        let bad = r#"{ "topology": { "hosts": 1, "ranks_per_host": 1 }, "tables": [
+            { "table": "a", "sharding": "table_wise", "shards": [ { "rank": 0, "rows": [0, 1], "columns": [0, 1], "gpu": 0 } ] } ] }"#;
+        let e = Plan::from_json(bad).unwrap_err().to_string();
+        assert!(e.contains("gpu"), "{e}");
+    }
+
+    #[test]
+    fn load_and_save_name_the_file() {
+        let dir = std::env::temp_dir().join(format!("towerrec-plan-json-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("plan.json");
+        sample().save(&path).unwrap();
+        assert_eq!(Plan::load(&path).unwrap(), sample());
+
+        let missing = dir.join("missing.json");
+        let e = Plan::load(&missing).unwrap_err();
+        assert!(matches!(e, Error::Io { .. }));
+        assert!(e.to_string().contains("missing.json"), "{e}");
+
+        std::fs::write(&path, "{ not json").unwrap();
+        let e = Plan::load(&path).unwrap_err();
+        assert!(matches!(e, Error::JsonFile { .. }));
+        assert!(e.to_string().contains("plan.json"), "{e}");
+
+        let e = sample().save(dir.join("no/such/dir/p.json")).unwrap_err();
+        assert!(e.to_string().contains("no/such/dir"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -1,0 +1,22 @@
+//! towerrec-plan: sharding plans for embedding tables, their validation, and planners.
+//!
+//! The vocabulary is TorchRec's (table-wise, row-wise, column-wise, table-row-wise,
+//! data-parallel). A [`Plan`] says which rank holds which block of every table; it is
+//! JSON ([`Plan::load`], [`Plan::save`]), checked against the model and the cluster by
+//! [`Plan::validate`], and made by the [`planners`]: one baseline per sharding type and
+//! a cost- and memory-aware [`planners::greedy`], the default. The OPER paper's
+//! planner (access-aware partitioning, balanced placement, hot-row replication) comes
+//! later, as another planner over the same types.
+
+mod cost;
+mod error;
+mod json;
+mod plan;
+pub mod planners;
+mod validate;
+
+pub use cost::{estimate, CostParams};
+pub use error::{Error, Result};
+pub use plan::{Plan, Shard, ShardingType, TablePlan, TableSpec, MAX_WORLD_SIZE};
+/// The cluster shape plans are made for (re-exported from `towerrec-comm`).
+pub use towerrec_comm::Topology;

@@ -1,0 +1,234 @@
+//! Training on a cluster: every rank builds its part of the model from the plan and runs
+//! the training loop on its slice of each global batch.
+//!
+//! Rank `r` of `W` takes the `r`-th of `W` near-equal contiguous slices of every global
+//! batch ([`rank_slice`]), so the cluster sees exactly the batches one process would,
+//! and the loss and every gradient are those of the global batch: each rank scales its
+//! loss gradient by `1 / global batch`, dense gradients are summed over the ranks, and
+//! every embedding row receives the gradients of all samples that looked it up.
+//!
+//! [`train_in_process`] runs the ranks as threads of this process (the default backend);
+//! an MPI launcher calls [`train_rank`] in every process with the MPI world.
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::model::{table_descs, Model};
+use crate::trainer::{train_model, Observer, Summary, TrainOptions};
+use serde::Serialize;
+use std::borrow::Cow;
+use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
+use towerrec_comm::{
+    even_split, run_in_process, ClusterTraffic, Comm, Phase, RankTraffic, Topology,
+};
+use towerrec_core::embedding::SparseOptimizer;
+use towerrec_core::Batch;
+use towerrec_data::{schema, Schema};
+use towerrec_plan::planners::greedy;
+use towerrec_plan::{CostParams, Plan, TableSpec};
+
+/// Rank `rank`'s slice of a global batch (the whole batch on a single rank).
+pub fn rank_slice(batch: &Batch, rank: usize, world: usize) -> Cow<'_, Batch> {
+    if world == 1 {
+        return Cow::Borrowed(batch);
+    }
+    let counts = even_split(batch.batch_size(), world);
+    let start: usize = counts[..rank].iter().sum();
+    Cow::Owned(batch.slice(start, counts[rank]))
+}
+
+/// Sums `x` over the ranks of a sharded model (`x` itself otherwise).
+pub fn global_sum(model: &Model, x: f64) -> Result<f64> {
+    match model.comm() {
+        None => Ok(x),
+        Some(comm) => {
+            let mut v = [x];
+            comm.all_reduce(&mut v, Phase::Control)?;
+            Ok(v[0])
+        }
+    }
+}
+
+/// What the planner and the plan validator need to know about a model's tables.
+pub fn table_specs(cfg: &Config, schema: &Schema) -> Vec<TableSpec> {
+    let dim = cfg.model.embedding_dim;
+    let state_per_row = match cfg.optimizer.sparse {
+        SparseOptimizer::Sgd => 0,
+        SparseOptimizer::RowWiseAdagrad { .. } => 4,
+        SparseOptimizer::Adam { .. } => 8 * dim,
+    };
+    table_descs(&cfg.model, schema)
+        .into_iter()
+        .map(|d| TableSpec {
+            name: d.name,
+            rows: d.rows,
+            dim,
+            bytes_per_row: 4 * dim + state_per_row,
+            pooling_factor: 1.0,
+        })
+        .collect()
+}
+
+/// The plan to run: `plan` checked against the model and topology, or the greedy
+/// planner's for this batch size.
+pub fn resolve_plan(
+    cfg: &Config,
+    schema: &Schema,
+    topology: Topology,
+    plan: Option<Plan>,
+) -> Result<Plan> {
+    let specs = table_specs(cfg, schema);
+    let plan = match plan {
+        Some(p) => p,
+        None => {
+            let cost = CostParams {
+                batch_size: cfg.train.batch_size,
+                ..CostParams::default()
+            };
+            greedy(&specs, topology, &cost, None)?
+        }
+    };
+    plan.validate(&specs, topology, None)?;
+    Ok(plan)
+}
+
+/// One rank's whole run: builds its part of the model and trains. Every rank of `comm`
+/// calls it with the same config and plan (checked); rank 0 writes the run directory
+/// and reports to `observer`.
+pub fn train_rank(
+    cfg: &Config,
+    opts: &TrainOptions,
+    comm: Comm,
+    plan: &Plan,
+    observer: &mut dyn Observer,
+) -> Result<Summary> {
+    comm.check_same("the config", fingerprint(&cfg.to_toml()))?;
+    comm.check_same("the plan", fingerprint(&plan.to_json_pretty()))?;
+    let data_schema = schema(&cfg.data, &cfg.base_dir)?;
+    cfg.validate_against(&data_schema)?;
+    let model = Model::build_sharded(
+        &cfg.model,
+        &cfg.optimizer,
+        &data_schema,
+        cfg.train.seed,
+        comm,
+        plan,
+    )?;
+    train_model(cfg, opts, model, observer)
+}
+
+/// Trains on an in-process cluster of `topology` (threads of this process), each rank
+/// with its own pool of `threads_per_rank` compute threads. Returns rank 0's summary;
+/// a failing rank stops all and its error is returned, naming it.
+pub fn train_in_process(
+    cfg: &Config,
+    opts: &TrainOptions,
+    topology: Topology,
+    plan: Option<Plan>,
+    threads_per_rank: usize,
+    observer: &mut (dyn Observer + Send),
+) -> Result<Summary> {
+    let data_schema = schema(&cfg.data, &cfg.base_dir)?;
+    cfg.validate_against(&data_schema)?;
+    let plan = resolve_plan(cfg, &data_schema, topology, plan)?;
+    let observer = Mutex::new(Some(observer));
+    let results = run_in_process(topology, |comm: Comm| -> Result<Summary> {
+        let rank = comm.rank();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads_per_rank.max(1))
+            .thread_name(move |i| format!("rank-{rank}-worker-{i}"))
+            .build()
+            .map_err(|e| Error::Cluster(format!("cannot start rank {rank}'s threads: {e}")))?;
+        pool.install(|| {
+            if rank == 0 {
+                let mut guard = observer.lock().unwrap_or_else(|e| e.into_inner());
+                let obs = guard.take().expect("rank 0 takes the observer once");
+                train_rank(cfg, opts, comm, &plan, obs)
+            } else {
+                train_rank(cfg, opts, comm, &plan, &mut crate::trainer::Silent)
+            }
+        })
+    })
+    .map_err(|failure| Error::Cluster(failure.to_string()))?;
+    Ok(results.into_iter().next().expect("rank 0's summary"))
+}
+
+/// A stable 64-bit fingerprint of some text (to compare configs across ranks).
+fn fingerprint(text: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
+
+/// Bytes one phase moved per step, summed over all ranks.
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseBytes {
+    pub phase: &'static str,
+    pub intra_host: f64,
+    pub cross_host: f64,
+}
+
+/// What a cluster run adds to its summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterReport {
+    pub hosts: usize,
+    pub ranks_per_host: usize,
+    /// Bytes sent per training step by all ranks together, by phase (evaluation and
+    /// checkpoints are in `control`).
+    pub bytes_per_step: Vec<PhaseBytes>,
+    /// Rank 0's wall time per step in each phase of the model, in milliseconds.
+    pub phase_ms_per_step: Vec<(String, f64)>,
+}
+
+impl ClusterReport {
+    /// Gathers every rank's traffic since `start` (collective) and rank 0's phase times.
+    pub fn gather(model: &Model, start: &RankTraffic, steps: u64) -> Result<Self> {
+        let comm = model.comm().ok_or_else(|| {
+            Error::Plan("a cluster report needs a model on a cluster".to_string())
+        })?;
+        let mine = comm.traffic().since(start).to_flat();
+        let (all, _) = comm.all_gather(&mine, Phase::Control)?;
+        let topology = comm.topology();
+        let traffic = ClusterTraffic::from_flat(topology, &all);
+        let per = steps.max(1) as f64;
+        Ok(Self {
+            hosts: topology.hosts,
+            ranks_per_host: topology.ranks_per_host,
+            bytes_per_step: Phase::ALL
+                .iter()
+                .map(|&p| {
+                    let b = traffic.phase(p);
+                    PhaseBytes {
+                        phase: p.name(),
+                        intra_host: b.intra_host as f64 / per,
+                        cross_host: b.cross_host as f64 / per,
+                    }
+                })
+                .collect(),
+            phase_ms_per_step: model
+                .phase_times()
+                .entries()
+                .iter()
+                .map(|(name, secs)| (name.to_string(), secs * 1e3 / per))
+                .collect(),
+        })
+    }
+}
+
+/// Trains where `cfg.cluster` says: in this process for one rank without a plan, else
+/// on an in-process cluster (`threads` compute threads shared among its ranks).
+pub fn train_configured(
+    cfg: &Config,
+    opts: &TrainOptions,
+    threads: usize,
+    observer: &mut (dyn Observer + Send),
+) -> Result<Summary> {
+    let c = &cfg.cluster;
+    let plan = cfg.plan_path().map(Plan::load).transpose()?;
+    if c.world_size() == 1 && plan.is_none() {
+        return crate::trainer::train(cfg, opts, observer);
+    }
+    let topology = Topology::new(c.hosts, c.ranks_per_host)?;
+    let per_rank = (threads / c.world_size()).max(1);
+    train_in_process(cfg, opts, topology, plan, per_rank, observer)
+}

@@ -1,0 +1,343 @@
+//! Distributed training equals single-process training.
+//!
+//! For every sharding type alone and for mixed plans, on topologies 1×1, 1×4, 2×2, 4×1
+//! and 2×3 (hosts × ranks per host), 20 steps of training on an in-process cluster give
+//! the same losses, dense parameters and embedding tables (gathered whole) as one
+//! process trained on the same global batches.
+//!
+//! Tolerance: the cluster adds the same numbers in a different order (gradients summed
+//! per rank then over ranks, row-wise partial sums per shard), so results agree to float
+//! rounding, not bit for bit. After 20 steps the largest difference observed is printed;
+//! the test allows `TOL = 1e-5` absolute on parameters of magnitude ≤ ~0.5 and 1e-6
+//! relative on losses.
+
+use std::path::Path;
+use towerrec_comm::{run_in_process, Comm, Topology};
+use towerrec_core::Batch;
+use towerrec_data::{next_batch, open, schema, Part};
+use towerrec_plan::{planners, Plan, Shard, ShardingType, TablePlan};
+use towerrec_train::cluster::table_specs;
+use towerrec_train::sharded::WholeTable;
+use towerrec_train::trainer::train_step;
+use towerrec_train::{Config, Model};
+
+const STEPS: usize = 20;
+const TOL: f32 = 1e-5;
+
+fn config(sparse_opt: &str, pooling: &str) -> Config {
+    let text = format!(
+        r#"
+[model]
+kind = "dlrm"
+embedding_dim = 8
+bottom_mlp = [16, 8]
+top_mlp = [16, 1]
+pooling = "{pooling}"
+
+[optimizer]
+dense = {{ kind = "adam" }}
+dense_lr = 0.01
+sparse = {{ kind = "{sparse_opt}" }}
+sparse_lr = 0.1
+
+[train]
+batch_size = 30
+seed = 3
+
+[data]
+format = "synthetic"
+train_samples = 620
+eval_samples = 60
+num_dense = 4
+seed = 5
+tables = [
+  {{ rows = 50, pooling = 1, count = 2 }},
+  {{ rows = 97, pooling = {{ mean = 3.0 }}, count = 2 }},
+  {{ rows = 7, pooling = 2 }},
+]
+"#
+    );
+    Config::from_toml(&text, "test", Path::new(".")).expect("test config")
+}
+
+/// The first `STEPS` global batches (the last one short: 620 = 20·30 + 20, so batch 20
+/// would be the partial one; use a batch size that leaves a partial batch inside).
+fn batches(cfg: &Config) -> Vec<Batch> {
+    let mut stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir).unwrap();
+    let mut out = Vec::new();
+    while out.len() < STEPS {
+        // Vary the global batch size (including sizes not divisible by the world and
+        // smaller than it) so that uneven slices and empty ranks are exercised.
+        let size = [30, 29, 7, 3, 1][out.len() % 5];
+        match next_batch(stream.as_mut(), size).unwrap() {
+            Some(b) => out.push(b),
+            None => break,
+        }
+    }
+    assert_eq!(out.len(), STEPS);
+    out
+}
+
+/// Losses, dense parameters and whole tables after training.
+struct Outcome {
+    losses: Vec<f64>,
+    dense: Vec<Vec<f32>>,
+    tables: Vec<WholeTable>,
+}
+
+fn run(model: &mut Model, cfg: &Config, batches: &[Batch]) -> (Vec<f64>, Vec<Vec<f32>>) {
+    let (mut logits, mut grad) = (Vec::new(), Vec::new());
+    let lrs = (
+        cfg.optimizer.dense_lr as f32,
+        cfg.optimizer.sparse_lr as f32,
+    );
+    let mut losses = Vec::new();
+    for b in batches {
+        let mine = train_step(model, b, lrs, &mut logits, &mut grad).unwrap();
+        losses.push(towerrec_train::cluster::global_sum(model, mine).unwrap());
+    }
+    let dense = model
+        .dense_params()
+        .iter()
+        .map(|p| p.value.to_vec())
+        .collect();
+    (losses, dense)
+}
+
+fn single(cfg: &Config, batches: &[Batch]) -> Outcome {
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    let mut model = Model::build(&cfg.model, &cfg.optimizer, &s, cfg.train.seed).unwrap();
+    let initial = model.whole_tables().unwrap().unwrap();
+    let (losses, dense) = run(&mut model, cfg, batches);
+    let tables = model.whole_tables().unwrap().unwrap();
+    // The comparison means something only if training moved the parameters far beyond
+    // the tolerance.
+    let moved = initial
+        .iter()
+        .zip(&tables)
+        .map(|(a, b)| max_diff(&a.weights, &b.weights))
+        .fold(0.0, f32::max);
+    assert!(
+        moved > 1000.0 * TOL,
+        "training moved the tables by only {moved}"
+    );
+    Outcome {
+        losses,
+        dense,
+        tables,
+    }
+}
+
+fn cluster(cfg: &Config, batches: &[Batch], topology: Topology, plan: &Plan) -> Outcome {
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    plan.validate(&table_specs(cfg, &s), topology, None)
+        .unwrap_or_else(|e| panic!("plan does not validate: {e}\n{}", plan.to_json_pretty()));
+    let outs = run_in_process(topology, |comm: Comm| -> Result<Option<Outcome>, String> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut model =
+                Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, plan)
+                    .map_err(|e| e.to_string())?;
+            let (losses, dense) = run(&mut model, cfg, batches);
+            let tables = model.whole_tables().map_err(|e| e.to_string())?;
+            Ok(tables.map(|tables| Outcome {
+                losses,
+                dense,
+                tables,
+            }))
+        })
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    outs.into_iter()
+        .next()
+        .unwrap()
+        .expect("rank 0 has the tables")
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// Compares and returns the largest parameter difference.
+fn compare(what: &str, want: &Outcome, got: &Outcome) -> f32 {
+    for (step, (w, g)) in want.losses.iter().zip(&got.losses).enumerate() {
+        assert!(
+            (w - g).abs() <= 1e-6 * w.abs().max(1.0),
+            "{what}: loss at step {step}: single {w}, cluster {g}"
+        );
+    }
+    let mut worst = 0.0f32;
+    for (w, g) in want.dense.iter().zip(&got.dense) {
+        worst = worst.max(max_diff(w, g));
+    }
+    for (w, g) in want.tables.iter().zip(&got.tables) {
+        assert_eq!(w.name, g.name);
+        assert_eq!(w.step, g.step, "{what}: table {} step", w.name);
+        worst = worst.max(max_diff(&w.weights, &g.weights));
+        for ((wn, wv), (gn, gv)) in w.state.iter().zip(&g.state) {
+            assert_eq!(wn, gn);
+            worst = worst.max(max_diff(wv, gv));
+        }
+    }
+    assert!(
+        worst <= TOL,
+        "{what}: parameters differ by up to {worst} (> {TOL})"
+    );
+    worst
+}
+
+/// A plan mixing every sharding type over `topology`.
+fn mixed(cfg: &Config, topology: Topology) -> Plan {
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    let specs = table_specs(cfg, &s);
+    let w = topology.world_size();
+    let last = w - 1;
+    let full = |rank, t: &towerrec_plan::TableSpec| Shard {
+        rank,
+        rows: (0, t.rows),
+        columns: (0, t.dim),
+    };
+    let row_split = |ranks: &[usize], t: &towerrec_plan::TableSpec| {
+        let n = ranks.len();
+        let mut start = 0;
+        ranks
+            .iter()
+            .enumerate()
+            .map(|(i, &rank)| {
+                let rows = t.rows / n + usize::from(i < t.rows % n);
+                let shard = Shard {
+                    rank,
+                    rows: (start, start + rows),
+                    columns: (0, t.dim),
+                };
+                start += rows;
+                shard
+            })
+            .collect::<Vec<_>>()
+    };
+    let host_ranks: Vec<usize> = topology.host_ranks(topology.hosts - 1).collect();
+    let all: Vec<usize> = (0..w).rev().collect();
+    let tables = vec![
+        TablePlan {
+            table: specs[0].name.clone(),
+            sharding: ShardingType::TableWise,
+            shards: vec![full(last, &specs[0])],
+        },
+        TablePlan {
+            table: specs[1].name.clone(),
+            sharding: ShardingType::ColumnWise,
+            shards: {
+                let cuts = [0, 3, 5, 8];
+                (0..3)
+                    .map(|i| Shard {
+                        rank: (i + w - 1) % w,
+                        rows: (0, specs[1].rows),
+                        columns: (cuts[i], cuts[i + 1]),
+                    })
+                    .collect::<Vec<_>>()
+            },
+        },
+        TablePlan {
+            table: specs[2].name.clone(),
+            sharding: ShardingType::RowWise,
+            shards: row_split(&all, &specs[2]),
+        },
+        TablePlan {
+            table: specs[3].name.clone(),
+            sharding: ShardingType::TableRowWise,
+            shards: row_split(&host_ranks, &specs[3]),
+        },
+        TablePlan {
+            table: specs[4].name.clone(),
+            sharding: ShardingType::DataParallel,
+            shards: vec![],
+        },
+    ];
+    // Column-wise shards need distinct ranks: on small worlds fall back to one shard.
+    let mut plan = Plan { topology, tables };
+    if w < 3 {
+        plan.tables[1].shards = vec![full(0, &specs[1])];
+        plan.tables[1].sharding = ShardingType::TableWise;
+    }
+    plan
+}
+
+const TOPOLOGIES: [(usize, usize); 5] = [(1, 1), (1, 4), (2, 2), (4, 1), (2, 3)];
+
+fn every_plan(cfg: &Config, topology: Topology) -> Vec<(&'static str, Plan)> {
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    let specs = table_specs(cfg, &s);
+    vec![
+        (
+            "table_wise",
+            planners::table_wise(&specs, topology).unwrap(),
+        ),
+        ("row_wise", planners::row_wise(&specs, topology).unwrap()),
+        (
+            "column_wise",
+            planners::column_wise(&specs, topology, 2).unwrap(),
+        ),
+        (
+            "table_row_wise",
+            planners::table_row_wise(&specs, topology).unwrap(),
+        ),
+        (
+            "data_parallel",
+            planners::data_parallel(&specs, topology).unwrap(),
+        ),
+        ("mixed", mixed(cfg, topology)),
+    ]
+}
+
+#[test]
+fn every_sharding_type_matches_single_process_sgd_sum_pooling() {
+    check_all(&config("sgd", "sum"));
+}
+
+#[test]
+fn every_sharding_type_matches_single_process_adam_mean_pooling() {
+    check_all(&config("adam", "mean"));
+}
+
+fn check_all(cfg: &Config) {
+    let batches = batches(cfg);
+    let want = single(cfg, &batches);
+    let mut worst = 0.0f32;
+    for (hosts, ranks) in TOPOLOGIES {
+        let topology = Topology::new(hosts, ranks).unwrap();
+        for (name, plan) in every_plan(cfg, topology) {
+            let got = cluster(cfg, &batches, topology, &plan);
+            let d = compare(&format!("{name} on {topology}"), &want, &got);
+            println!("{name:>15} on {topology}: max |Δparam| after {STEPS} steps = {d:e}");
+            worst = worst.max(d);
+        }
+    }
+    println!("largest difference over all plans and topologies: {worst:e}");
+}
+
+#[test]
+fn row_wise_adagrad_matches_on_row_and_table_sharding() {
+    let cfg = config("row_wise_adagrad", "sum");
+    let batches = batches(&cfg);
+    let want = single(&cfg, &batches);
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    let specs = table_specs(&cfg, &s);
+    let topology = Topology::new(2, 2).unwrap();
+    for plan in [
+        planners::row_wise(&specs, topology).unwrap(),
+        planners::table_wise(&specs, topology).unwrap(),
+    ] {
+        compare(
+            "row-wise adagrad",
+            &want,
+            &cluster(&cfg, &batches, topology, &plan),
+        );
+    }
+}

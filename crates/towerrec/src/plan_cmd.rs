@@ -1,0 +1,249 @@
+//! `towerrec plan`: a sharding plan for a run config's embedding tables on a cluster of
+//! `--hosts` × `--ranks-per-host` workers, written as JSON (see docs/PLANS.md), with a
+//! per-rank summary of bytes and estimated cost on stderr.
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+use towerrec_core::embedding::SparseOptimizer;
+use towerrec_data::{DataConfig, PoolingFactor, Schema};
+use towerrec_plan::{estimate, planners, CostParams, Plan, ShardingType, TableSpec, Topology};
+use towerrec_train::Config;
+
+/// How to spread the tables.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Strategy {
+    /// Every table whole on one rank, biggest first to the emptiest rank.
+    TableWise,
+    /// Every table's rows split evenly over all ranks.
+    RowWise,
+    /// Every table's columns split into near-equal blocks on distinct ranks.
+    ColumnWise,
+    /// Every table row-wise over the ranks of one host.
+    TableRowWise,
+    /// A copy of every table on every rank.
+    DataParallel,
+    /// Cost-balanced table-wise placement within the memory budget; row-wise splits for
+    /// tables too big for one rank; tiny tables data-parallel.
+    Greedy,
+}
+
+impl Strategy {
+    fn name(self) -> &'static str {
+        match self {
+            Strategy::TableWise => "table-wise",
+            Strategy::RowWise => "row-wise",
+            Strategy::ColumnWise => "column-wise",
+            Strategy::TableRowWise => "table-row-wise",
+            Strategy::DataParallel => "data-parallel",
+            Strategy::Greedy => "greedy",
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct PlanArgs {
+    /// Run config (TOML) whose model and data give the tables [default: the embedded quickstart].
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Override a config key (see `train --set`).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Hosts in the cluster.
+    #[arg(long)]
+    hosts: usize,
+    /// Ranks (workers) per host.
+    #[arg(long)]
+    ranks_per_host: usize,
+    /// How to spread the tables.
+    #[arg(long, value_enum, default_value = "greedy")]
+    strategy: Strategy,
+    /// column-wise: blocks per table, at most the table's dim and the number of ranks [default: all ranks].
+    #[arg(long, value_name = "N")]
+    column_shards: Option<usize>,
+    /// Bytes of weights and optimizer state a rank may hold, in MiB: greedy plans within
+    /// it; the other strategies' plans are checked against it.
+    #[arg(long, value_name = "N")]
+    memory_budget_mib: Option<u64>,
+    /// Write the plan to this file [default: stdout].
+    #[arg(long)]
+    output: Option<PathBuf>,
+}
+
+pub fn run(a: PlanArgs) -> Result<()> {
+    let topology = Topology::new(a.hosts, a.ranks_per_host).map_err(|e| {
+        anyhow!(
+            "--hosts {} --ranks-per-host {}: {e}",
+            a.hosts,
+            a.ranks_per_host
+        )
+    })?;
+    let budget = a
+        .memory_budget_mib
+        .map(|m| {
+            m.checked_mul(1 << 20)
+                .filter(|&b| b > 0)
+                .ok_or_else(|| anyhow!("--memory-budget-mib {m}: must be between 1 and 2^44"))
+        })
+        .transpose()?;
+    let cfg = match &a.config {
+        Some(p) => Config::load(p, &a.set)?,
+        None => Config::quickstart(&a.set)?,
+    };
+    let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir)?;
+    let tables = table_specs(&cfg, &schema)?;
+    let cost = CostParams {
+        batch_size: cfg.train.batch_size,
+        ..CostParams::default()
+    };
+    let plan = match a.strategy {
+        Strategy::TableWise => planners::table_wise(&tables, topology),
+        Strategy::RowWise => planners::row_wise(&tables, topology),
+        Strategy::ColumnWise => {
+            let k = a.column_shards.unwrap_or(topology.world_size());
+            planners::column_wise(&tables, topology, k)
+        }
+        Strategy::TableRowWise => planners::table_row_wise(&tables, topology),
+        Strategy::DataParallel => planners::data_parallel(&tables, topology),
+        Strategy::Greedy => planners::greedy(&tables, topology, &cost, budget),
+    }
+    .with_context(|| format!("planning {}", a.strategy.name()))?;
+    plan.validate(&tables, topology, budget)
+        .with_context(|| format!("the {} plan does not fit", a.strategy.name()))?;
+    match &a.output {
+        Some(path) => plan.save(path)?,
+        None => print!("{}", plan.to_json_pretty()),
+    }
+    report(&plan, &tables, &cost, a.strategy, budget);
+    if let Some(path) = &a.output {
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// One [`TableSpec`] per sparse feature: rows from the data, dim from the model, bytes
+/// per row from the sparse optimizer's state, pooling from a synthetic config (else 1).
+fn table_specs(cfg: &Config, schema: &Schema) -> Result<Vec<TableSpec>> {
+    if schema.sparse.is_empty() {
+        bail!("the data has no sparse (categorical) features: there are no tables to plan");
+    }
+    let dim = cfg.model.embedding_dim;
+    let bytes_per_row = match cfg.optimizer.sparse {
+        SparseOptimizer::Sgd => dim.checked_mul(4),
+        SparseOptimizer::RowWiseAdagrad { .. } => dim.checked_mul(4).and_then(|b| b.checked_add(4)),
+        SparseOptimizer::Adam { .. } => dim.checked_mul(12),
+    }
+    .ok_or_else(|| anyhow!("model.embedding_dim {dim}: too large"))?;
+    let pooling = pooling_factors(&cfg.data, schema.sparse.len());
+    schema
+        .sparse
+        .iter()
+        .zip(pooling)
+        .map(|(f, pooling_factor)| {
+            let rows = usize::try_from(f.rows).map_err(|_| {
+                anyhow!(
+                    "feature '{}': {} rows do not fit this machine's usize",
+                    f.name,
+                    f.rows
+                )
+            })?;
+            Ok(TableSpec {
+                name: f.name.clone(),
+                rows,
+                dim,
+                bytes_per_row,
+                pooling_factor,
+            })
+        })
+        .collect()
+}
+
+/// Mean ids per sample of each table: a synthetic config says; other data count 1.
+fn pooling_factors(data: &DataConfig, n: usize) -> Vec<f64> {
+    if let DataConfig::Synthetic(s) = data {
+        let means: Vec<f64> = s
+            .tables
+            .iter()
+            .flat_map(|t| {
+                let mean = match t.pooling {
+                    PoolingFactor::Fixed(k) => f64::from(k),
+                    PoolingFactor::Mean { mean } => mean,
+                };
+                std::iter::repeat_n(mean, t.count)
+            })
+            .collect();
+        if means.len() == n {
+            return means;
+        }
+    }
+    vec![1.0; n]
+}
+
+/// The per-rank table on stderr: tables held, bytes, estimated embedding time per step.
+fn report(
+    plan: &Plan,
+    tables: &[TableSpec],
+    cost: &CostParams,
+    strategy: Strategy,
+    budget: Option<u64>,
+) {
+    let topo = plan.topology;
+    let mut kinds: Vec<(ShardingType, usize)> = Vec::new();
+    for e in &plan.tables {
+        match kinds.iter_mut().find(|(k, _)| *k == e.sharding) {
+            Some((_, n)) => *n += 1,
+            None => kinds.push((e.sharding, 1)),
+        }
+    }
+    let kinds: Vec<String> = kinds
+        .iter()
+        .map(|(k, n)| format!("{n} {}", k.name()))
+        .collect();
+    eprintln!(
+        "{} plan for {} hosts × {} ranks per host: {} tables ({}); global batch {}",
+        strategy.name(),
+        topo.hosts,
+        topo.ranks_per_host,
+        plan.tables.len(),
+        kinds.join(", "),
+        cost.batch_size
+    );
+    let bytes = plan.rank_bytes(tables);
+    let secs = estimate(plan, tables, cost);
+    let replicas = plan
+        .tables
+        .iter()
+        .filter(|e| e.sharding == ShardingType::DataParallel)
+        .count();
+    let mut held = vec![replicas; bytes.len()];
+    for s in plan.tables.iter().flat_map(|e| &e.shards) {
+        if let Some(n) = held.get_mut(s.rank) {
+            *n += 1;
+        }
+    }
+    eprintln!(
+        "{:>6} {:>5} {:>7} {:>14} {:>10} {:>14}",
+        "rank", "host", "tables", "bytes", "MiB", "est. ms/step"
+    );
+    for (r, (b, s)) in bytes.iter().zip(&secs).enumerate() {
+        eprintln!(
+            "{r:>6} {:>5} {:>7} {b:>14} {:>10.2} {:>14.4}",
+            topo.host_of(r),
+            held[r],
+            *b as f64 / (1u64 << 20) as f64,
+            s * 1e3
+        );
+    }
+    if let Some(b) = budget {
+        eprintln!(
+            "memory budget: {:.2} MiB per rank",
+            b as f64 / (1u64 << 20) as f64
+        );
+    }
+    eprintln!(
+        "cost model: {:.0} GB/s gathers, {:.1} GB/s within a host, {:.1} GB/s between hosts (docs/PLANS.md)",
+        cost.gather_bytes_per_s / 1e9,
+        cost.intra_host_bytes_per_s / 1e9,
+        cost.cross_host_bytes_per_s / 1e9
+    );
+}
