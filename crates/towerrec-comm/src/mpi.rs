@@ -170,7 +170,12 @@ fn detect_topology(world: &SimpleCommunicator) -> Result<Topology> {
     // 0: unset; u64::MAX: unparsable.
     let env_l = match std::env::var(RANKS_PER_HOST_ENV) {
         Err(_) => 0,
-        Ok(v) => v.trim().parse::<u64>().unwrap_or(u64::MAX),
+        Ok(v) => v
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|&l| l > 0 && l < u64::MAX)
+            .unwrap_or(u64::MAX),
     };
     let (node_size, node_rank, leader) = {
         let _g = mpi_guard();
@@ -234,8 +239,7 @@ fn detect_topology(world: &SimpleCommunicator) -> Result<Topology> {
             return Err(Error::Topology(format!(
                 "ranks are not laid out host-major (world rank = host × {l} + local rank): \
                  world rank {g} is local rank {local} of the host whose first rank is {leader}; \
-                 launch with `mpirun --map-by ppr:{l}:node` (OpenMPI; MPICH: `-ppn {l}`), \
-                 or set {RANKS_PER_HOST_ENV} when hosts are emulated"
+                 launch with `mpirun --map-by ppr:{l}:node` (OpenMPI; MPICH: `-ppn {l}`)"
             )));
         }
     }

@@ -136,6 +136,15 @@ impl RankTraffic {
         out
     }
 
+    /// Adds `other`'s counts (of the same rank) to these.
+    pub fn add(&mut self, other: &RankTraffic) {
+        for (row, o) in self.sent.iter_mut().zip(&other.sent) {
+            for (v, x) in row.iter_mut().zip(o) {
+                *v += x;
+            }
+        }
+    }
+
     /// Flattened `[phase][dest]` counts (for gathering over a `Comm`).
     pub fn to_flat(&self) -> Vec<u64> {
         self.sent.iter().flatten().copied().collect()

@@ -1,14 +1,18 @@
 //! Timing of whole training and inference steps on batches held in memory, so that the
-//! measured rate is the model's, not the reader's (`towerrec bench model`).
+//! measured rate is the model's, not the reader's (`towerrec bench model`), in one
+//! process or on an in-process cluster.
 
+use crate::cluster::{rank_slice, resolve_plan, run_ranks};
 use crate::config::Config;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::Model;
+use crate::trainer::train_step;
 use serde::Serialize;
 use std::time::Instant;
-use towerrec_core::loss::bce_with_logits;
+use towerrec_comm::{Comm, Topology};
 use towerrec_core::Batch;
 use towerrec_data::{next_batch, open, schema, Part};
+use towerrec_plan::Plan;
 
 /// What to time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -61,43 +65,91 @@ pub fn load_batches(cfg: &Config, count: usize) -> Result<Vec<Batch>> {
     Ok(batches)
 }
 
-/// Times `reps` repetitions of `steps` steps (after `warmup` untimed ones), cycling over
-/// `batches`.
+/// How long to time: `reps` repetitions of `steps` steps after `warmup` untimed ones.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub warmup: usize,
+    pub steps: usize,
+    pub reps: usize,
+}
+
+/// Times whole steps of `cfg`'s model in this process, cycling over `batches`.
 pub fn bench_model(
     cfg: &Config,
     batches: &[Batch],
     mode: Mode,
-    warmup: usize,
-    steps: usize,
-    reps: usize,
+    timing: Timing,
 ) -> Result<BenchResult> {
     let data_schema = schema(&cfg.data, &cfg.base_dir)?;
     cfg.validate_against(&data_schema)?;
     let mut model = Model::build(&cfg.model, &cfg.optimizer, &data_schema, cfg.train.seed)?;
-    let (dense_lr, sparse_lr) = (
-        cfg.optimizer.dense_lr as f32,
-        cfg.optimizer.sparse_lr as f32,
-    );
-    let mut logits = Vec::new();
-    let mut grad = Vec::new();
-    let mut step = |i: usize, model: &mut Model| -> Result<()> {
-        let batch = &batches[i % batches.len()];
-        model.forward(batch, &mut logits)?;
-        if mode == Mode::Train {
-            grad.resize(logits.len(), 0.0);
-            bce_with_logits(&logits, &batch.labels, Some(&mut grad));
-            model.backward_update(batch, &logits, &grad, dense_lr, sparse_lr)?;
-        }
-        Ok(())
-    };
+    bench_built(&mut model, cfg, batches, mode, timing)
+}
+
+/// Times whole steps of `cfg`'s model on an in-process cluster of `topology` (each
+/// global batch split over the ranks, as in training); rank 0's timings.
+pub fn bench_cluster(
+    cfg: &Config,
+    batches: &[Batch],
+    mode: Mode,
+    timing: Timing,
+    topology: Topology,
+    plan: Option<Plan>,
+    threads_per_rank: usize,
+) -> Result<BenchResult> {
+    let data_schema = schema(&cfg.data, &cfg.base_dir)?;
+    cfg.validate_against(&data_schema)?;
+    let plan = resolve_plan(cfg, &data_schema, topology, plan)?;
+    let results = run_ranks(topology, threads_per_rank, |comm: Comm| {
+        let mut model = Model::build_sharded(
+            &cfg.model,
+            &cfg.optimizer,
+            &data_schema,
+            cfg.train.seed,
+            comm,
+            &plan,
+        )?;
+        bench_built(&mut model, cfg, batches, mode, timing)
+    })?;
+    Ok(results.into_iter().next().expect("rank 0's result"))
+}
+
+fn bench_built(
+    model: &mut Model,
+    cfg: &Config,
+    batches: &[Batch],
+    mode: Mode,
+    Timing {
+        warmup,
+        steps,
+        reps,
+    }: Timing,
+) -> Result<BenchResult> {
     if batches.is_empty() {
-        return Err(crate::Error::Config {
+        return Err(Error::Config {
             file: "bench".into(),
             message: "the data has fewer samples than one batch".into(),
         });
     }
+    let lrs = (
+        cfg.optimizer.dense_lr as f32,
+        cfg.optimizer.sparse_lr as f32,
+    );
+    let (rank, world) = model.comm().map_or((0, 1), |c| (c.rank(), c.size()));
+    let mut logits = Vec::new();
+    let mut grad = Vec::new();
+    let mut step = |i: usize, model: &mut Model| -> Result<()> {
+        let batch = &batches[i % batches.len()];
+        match mode {
+            Mode::Train => {
+                train_step(model, batch, lrs, &mut logits, &mut grad)?;
+            }
+            Mode::Infer => model.forward(&rank_slice(batch, rank, world), &mut logits)?,
+        }
+        Ok(())
+    };
     for i in 0..warmup {
-        step(i, &mut model)?;
+        step(i, model)?;
     }
     model.reset_times();
     let mut rates = Vec::with_capacity(reps);
@@ -106,7 +158,7 @@ pub fn bench_model(
         let start = Instant::now();
         let mut samples = 0usize;
         for _ in 0..steps {
-            step(i, &mut model)?;
+            step(i, model)?;
             samples += batches[i % batches.len()].batch_size();
             i += 1;
         }

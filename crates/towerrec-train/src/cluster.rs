@@ -117,6 +117,29 @@ pub fn train_rank(
     train_model(cfg, opts, model, observer)
 }
 
+/// Runs `rank` once per rank of an in-process cluster of `topology`, each on its own
+/// thread inside its own pool of `threads_per_rank` compute threads, and returns the
+/// results in rank order; a failing rank stops all, and its error names it.
+///
+/// Ranks must not share a rayon pool: a rank blocked in a collective inside a pool task
+/// would hold a thread that another rank's task needs to reach the same collective.
+pub fn run_ranks<R: Send>(
+    topology: Topology,
+    threads_per_rank: usize,
+    rank: impl Fn(Comm) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    run_in_process(topology, |comm: Comm| -> Result<R> {
+        let r = comm.rank();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads_per_rank.max(1))
+            .thread_name(move |i| format!("rank-{r}-worker-{i}"))
+            .build()
+            .map_err(|e| Error::Cluster(format!("cannot start rank {r}'s threads: {e}")))?;
+        pool.install(|| rank(comm))
+    })
+    .map_err(|failure| Error::Cluster(failure.to_string()))
+}
+
 /// Trains on an in-process cluster of `topology` (threads of this process), each rank
 /// with its own pool of `threads_per_rank` compute threads. Returns rank 0's summary;
 /// a failing rank stops all and its error is returned, naming it.
@@ -132,24 +155,15 @@ pub fn train_in_process(
     cfg.validate_against(&data_schema)?;
     let plan = resolve_plan(cfg, &data_schema, topology, plan)?;
     let observer = Mutex::new(Some(observer));
-    let results = run_in_process(topology, |comm: Comm| -> Result<Summary> {
-        let rank = comm.rank();
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads_per_rank.max(1))
-            .thread_name(move |i| format!("rank-{rank}-worker-{i}"))
-            .build()
-            .map_err(|e| Error::Cluster(format!("cannot start rank {rank}'s threads: {e}")))?;
-        pool.install(|| {
-            if rank == 0 {
-                let mut guard = observer.lock().unwrap_or_else(|e| e.into_inner());
-                let obs = guard.take().expect("rank 0 takes the observer once");
-                train_rank(cfg, opts, comm, &plan, obs)
-            } else {
-                train_rank(cfg, opts, comm, &plan, &mut crate::trainer::Silent)
-            }
-        })
-    })
-    .map_err(|failure| Error::Cluster(failure.to_string()))?;
+    let results = run_ranks(topology, threads_per_rank, |comm: Comm| {
+        if comm.rank() == 0 {
+            let mut guard = observer.lock().unwrap_or_else(|e| e.into_inner());
+            let obs = guard.take().expect("rank 0 takes the observer once");
+            train_rank(cfg, opts, comm, &plan, obs)
+        } else {
+            train_rank(cfg, opts, comm, &plan, &mut crate::trainer::Silent)
+        }
+    })?;
     Ok(results.into_iter().next().expect("rank 0's summary"))
 }
 
@@ -173,20 +187,30 @@ pub struct PhaseBytes {
 pub struct ClusterReport {
     pub hosts: usize,
     pub ranks_per_host: usize,
-    /// Bytes sent per training step by all ranks together, by phase (evaluation and
-    /// checkpoints are in `control`).
+    /// Bytes sent per training step by all ranks together, by phase (evaluations left
+    /// out; checkpoints and loss reports are in `control`).
     pub bytes_per_step: Vec<PhaseBytes>,
     /// Rank 0's wall time per step in each phase of the model, in milliseconds.
     pub phase_ms_per_step: Vec<(String, f64)>,
 }
 
 impl ClusterReport {
-    /// Gathers every rank's traffic since `start` (collective) and rank 0's phase times.
-    pub fn gather(model: &Model, start: &RankTraffic, steps: u64) -> Result<Self> {
+    /// Gathers every rank's traffic since `start` less `excluded` (evaluations;
+    /// collective) and rank 0's phase times.
+    pub fn gather(
+        model: &Model,
+        start: &RankTraffic,
+        excluded: Option<&RankTraffic>,
+        steps: u64,
+    ) -> Result<Self> {
         let comm = model.comm().ok_or_else(|| {
             Error::Plan("a cluster report needs a model on a cluster".to_string())
         })?;
-        let mine = comm.traffic().since(start).to_flat();
+        let mut mine = comm.traffic().since(start);
+        if let Some(x) = excluded {
+            mine = mine.since(x);
+        }
+        let mine = mine.to_flat();
         let (all, _) = comm.all_gather(&mine, Phase::Control)?;
         let topology = comm.topology();
         let traffic = ClusterTraffic::from_flat(topology, &all);

@@ -62,7 +62,7 @@ mod tests {
         let var = vals.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / vals.len() as f64;
         // U(−b, b) has variance b²/3.
         assert!(
-            (var / (bound * bound / 3.0) as f64 - 1.0).abs() < 0.05,
+            (var / (bound * bound / 3.0) - 1.0).abs() < 0.05,
             "var {var}"
         );
         assert_ne!(

@@ -156,7 +156,8 @@ impl Model {
 
     /// Builds this rank's part of a model whose tables are spread over the ranks of
     /// `comm` by `plan` (validated by the caller). Every rank starts from the values
-    /// [`Model::build`] gives.
+    /// [`Model::build`] gives. Ranks of an in-process cluster must each run in their own
+    /// rayon pool ([`crate::cluster::run_ranks`]).
     pub fn build_sharded(
         cfg: &ModelConfig,
         opt: &OptimizerConfig,
@@ -414,6 +415,11 @@ impl Model {
     /// Time spent in each phase since the model was built or [`Model::reset_times`].
     pub fn phase_times(&self) -> &PhaseTimes {
         &self.times
+    }
+
+    /// Sets the phase times back to an earlier reading (to leave out an evaluation).
+    pub fn restore_times(&mut self, times: PhaseTimes) {
+        self.times = times;
     }
 
     /// Zeroes the phase times.

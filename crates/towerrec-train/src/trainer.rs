@@ -18,6 +18,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use towerrec_comm::RankTraffic;
 use towerrec_core::loss::bce_with_logits_sum;
 use towerrec_core::metrics::EvalMetrics;
 use towerrec_core::Batch;
@@ -143,6 +144,24 @@ fn total_steps(cfg: &Config) -> Option<u64> {
     }
 }
 
+/// [`evaluate`], keeping its phase times out of the model's and adding what it sent to
+/// `traffic`.
+fn evaluate_aside(
+    model: &mut Model,
+    cfg: &Config,
+    step: u64,
+    traffic: &mut Option<RankTraffic>,
+) -> Result<(EvalReport, u64)> {
+    let times = model.phase_times().clone();
+    let before = model.comm().map(|c| c.traffic());
+    let out = evaluate(model, cfg, step)?;
+    model.restore_times(times);
+    if let (Some(acc), Some(before), Some(comm)) = (traffic.as_mut(), before, model.comm()) {
+        acc.add(&comm.traffic().since(&before));
+    }
+    Ok(out)
+}
+
 /// Evaluates `model` on the eval part of the data (every rank of a cluster calls it).
 fn evaluate(model: &mut Model, cfg: &Config, step: u64) -> Result<(EvalReport, u64)> {
     let stream = open(&cfg.data, Part::Eval, cfg.train.bad_rows, &cfg.base_dir)?;
@@ -220,6 +239,11 @@ pub fn train_model(
     let mut log = MetricsLog::open(out.join("metrics.jsonl"), opts.resume, root)?;
     let first_step = progress.step;
     let traffic_start = model.comm().map(|c| c.traffic());
+    // What evaluations send, kept out of the per-step figures.
+    let mut eval_traffic = model.comm().map(|c| {
+        let t = c.traffic();
+        t.since(&t)
+    });
     model.reset_times();
     let params = model.param_count();
     observer.on_start(params, total_steps(cfg), progress.step);
@@ -268,7 +292,8 @@ pub fn train_model(
                 window = (0.0, 0, 0, Instant::now());
             }
             if cfg.train.eval_every > 0 && progress.step % cfg.train.eval_every == 0 {
-                let (report, skipped) = evaluate(&mut model, cfg, progress.step)?;
+                let (report, skipped) =
+                    evaluate_aside(&mut model, cfg, progress.step, &mut eval_traffic)?;
                 skipped_eval = skipped;
                 log.write(&report)?;
                 observer.on_eval(&report);
@@ -317,7 +342,7 @@ pub fn train_model(
             observer.on_step(&report);
         }
         checkpoint::save(&ckpt_path, &mut model, cfg, progress)?;
-        let (report, skipped) = evaluate(&mut model, cfg, progress.step)?;
+        let (report, skipped) = evaluate_aside(&mut model, cfg, progress.step, &mut eval_traffic)?;
         skipped_eval = skipped;
         log.write(&report)?;
         observer.on_eval(&report);
@@ -327,6 +352,7 @@ pub fn train_model(
         Some(start) => Some(ClusterReport::gather(
             &model,
             &start,
+            eval_traffic.as_ref(),
             progress.step - first_step,
         )?),
         None => None,

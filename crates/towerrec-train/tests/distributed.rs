@@ -12,11 +12,11 @@
 //! relative on losses.
 
 use std::path::Path;
-use towerrec_comm::{run_in_process, Comm, Topology};
+use towerrec_comm::{Comm, Topology};
 use towerrec_core::Batch;
 use towerrec_data::{next_batch, open, schema, Part};
 use towerrec_plan::{planners, Plan, Shard, ShardingType, TablePlan};
-use towerrec_train::cluster::table_specs;
+use towerrec_train::cluster::{run_ranks, table_specs};
 use towerrec_train::sharded::WholeTable;
 use towerrec_train::trainer::train_step;
 use towerrec_train::{Config, Model};
@@ -132,23 +132,16 @@ fn cluster(cfg: &Config, batches: &[Batch], topology: Topology, plan: &Plan) -> 
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
     plan.validate(&table_specs(cfg, &s), topology, None)
         .unwrap_or_else(|e| panic!("plan does not validate: {e}\n{}", plan.to_json_pretty()));
-    let outs = run_in_process(topology, |comm: Comm| -> Result<Option<Outcome>, String> {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .unwrap();
-        pool.install(|| {
-            let mut model =
-                Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, plan)
-                    .map_err(|e| e.to_string())?;
-            let (losses, dense) = run(&mut model, cfg, batches);
-            let tables = model.whole_tables().map_err(|e| e.to_string())?;
-            Ok(tables.map(|tables| Outcome {
-                losses,
-                dense,
-                tables,
-            }))
-        })
+    let outs = run_ranks(topology, 1, |comm: Comm| {
+        let mut model =
+            Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, plan)?;
+        let (losses, dense) = run(&mut model, cfg, batches);
+        let tables = model.whole_tables()?;
+        Ok(tables.map(|tables| Outcome {
+            losses,
+            dense,
+            tables,
+        }))
     })
     .unwrap_or_else(|e| panic!("{e}"));
     outs.into_iter()
@@ -340,4 +333,70 @@ fn row_wise_adagrad_matches_on_row_and_table_sharding() {
             &cluster(&cfg, &batches, topology, &plan),
         );
     }
+}
+
+#[test]
+fn a_failing_rank_stops_the_cluster_promptly_and_is_named() {
+    let cfg = config("sgd", "sum");
+    let batches = batches(&cfg);
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    let topology = Topology::new(2, 2).unwrap();
+    let plan = planners::row_wise(&table_specs(&cfg, &s), topology).unwrap();
+    for panic in [false, true] {
+        let started = std::time::Instant::now();
+        let err = run_ranks(topology, 1, |comm: Comm| {
+            let rank = comm.rank();
+            let mut model =
+                Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, &plan)?;
+            let (mut l, mut g) = (Vec::new(), Vec::new());
+            for (i, b) in batches.iter().enumerate() {
+                if rank == 2 && i == 3 {
+                    if panic {
+                        panic!("injected failure");
+                    }
+                    return Err(towerrec_train::Error::Plan("injected failure".into()));
+                }
+                train_step(&mut model, b, (0.1, 0.1), &mut l, &mut g)?;
+            }
+            Ok(())
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("rank 2") && err.contains("injected failure"),
+            "{err}"
+        );
+        assert!(
+            started.elapsed().as_secs() < 10,
+            "took {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+#[test]
+fn ranks_with_different_configs_are_refused_at_start() {
+    let cfg = config("sgd", "sum");
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    let topology = Topology::new(1, 3).unwrap();
+    let plan = planners::table_wise(&table_specs(&cfg, &s), topology).unwrap();
+    let dir = std::env::temp_dir().join(format!("towerrec-mismatch-{}", std::process::id()));
+    let opts = towerrec_train::TrainOptions {
+        out_dir: dir.clone(),
+        ..Default::default()
+    };
+    let err = run_ranks(topology, 1, |comm: Comm| {
+        let mut mine = cfg.clone();
+        if comm.rank() == 1 {
+            mine.optimizer.sparse_lr *= 2.0;
+        }
+        towerrec_train::cluster::train_rank(&mine, &opts, comm, &plan, &mut towerrec_train::Silent)
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("the config differs") && err.contains("[1]"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -4,7 +4,7 @@
 use anyhow::Result;
 use clap::{Args, Subcommand, ValueEnum};
 use std::path::PathBuf;
-use towerrec_train::bench::{bench_model, load_batches, Mode};
+use towerrec_train::bench::{bench_cluster, bench_model, load_batches, Mode, Timing};
 use towerrec_train::Config;
 
 #[derive(Args)]
@@ -53,6 +53,15 @@ struct ModelArgs {
     /// Worker threads [default: one per core].
     #[arg(long)]
     threads: Option<usize>,
+    /// Hosts of an in-process cluster to run the model on [default: 1].
+    #[arg(long)]
+    hosts: Option<usize>,
+    /// Ranks per host of the in-process cluster [default: 1].
+    #[arg(long)]
+    ranks_per_host: Option<usize>,
+    /// Sharding plan for the cluster (JSON from `towerrec plan`) [default: greedy].
+    #[arg(long)]
+    plan: Option<PathBuf>,
     /// Print one JSON object instead of a line of text.
     #[arg(long)]
     json: bool,
@@ -76,14 +85,21 @@ fn model(a: ModelArgs) -> Result<()> {
         ModeArg::Infer => Mode::Infer,
     };
     let batches = load_batches(&cfg, a.batches.max(1))?;
-    let r = bench_model(
-        &cfg,
-        &batches,
-        mode,
-        a.warmup,
-        a.steps.max(1),
-        a.reps.max(1),
-    )?;
+    let timing = Timing {
+        warmup: a.warmup,
+        steps: a.steps.max(1),
+        reps: a.reps.max(1),
+    };
+    let (hosts, ranks) = (a.hosts.unwrap_or(1), a.ranks_per_host.unwrap_or(1));
+    let r = if hosts * ranks == 1 && a.plan.is_none() {
+        bench_model(&cfg, &batches, mode, timing)?
+    } else {
+        let topology = towerrec_comm::Topology::new(hosts, ranks)?;
+        let plan = a.plan.as_ref().map(towerrec_plan::Plan::load).transpose()?;
+        let threads = a.threads.unwrap_or_else(rayon::current_num_threads);
+        let per_rank = (threads / topology.world_size()).max(1);
+        bench_cluster(&cfg, &batches, mode, timing, topology, plan, per_rank)?
+    };
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {

@@ -86,6 +86,11 @@ pub struct TrainArgs {
     /// Sharding plan (JSON from `towerrec plan`) [default: the config's cluster.plan, else greedy].
     #[arg(long)]
     plan: Option<PathBuf>,
+    /// Where the ranks run: threads of this process, or MPI processes (launch with
+    /// `mpirun`; hosts and ranks per host come from the launcher; needs a build with
+    /// `--features mpi`).
+    #[arg(long, value_enum, default_value_t = Backend::InProcess)]
+    backend: Backend,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
@@ -172,6 +177,13 @@ fn load_config(path: Option<&Path>, overrides: &[String]) -> Result<Config> {
     })
 }
 
+/// Where a cluster's ranks run.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    InProcess,
+    Mpi,
+}
+
 pub fn train(a: TrainArgs) -> Result<()> {
     let (mut cfg, out, resume) = match &a.resume {
         Some(dir) => {
@@ -214,7 +226,25 @@ pub fn train(a: TrainArgs) -> Result<()> {
     if cfg.cluster.hosts == 0 || cfg.cluster.ranks_per_host == 0 {
         bail!("--hosts and --ranks-per-host must be at least 1");
     }
+    let mpi = if a.backend == Backend::Mpi {
+        Some(mpi::start()?)
+    } else {
+        None
+    };
+    if let Some(session) = &mpi {
+        let t = session.topology();
+        if a.hosts.is_some() || a.ranks_per_host.is_some() {
+            bail!("with --backend mpi the launcher sets the hosts and ranks ({t}): drop --hosts and --ranks-per-host");
+        }
+        cfg.cluster.hosts = t.hosts;
+        cfg.cluster.ranks_per_host = t.ranks_per_host;
+    }
     let threads = a.threads.unwrap_or(cfg.train.threads);
+    let threads = match (&mpi, threads) {
+        // One pool per process: share the host's cores among its ranks.
+        (Some(s), 0) => (num_cores() / s.topology().ranks_per_host).max(1),
+        _ => threads,
+    };
     set_threads(threads)?;
     if resume && a.out.is_some() {
         bail!("--out cannot be combined with --resume: a run continues in its own directory");
@@ -224,15 +254,22 @@ pub fn train(a: TrainArgs) -> Result<()> {
         resume,
         stop_after: a.stop_after,
     };
-    let mut bar = Bar::new(a.quiet);
+    let root = mpi.as_ref().is_none_or(|s| s.rank() == 0);
+    let mut bar = Bar::new(a.quiet || !root);
     let started = Instant::now();
     let threads = if threads == 0 {
         rayon::current_num_threads()
     } else {
         threads
     };
-    let summary = towerrec_train::cluster::train_configured(&cfg, &opts, threads, &mut bar)?;
+    let summary = match &mpi {
+        Some(session) => mpi::train(session, &cfg, &opts, &mut bar)?,
+        None => towerrec_train::cluster::train_configured(&cfg, &opts, threads, &mut bar)?,
+    };
     bar.finish();
+    if !root {
+        return Ok(());
+    }
     let auc = summary
         .auc
         .map_or_else(|| "n/a (one class only)".into(), |v| format!("{v:.4}"));
@@ -264,6 +301,74 @@ pub fn train(a: TrainArgs) -> Result<()> {
         out.display()
     );
     Ok(())
+}
+
+fn num_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `--backend mpi`: present only in builds with the `mpi` feature.
+mod mpi {
+    use anyhow::Result;
+    use towerrec_train::{Config, Summary, TrainOptions};
+
+    #[cfg(feature = "mpi")]
+    pub use towerrec_comm::mpi::MpiSession as Session;
+
+    /// Stands in for an MPI session in builds without MPI; never constructed.
+    #[cfg(not(feature = "mpi"))]
+    pub enum Session {}
+
+    #[cfg(not(feature = "mpi"))]
+    impl Session {
+        pub fn topology(&self) -> towerrec_comm::Topology {
+            match *self {}
+        }
+        pub fn rank(&self) -> usize {
+            match *self {}
+        }
+    }
+
+    #[cfg(feature = "mpi")]
+    pub fn start() -> Result<Session> {
+        Ok(towerrec_comm::mpi::init_mpi()?)
+    }
+
+    #[cfg(not(feature = "mpi"))]
+    pub fn start() -> Result<Session> {
+        anyhow::bail!(
+            "this towerrec was built without MPI: install OpenMPI (apt-get install -y \
+             libopenmpi-dev openmpi-bin libclang-dev) and build with \
+             `cargo build --release --features mpi`"
+        )
+    }
+
+    /// This process's rank of an MPI run.
+    #[cfg(feature = "mpi")]
+    pub fn train(
+        session: &Session,
+        cfg: &Config,
+        opts: &TrainOptions,
+        observer: &mut dyn towerrec_train::Observer,
+    ) -> Result<Summary> {
+        let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir)?;
+        let plan = cfg.plan_path().map(towerrec_plan::Plan::load).transpose()?;
+        let plan = towerrec_train::cluster::resolve_plan(cfg, &schema, session.topology(), plan)?;
+        let comm = session.world()?;
+        Ok(towerrec_train::cluster::train_rank(
+            cfg, opts, comm, &plan, observer,
+        )?)
+    }
+
+    #[cfg(not(feature = "mpi"))]
+    pub fn train(
+        session: &Session,
+        _: &Config,
+        _: &TrainOptions,
+        _: &mut dyn towerrec_train::Observer,
+    ) -> Result<Summary> {
+        match *session {}
+    }
 }
 
 /// The per-step traffic and phase times of a cluster run.

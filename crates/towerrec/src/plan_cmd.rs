@@ -81,9 +81,9 @@ pub fn run(a: PlanArgs) -> Result<()> {
     let budget = a
         .memory_budget_mib
         .map(|m| {
-            m.checked_mul(1 << 20)
-                .filter(|&b| b > 0)
-                .ok_or_else(|| anyhow!("--memory-budget-mib {m}: must be between 1 and 2^44"))
+            m.checked_mul(1 << 20).filter(|&b| b > 0).ok_or_else(|| {
+                anyhow!("--memory-budget-mib {m}: must be at least 1 and below 2^44")
+            })
         })
         .transpose()?;
     let cfg = match &a.config {
