@@ -4,6 +4,20 @@
 
 use crate::error::Result;
 
+/// Where a backend writes what it receives: asked once per exchange for a buffer of the
+/// total size, so that bytes land in the caller's typed storage without another copy.
+pub trait RecvBuf {
+    /// A buffer of exactly `bytes` bytes (its previous contents are overwritten).
+    fn bytes(&mut self, bytes: usize) -> &mut [u8];
+}
+
+impl RecvBuf for Vec<u8> {
+    fn bytes(&mut self, bytes: usize) -> &mut [u8] {
+        self.resize(bytes, 0);
+        &mut self[..]
+    }
+}
+
 /// A group of ranks that can exchange bytes. Implemented by the in-process backend and,
 /// with the `mpi` feature, by MPI communicators.
 pub trait Backend: Send {
@@ -14,9 +28,25 @@ pub trait Backend: Send {
     /// World rank of the group's rank `r`.
     fn world_rank(&self, r: usize) -> usize;
     /// Sends `send[..counts[0]]` to rank 0, the next `counts[1]` bytes to rank 1, …;
-    /// returns what every rank sent to this one, concatenated in rank order, with the
-    /// byte count from each. `counts.len() == size()`, `sum(counts) == send.len()`.
-    fn all_to_all_v(&self, send: &[u8], counts: &[usize]) -> Result<(Vec<u8>, Vec<usize>)>;
+    /// writes what every rank sent to this one, concatenated in rank order, into `recv`
+    /// and returns the byte count from each. `counts.len() == size()`,
+    /// `sum(counts) == send.len()`.
+    fn all_to_all_v(
+        &self,
+        send: &[u8],
+        counts: &[usize],
+        recv: &mut dyn RecvBuf,
+    ) -> Result<Vec<usize>>;
+    /// Sends all of `send` to every rank (this one included); writes every rank's
+    /// bytes, in rank order, into `recv` and returns the byte count from each.
+    fn all_gather_v(&self, send: &[u8], recv: &mut dyn RecvBuf) -> Result<Vec<usize>> {
+        let p = self.size();
+        let mut buf = Vec::with_capacity(send.len() * p);
+        for _ in 0..p {
+            buf.extend_from_slice(send);
+        }
+        self.all_to_all_v(&buf, &vec![send.len(); p], recv)
+    }
     /// Returns once every rank of the group has called it.
     fn barrier(&self) -> Result<()>;
     /// Splits the group: ranks calling with the same `color` form one new group,

@@ -6,7 +6,7 @@
 //! AllReduce of `n` elements on `p` ranks sends `2·(p−1)/p·n` elements per rank, the
 //! bandwidth-optimal volume (scale-in paper §IV-D).
 
-use crate::backend::Backend;
+use crate::backend::{Backend, RecvBuf};
 use crate::error::{Error, Result};
 use crate::topology::Topology;
 use crate::traffic::{Phase, RankTraffic};
@@ -92,6 +92,19 @@ impl Comm {
         counts: &[usize],
         phase: Phase,
     ) -> Result<(Vec<T>, Vec<usize>)> {
+        let mut recv = Vec::new();
+        let from = self.all_to_all_v_into(send, counts, &mut recv, phase)?;
+        Ok((recv, from))
+    }
+
+    /// [`Comm::all_to_all_v`] into `recv` (resized; its allocation is reused).
+    pub fn all_to_all_v_into<T: Element>(
+        &self,
+        send: &[T],
+        counts: &[usize],
+        recv: &mut Vec<T>,
+        phase: Phase,
+    ) -> Result<Vec<usize>> {
         let p = self.size();
         if counts.len() != p {
             return Err(Error::usage(
@@ -114,23 +127,40 @@ impl Comm {
             }
         }
         let byte_counts: Vec<usize> = counts.iter().map(|c| c * size).collect();
-        let (bytes, recv_bytes) = self
-            .backend
-            .all_to_all_v(bytemuck::cast_slice(send), &byte_counts)?;
-        let mut out = vec![T::default(); bytes.len() / size];
-        bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(&bytes);
-        Ok((out, recv_bytes.into_iter().map(|b| b / size).collect()))
+        let from = self.backend.all_to_all_v(
+            bytemuck::cast_slice(send),
+            &byte_counts,
+            &mut Typed(recv),
+        )?;
+        Ok(from.into_iter().map(|b| b / size).collect())
     }
 
     /// Every rank's `send` (sizes may differ), concatenated in rank order, with the
     /// element count from each.
     pub fn all_gather<T: Element>(&self, send: &[T], phase: Phase) -> Result<(Vec<T>, Vec<usize>)> {
-        let p = self.size();
-        let mut buf = Vec::with_capacity(send.len() * p);
-        for _ in 0..p {
-            buf.extend_from_slice(send);
+        let mut recv = Vec::new();
+        let from = self.all_gather_into(send, &mut recv, phase)?;
+        Ok((recv, from))
+    }
+
+    /// [`Comm::all_gather`] into `recv` (resized; its allocation is reused).
+    pub fn all_gather_into<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut Vec<T>,
+        phase: Phase,
+    ) -> Result<Vec<usize>> {
+        let size = std::mem::size_of::<T>();
+        {
+            let mut t = self.traffic.lock().expect("traffic lock");
+            for r in 0..self.size() {
+                t.record(phase, self.world_rank_of(r), (send.len() * size) as u64);
+            }
         }
-        self.all_to_all_v(&buf, &vec![send.len(); p], phase)
+        let from = self
+            .backend
+            .all_gather_v(bytemuck::cast_slice(send), &mut Typed(recv))?;
+        Ok(from.into_iter().map(|b| b / size).collect())
     }
 
     /// Sums `send` over the ranks and leaves chunk `r` (of `counts[r]` elements; the
@@ -141,7 +171,22 @@ impl Comm {
         counts: &[usize],
         phase: Phase,
     ) -> Result<Vec<T>> {
-        let (recv, from) = self.all_to_all_v(send, counts, phase)?;
+        let mut out = Vec::new();
+        self.reduce_scatter_into(send, counts, &mut Vec::new(), &mut out, phase)?;
+        Ok(out)
+    }
+
+    /// [`Comm::reduce_scatter`] into `out`, with `scratch` for what arrives (both
+    /// resized; their allocations are reused).
+    fn reduce_scatter_into<T: Element>(
+        &self,
+        send: &[T],
+        counts: &[usize],
+        scratch: &mut Vec<T>,
+        out: &mut Vec<T>,
+        phase: Phase,
+    ) -> Result<()> {
+        let from = self.all_to_all_v_into(send, counts, scratch, phase)?;
         let mine = counts.get(self.rank()).copied().unwrap_or(0);
         if from.iter().any(|&c| c != mine) {
             return Err(Error::Mismatch(format!(
@@ -149,42 +194,54 @@ impl Comm {
                 self.rank()
             )));
         }
-        let mut out = recv[..mine].to_vec();
-        for part in recv.chunks_exact(mine.max(1)).skip(1) {
+        out.clear();
+        out.extend_from_slice(&scratch[..mine]);
+        for part in scratch.chunks_exact(mine.max(1)).skip(1) {
             for (o, &v) in out.iter_mut().zip(part) {
                 *o = *o + v;
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Sums `buf` over the ranks, in place, the same bits on every rank.
     pub fn all_reduce<T: Element>(&self, buf: &mut [T], phase: Phase) -> Result<()> {
+        self.all_reduce_with(buf, &mut (Vec::new(), Vec::new()), phase)
+    }
+
+    /// [`Comm::all_reduce`] with scratch space kept by the caller across calls (a
+    /// training step's gradients: no allocation per step).
+    pub fn all_reduce_with<T: Element>(
+        &self,
+        buf: &mut [T],
+        scratch: &mut (Vec<T>, Vec<T>),
+        phase: Phase,
+    ) -> Result<()> {
         let p = self.size();
         if p == 1 {
             return Ok(());
         }
         let counts = even_split(buf.len(), p);
-        let mine = self.reduce_scatter(buf, &counts, phase)?;
-        let (all, _) = self.all_gather_counts(&mine, &counts, phase)?;
-        buf.copy_from_slice(&all);
-        Ok(())
-    }
-
-    /// [`Comm::all_gather`] where every rank knows the sizes: checks them.
-    fn all_gather_counts<T: Element>(
-        &self,
-        send: &[T],
-        counts: &[usize],
-        phase: Phase,
-    ) -> Result<(Vec<T>, Vec<usize>)> {
-        let (all, from) = self.all_gather(send, phase)?;
+        let (arrived, mine) = scratch;
+        self.reduce_scatter_into(buf, &counts, arrived, mine, phase)?;
+        let size = std::mem::size_of::<T>();
+        {
+            let mut t = self.traffic.lock().expect("traffic lock");
+            for r in 0..p {
+                t.record(phase, self.world_rank_of(r), (mine.len() * size) as u64);
+            }
+        }
+        let mut into = Exact(bytemuck::cast_slice_mut::<T, u8>(buf), Vec::new());
+        let from = self
+            .backend
+            .all_gather_v(bytemuck::cast_slice(&mine[..]), &mut into)?;
+        let from: Vec<usize> = from.into_iter().map(|b| b / size).collect();
         if from != counts {
             return Err(Error::Mismatch(format!(
-                "all_gather: expected counts {counts:?}, got {from:?}"
+                "all_reduce: expected chunks {counts:?}, got {from:?}"
             )));
         }
-        Ok((all, from))
+        Ok(())
     }
 
     /// Copies `root`'s `buf` to every rank (resizing theirs).
@@ -252,6 +309,34 @@ impl Comm {
                 "{what} differs between rank {} and rank(s) {differ:?}",
                 self.world_rank_of(0)
             )))
+        }
+    }
+}
+
+/// A typed vector as a backend's receive buffer.
+struct Typed<'a, T>(&'a mut Vec<T>);
+
+impl<T: Element> RecvBuf for Typed<'_, T> {
+    fn bytes(&mut self, bytes: usize) -> &mut [u8] {
+        let size = std::mem::size_of::<T>();
+        // Every rank sends whole elements, so the total is a multiple of the size.
+        self.0.resize(bytes.div_ceil(size), T::default());
+        &mut bytemuck::cast_slice_mut::<T, u8>(&mut self.0[..])[..bytes]
+    }
+}
+
+/// A slice that should receive exactly its own size; any other total (ranks that
+/// disagree on the chunks) goes to a spare buffer and the caller's count check reports
+/// it.
+struct Exact<'a>(&'a mut [u8], Vec<u8>);
+
+impl RecvBuf for Exact<'_> {
+    fn bytes(&mut self, bytes: usize) -> &mut [u8] {
+        if bytes == self.0.len() {
+            &mut self.0[..]
+        } else {
+            self.1.resize(bytes, 0);
+            &mut self.1[..]
         }
     }
 }

@@ -6,8 +6,12 @@
 //! cannot be overwritten while a rank still reads it, since the next round needs every
 //! rank to arrive. Waits poll a world-wide failure flag, so a panicking or failing
 //! worker releases the others with [`Error::PeerFailed`] instead of a hang.
+//!
+//! An exchange copies each byte once: a rank publishes the address of its send buffer,
+//! the receivers copy their parts straight into their own buffers, and a closing round
+//! keeps every sender inside the call (its buffer alive) until all have copied.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, RecvBuf};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::topology::Topology;
@@ -19,7 +23,51 @@ use std::time::Duration;
 /// How often a waiting rank checks whether another one has failed.
 const FAILURE_POLL: Duration = Duration::from_millis(20);
 
-type Msg = Arc<(Vec<u8>, Vec<usize>)>;
+/// Bytes a rank publishes for one round: borrowed from its send buffer, which outlives
+/// every read (see [`InProcess::all_to_all_v`]), or owned.
+struct Payload {
+    ptr: *const u8,
+    len: usize,
+    _owned: Vec<u8>,
+}
+
+// SAFETY: the pointer is only read, by other ranks, while the publishing rank keeps the
+// buffer alive and unmodified (it is blocked in the same exchange).
+unsafe impl Send for Payload {}
+unsafe impl Sync for Payload {}
+
+impl Payload {
+    fn borrowed(bytes: &[u8]) -> Self {
+        Self {
+            ptr: bytes.as_ptr(),
+            len: bytes.len(),
+            _owned: Vec::new(),
+        }
+    }
+
+    fn owned(bytes: Vec<u8>) -> Self {
+        Self {
+            ptr: bytes.as_ptr(),
+            len: bytes.len(),
+            _owned: bytes,
+        }
+    }
+
+    /// The bytes.
+    ///
+    /// # Safety
+    /// For a borrowed payload, the publishing rank must still be inside the exchange
+    /// that published it.
+    unsafe fn bytes(&self) -> &[u8] {
+        // SAFETY: ptr/len describe a live slice (owned here, or kept alive by the
+        // caller's contract).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+/// A rank's message: its payload and the byte count for each destination (`None`: the
+/// whole payload for every rank).
+type Msg = Arc<(Payload, Option<Vec<usize>>)>;
 
 /// What all ranks of one in-process cluster share.
 #[derive(Default)]
@@ -89,11 +137,13 @@ pub struct InProcess {
 }
 
 impl InProcess {
-    /// Deposits `msg` and returns every rank's message of this round.
-    fn exchange(&self, msg: Msg) -> Result<Arc<Vec<Msg>>> {
+    /// Deposits `msg` and returns every rank's message of this round. With
+    /// `abandon_on_failure` false the wait ignores failed ranks: for the closing round of
+    /// an exchange, which every rank that completed the opening round reaches.
+    fn exchange(&self, msg: Msg, abandon_on_failure: bool) -> Result<Arc<Vec<Msg>>> {
         let g = &self.group;
-        let mut round = g.round.lock().map_err(|_| self.world.failure())?;
-        if self.world.failed.load(Ordering::SeqCst) {
+        let mut round = g.round.lock().unwrap_or_else(|e| e.into_inner());
+        if abandon_on_failure && self.world.failed.load(Ordering::SeqCst) {
             return Err(self.world.failure());
         }
         round.slots[self.rank] = Some(msg);
@@ -114,15 +164,70 @@ impl InProcess {
         loop {
             let (r, _) =
                 g.cv.wait_timeout(round, FAILURE_POLL)
-                    .map_err(|_| self.world.failure())?;
+                    .unwrap_or_else(|e| e.into_inner());
             round = r;
             if round.generation != generation {
                 return Ok(Arc::clone(&round.last));
             }
-            if self.world.failed.load(Ordering::SeqCst) {
+            if abandon_on_failure && self.world.failed.load(Ordering::SeqCst) {
                 return Err(self.world.failure());
             }
         }
+    }
+
+    /// Publishes `send` (with per-destination `counts`, or all of it to everyone), copies
+    /// this rank's part of every rank's payload into `recv`, and returns the byte count
+    /// from each rank.
+    fn copy_round(
+        &self,
+        send: &[u8],
+        counts: Option<&[usize]>,
+        recv: &mut dyn RecvBuf,
+    ) -> Result<Vec<usize>> {
+        let all = self.exchange(
+            Arc::new((Payload::borrowed(send), counts.map(<[usize]>::to_vec))),
+            true,
+        )?;
+        // Every rank now reads the others' buffers; the closing round (run on unwinding
+        // too) keeps each sender here, its buffer alive, until all have read.
+        let closing = ClosingRound(self);
+        let part = |m: &Msg| -> (usize, usize) {
+            match &m.1 {
+                Some(c) => (c[..self.rank].iter().sum(), c[self.rank]),
+                None => (0, m.0.len),
+            }
+        };
+        let from: Vec<usize> = all.iter().map(|m| part(m).1).collect();
+        let total: usize = from.iter().sum();
+        let out = recv.bytes(total);
+        if out.len() != total {
+            return Err(Error::usage(
+                "all_to_all_v",
+                format!("a receive buffer of {} bytes for {total}", out.len()),
+            ));
+        }
+        let mut at = 0;
+        for m in all.iter() {
+            let (start, len) = part(m);
+            // SAFETY: the sender is inside this exchange until the closing round.
+            let src = unsafe { m.0.bytes() };
+            out[at..at + len].copy_from_slice(&src[start..start + len]);
+            at += len;
+        }
+        drop(closing);
+        Ok(from)
+    }
+}
+
+/// Runs the closing round of an exchange when dropped.
+struct ClosingRound<'a>(&'a InProcess);
+
+impl Drop for ClosingRound<'_> {
+    fn drop(&mut self) {
+        // Cannot fail: it ignores failed ranks, and every rank of the group gets here.
+        let _ = self
+            .0
+            .exchange(Arc::new((Payload::owned(Vec::new()), None)), false);
     }
 }
 
@@ -139,19 +244,21 @@ impl Backend for InProcess {
         self.group.members[r]
     }
 
-    fn all_to_all_v(&self, send: &[u8], counts: &[usize]) -> Result<(Vec<u8>, Vec<usize>)> {
-        let all = self.exchange(Arc::new((send.to_vec(), counts.to_vec())))?;
-        let from: Vec<usize> = all.iter().map(|m| m.1[self.rank]).collect();
-        let mut out = Vec::with_capacity(from.iter().sum());
-        for m in all.iter() {
-            let start: usize = m.1[..self.rank].iter().sum();
-            out.extend_from_slice(&m.0[start..start + m.1[self.rank]]);
-        }
-        Ok((out, from))
+    fn all_to_all_v(
+        &self,
+        send: &[u8],
+        counts: &[usize],
+        recv: &mut dyn RecvBuf,
+    ) -> Result<Vec<usize>> {
+        self.copy_round(send, Some(counts), recv)
+    }
+
+    fn all_gather_v(&self, send: &[u8], recv: &mut dyn RecvBuf) -> Result<Vec<usize>> {
+        self.copy_round(send, None, recv)
     }
 
     fn barrier(&self) -> Result<()> {
-        self.exchange(Arc::new((Vec::new(), Vec::new())))
+        self.exchange(Arc::new((Payload::owned(Vec::new()), None)), true)
             .map(|_| ())
     }
 
@@ -159,9 +266,11 @@ impl Backend for InProcess {
         let mut mine = Vec::with_capacity(16);
         mine.extend_from_slice(&(color as u64).to_le_bytes());
         mine.extend_from_slice(&(key as u64).to_le_bytes());
-        let all = self.exchange(Arc::new((mine, Vec::new())))?;
+        let all = self.exchange(Arc::new((Payload::owned(mine), None)), true)?;
         let word = |m: &Msg, i: usize| {
-            u64::from_le_bytes(m.0[i * 8..i * 8 + 8].try_into().expect("8 bytes")) as usize
+            // SAFETY: an owned payload.
+            let b = unsafe { m.0.bytes() };
+            u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes")) as usize
         };
         let mut same: Vec<(usize, usize)> = all
             .iter()

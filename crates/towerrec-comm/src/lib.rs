@@ -23,7 +23,7 @@ mod traffic;
 
 #[cfg(feature = "mpi")]
 pub use self::mpi::{init_mpi, MpiBackend, MpiSession, RANKS_PER_HOST_ENV};
-pub use backend::Backend;
+pub use backend::{Backend, RecvBuf};
 pub use comm::{even_split, Comm, Element};
 pub use error::{Error, Result};
 pub use inprocess::{run_in_process, InProcess, WorkerFailure};

@@ -22,6 +22,9 @@
 //!   and calls `MPI_Abort`, so a panicking rank brings the job down (mpirun exits
 //!   non-zero) instead of leaving the others blocked in a collective. The hook fires on
 //!   every panic of the process, also on one that would later be caught.
+//! - An error is returned, not fatal: a rank that cannot go on after one (the others
+//!   would wait for it in their next collective) ends the job with
+//!   [`MpiSession::abort`], as the `towerrec` CLI does.
 //! - A message larger than `i32::MAX` bytes (MPI counts and displacements are C
 //!   `int`s) is refused with [`Error::Mpi`] on every rank of the exchange.
 //!
@@ -32,7 +35,7 @@
 //! backend serializes its MPI calls with a process-wide lock (then two threads of one
 //! process must not block in collectives of different groups at the same time).
 
-use crate::backend::Backend;
+use crate::backend::{Backend, RecvBuf};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::topology::Topology;
@@ -145,6 +148,14 @@ impl MpiSession {
     /// the result for sub-groups.
     pub fn world(&self) -> Result<Comm> {
         Comm::new(Box::new(self.world_backend()), self.topology)
+    }
+
+    /// Ends the whole job: `MPI_Abort` on the world with `code` (the launcher kills the
+    /// other ranks and exits non-zero). For an error on one rank, which would otherwise
+    /// leave the others blocked in a collective, and this one in `MPI_Finalize`.
+    /// Does not take the serializing lock: another thread may hold it, blocked.
+    pub fn abort(&self, code: i32) -> ! {
+        SimpleCommunicator::world().abort(code)
     }
 }
 
@@ -285,7 +296,12 @@ impl Backend for MpiBackend {
         self.members[r]
     }
 
-    fn all_to_all_v(&self, send: &[u8], counts: &[usize]) -> Result<(Vec<u8>, Vec<usize>)> {
+    fn all_to_all_v(
+        &self,
+        send: &[u8],
+        counts: &[usize],
+        recv: &mut dyn RecvBuf,
+    ) -> Result<Vec<usize>> {
         let p = self.members.len();
         if counts.len() != p {
             return Err(Error::usage(
@@ -340,14 +356,17 @@ impl Backend for MpiBackend {
         let dummy = [0u8; 1];
         let send = if send.is_empty() { &dummy[..] } else { send };
         let recv_len = recv_total as usize;
-        let mut recv = vec![0u8; recv_len.max(1)];
+        let mut dummy_recv = [0u8; 1];
+        let recv = match recv.bytes(recv_len) {
+            [] => &mut dummy_recv[..],
+            r => r,
+        };
         {
             let sp = Partition::new(send, &sc[..], &sd[..]);
-            let mut rp = PartitionMut::new(&mut recv[..], &rc[..], &rd[..]);
+            let mut rp = PartitionMut::new(recv, &rc[..], &rd[..]);
             self.comm.all_to_all_varcount_into(&sp, &mut rp);
         }
-        recv.truncate(recv_len);
-        Ok((recv, recv_counts.iter().map(|&c| c as usize).collect()))
+        Ok(recv_counts.iter().map(|&c| c as usize).collect())
     }
 
     fn barrier(&self) -> Result<()> {

@@ -129,6 +129,7 @@ pub struct Model {
     /// Input of the top MLP, `B × top_in`.
     top_in: Vec<f32>,
     top_in_grad: Vec<f32>,
+    grad_sync: GradSync,
     times: PhaseTimes,
 }
 
@@ -233,6 +234,7 @@ impl Model {
             features_grad: Vec::new(),
             top_in: Vec::new(),
             top_in_grad: Vec::new(),
+            grad_sync: GradSync::default(),
             times: PhaseTimes::default(),
         };
         let sizes: Vec<usize> = model.dense_params().iter().map(|p| p.value.len()).collect();
@@ -355,6 +357,7 @@ impl Model {
             features_grad,
             top_in,
             top_in_grad,
+            grad_sync,
             times,
             ..
         } = self;
@@ -404,7 +407,7 @@ impl Model {
         let mut mark = Instant::now();
         let mut params = dense_params(interaction, top);
         if let Embeddings::Sharded(s) = embeddings {
-            all_reduce_grads(s.comm(), &mut params)?;
+            all_reduce_grads(s.comm(), &mut params, grad_sync)?;
             lap(&mut mark, &mut times.dense_grad_sync);
         }
         dense_optimizer.apply(&mut params, dense_lr)?;
@@ -562,13 +565,25 @@ pub fn table_descs(cfg: &ModelConfig, schema: &Schema) -> Vec<TableDesc> {
         .collect()
 }
 
+/// Buffers of the dense gradients' AllReduce, kept from step to step.
+#[derive(Default)]
+struct GradSync {
+    flat: Vec<f32>,
+    scratch: (Vec<f32>, Vec<f32>),
+}
+
 /// Sums every dense gradient over the ranks (one AllReduce of all of them together).
-fn all_reduce_grads(comm: &Comm, params: &mut [ParamMut<'_, f32>]) -> Result<()> {
-    let mut flat: Vec<f32> = Vec::with_capacity(params.iter().map(|p| p.grad.len()).sum());
+fn all_reduce_grads(
+    comm: &Comm,
+    params: &mut [ParamMut<'_, f32>],
+    sync: &mut GradSync,
+) -> Result<()> {
+    let flat = &mut sync.flat;
+    flat.clear();
     for p in params.iter() {
         flat.extend_from_slice(p.grad);
     }
-    comm.all_reduce(&mut flat, Phase::DenseGradSync)?;
+    comm.all_reduce_with(flat, &mut sync.scratch, Phase::DenseGradSync)?;
     let mut at = 0;
     for p in params.iter_mut() {
         let n = p.grad.len();

@@ -86,6 +86,11 @@ pub struct ShardedEmbeddings {
     replicas: Vec<Replica>,
     /// Samples each rank held in the last forward.
     samples: Vec<usize>,
+    /// Exchange buffers, kept to reuse their memory from step to step.
+    ids_send: Vec<u64>,
+    ids_recv: Vec<u64>,
+    vec_send: Vec<f32>,
+    vec_recv: Vec<f32>,
 }
 
 impl ShardedEmbeddings {
@@ -165,6 +170,10 @@ impl ShardedEmbeddings {
             local,
             replicas,
             samples: Vec::new(),
+            ids_send: Vec::new(),
+            ids_recv: Vec::new(),
+            vec_send: Vec::new(),
+            vec_recv: Vec::new(),
         })
     }
 
@@ -209,7 +218,8 @@ impl ShardedEmbeddings {
 
         // 1. Input distribution: to each rank, this rank's sample count, then a segment
         //    per shard it holds.
-        let mut send: Vec<u64> = Vec::new();
+        let mut send = std::mem::take(&mut self.ids_send);
+        send.clear();
         let mut counts = vec![0usize; p];
         for (dest, count) in counts.iter_mut().enumerate() {
             let before = send.len();
@@ -222,7 +232,12 @@ impl ShardedEmbeddings {
             }
             *count = send.len() - before;
         }
-        let (recv, _) = self.comm.all_to_all_v(&send, &counts, Phase::InputDist)?;
+        let mut recv = std::mem::take(&mut self.ids_recv);
+        let exchanged = self
+            .comm
+            .all_to_all_v_into(&send, &counts, &mut recv, Phase::InputDist);
+        self.ids_send = send;
+        exchanged?;
 
         // 2. Unpack in source order (= global sample order) and pool.
         for l in &mut self.local {
@@ -259,7 +274,9 @@ impl ShardedEmbeddings {
         }
 
         // 3. Output distribution: every sample owner gets its rows of every shard.
-        let mut send: Vec<f32> = Vec::new();
+        self.ids_recv = recv;
+        let mut send = std::mem::take(&mut self.vec_send);
+        send.clear();
         let mut counts = vec![0usize; p];
         let mut first = 0;
         for (owner, &n) in self.samples.iter().enumerate() {
@@ -271,7 +288,12 @@ impl ShardedEmbeddings {
             counts[owner] = send.len() - before;
             first += n;
         }
-        let (recv, _) = self.comm.all_to_all_v(&send, &counts, Phase::OutputDist)?;
+        let mut recv = std::mem::take(&mut self.vec_recv);
+        let exchanged = self
+            .comm
+            .all_to_all_v_into(&send, &counts, &mut recv, Phase::OutputDist);
+        self.vec_send = send;
+        exchanged?;
         let out = &mut out[..b_local * layout.width];
         for (t, table) in self.tables.iter().enumerate() {
             if table.row_split() {
@@ -306,6 +328,7 @@ impl ShardedEmbeddings {
                 }
             }
         }
+        self.vec_recv = recv;
         for (t, table) in self.tables.iter().enumerate() {
             if table.row_split() && table.pooling == Pooling::Mean {
                 let off = layout.base + t * table.dim;
@@ -369,7 +392,8 @@ impl ShardedEmbeddings {
         let grad = &grad[..b_local * layout.width];
 
         // Reverse output distribution: each shard's columns of the gradient to its rank.
-        let mut send: Vec<f32> = Vec::new();
+        let mut send = std::mem::take(&mut self.vec_send);
+        send.clear();
         let mut counts = vec![0usize; p];
         for (dest, count) in counts.iter_mut().enumerate() {
             let before = send.len();
@@ -396,7 +420,12 @@ impl ShardedEmbeddings {
             }
             *count = send.len() - before;
         }
-        let (recv, _) = self.comm.all_to_all_v(&send, &counts, Phase::OutputDist)?;
+        let mut recv = std::mem::take(&mut self.vec_recv);
+        let exchanged = self
+            .comm
+            .all_to_all_v_into(&send, &counts, &mut recv, Phase::OutputDist);
+        self.vec_send = send;
+        exchanged?;
         let mut at = 0;
         for l in &mut self.local {
             l.grad.clear();
@@ -408,6 +437,7 @@ impl ShardedEmbeddings {
                 at += len;
             }
         }
+        self.vec_recv = recv;
         for l in &mut self.local {
             let view = JaggedView::new(&l.offsets, &l.values)?;
             let cols = l.shard.num_columns();

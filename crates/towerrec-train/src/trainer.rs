@@ -144,6 +144,29 @@ fn total_steps(cfg: &Config) -> Option<u64> {
     }
 }
 
+/// Failure injection for testing how a cluster goes down (docs/CLUSTER.md):
+/// `TOWERREC_FAIL_RANK=R` makes rank `R` return an error right after its step
+/// `TOWERREC_FAIL_STEP` (default 1) instead of going on.
+const FAIL_RANK_ENV: &str = "TOWERREC_FAIL_RANK";
+const FAIL_STEP_ENV: &str = "TOWERREC_FAIL_STEP";
+
+/// The rank and step `TOWERREC_FAIL_RANK` / `TOWERREC_FAIL_STEP` ask to fail, if set.
+fn injected_failure() -> Result<Option<(usize, u64)>> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let Some(rank) = var(FAIL_RANK_ENV) else {
+        return Ok(None);
+    };
+    let bad = |name: &str, v: &str| {
+        Error::Cluster(format!("{name}={v}: expected a non-negative integer"))
+    };
+    let rank = rank.trim().parse().map_err(|_| bad(FAIL_RANK_ENV, &rank))?;
+    let step = match var(FAIL_STEP_ENV) {
+        Some(s) => s.trim().parse().map_err(|_| bad(FAIL_STEP_ENV, &s))?,
+        None => 1,
+    };
+    Ok(Some((rank, step)))
+}
+
 /// [`evaluate`], keeping its phase times out of the model's and adding what it sent to
 /// `traffic`.
 fn evaluate_aside(
@@ -259,6 +282,7 @@ pub fn train_model(
     let mut skipped_eval = 0u64;
     let mut last_eval: Option<EvalReport> = None;
     let mut stopped_early = false;
+    let fail_at = injected_failure()?;
 
     'epochs: while (progress.epoch as usize) < cfg.train.epochs && progress.step < max_steps {
         let stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir)?;
@@ -272,6 +296,13 @@ pub fn train_model(
             let loss = train_step(&mut model, &global, lrs, &mut logits, &mut grad)?;
             let b = global.batch_size() as u64;
             progress.step += 1;
+            if let Some((rank, step)) = fail_at {
+                if progress.step == step && model.comm().map_or(0, |c| c.rank()) == rank {
+                    return Err(Error::Cluster(format!(
+                        "injected failure on rank {rank} at step {step} ({FAIL_RANK_ENV})"
+                    )));
+                }
+            }
             progress.batch_in_epoch += 1;
             progress.samples += b;
             train_samples_run += b;

@@ -400,3 +400,44 @@ fn ranks_with_different_configs_are_refused_at_start() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_checkpoint_is_the_whole_model_and_resumes_on_another_topology() {
+    use towerrec_train::checkpoint::{save, Checkpoint, Progress};
+    let cfg = config("adam", "mean");
+    let batches = batches(&cfg);
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    let path =
+        std::env::temp_dir().join(format!("towerrec-ckpt-{}.safetensors", std::process::id()));
+    // Train and save on 2×2 with a mixed plan.
+    let from = Topology::new(2, 2).unwrap();
+    let plan = mixed(&cfg, from);
+    let saved = run_ranks(from, 1, |comm: Comm| {
+        let mut model =
+            Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, &plan)?;
+        run(&mut model, &cfg, &batches[..10]);
+        save(&path, &mut model, &cfg, Progress::default())?;
+        model.whole_tables()
+    })
+    .unwrap()
+    .remove(0)
+    .unwrap();
+    // Load on 1×3 row-wise and in one process: the same tables, bit for bit.
+    let to = Topology::new(1, 3).unwrap();
+    let plan = planners::row_wise(&table_specs(&cfg, &s), to).unwrap();
+    let ckpt = Checkpoint::read(&path).unwrap();
+    let loaded = run_ranks(to, 1, |comm: Comm| {
+        let mut model =
+            Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, &plan)?;
+        ckpt.apply(&mut model)?;
+        model.whole_tables()
+    })
+    .unwrap()
+    .remove(0)
+    .unwrap();
+    let mut single = Model::build(&cfg.model, &cfg.optimizer, &s, cfg.train.seed).unwrap();
+    ckpt.apply(&mut single).unwrap();
+    assert_eq!(saved, loaded);
+    assert_eq!(saved, single.whole_tables().unwrap().unwrap());
+    let _ = std::fs::remove_file(path);
+}

@@ -207,7 +207,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
             )
         }
     };
-    cfg.override_data(absolute(a.data)?, absolute(a.eval_data)?);
+    cfg.override_data(absolute(a.data.clone())?, absolute(a.eval_data.clone())?);
     if let Some(b) = a.bad_rows {
         cfg.train.bad_rows = b.into();
     }
@@ -220,7 +220,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
     if let Some(r) = a.ranks_per_host {
         cfg.cluster.ranks_per_host = r;
     }
-    if let Some(p) = absolute(a.plan)? {
+    if let Some(p) = absolute(a.plan.clone())? {
         cfg.cluster.plan = Some(p);
     }
     if cfg.cluster.hosts == 0 || cfg.cluster.ranks_per_host == 0 {
@@ -231,7 +231,29 @@ pub fn train(a: TrainArgs) -> Result<()> {
     } else {
         None
     };
-    if let Some(session) = &mpi {
+    let result = train_on(&a, cfg, out, resume, mpi.as_ref());
+    if let (Err(e), Some(session)) = (&result, &mpi) {
+        // Returning would leave the other ranks blocked in a collective and this one in
+        // MPI_Finalize: end the whole job instead.
+        eprintln!(
+            "error: rank {} of {}: {e:#}; calling MPI_Abort to stop the job",
+            session.rank(),
+            session.size()
+        );
+        session.abort(1);
+    }
+    result
+}
+
+/// The rest of `train`, once MPI (if asked for) is up.
+fn train_on(
+    a: &TrainArgs,
+    mut cfg: Config,
+    out: PathBuf,
+    resume: bool,
+    mpi: Option<&mpi::Session>,
+) -> Result<()> {
+    if let Some(session) = mpi {
         let t = session.topology();
         if a.hosts.is_some() || a.ranks_per_host.is_some() {
             bail!("with --backend mpi the launcher sets the hosts and ranks ({t}): drop --hosts and --ranks-per-host");
@@ -240,7 +262,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
         cfg.cluster.ranks_per_host = t.ranks_per_host;
     }
     let threads = a.threads.unwrap_or(cfg.train.threads);
-    let threads = match (&mpi, threads) {
+    let threads = match (mpi, threads) {
         // One pool per process: share the host's cores among its ranks.
         (Some(s), 0) => (num_cores() / s.topology().ranks_per_host).max(1),
         _ => threads,
@@ -254,7 +276,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
         resume,
         stop_after: a.stop_after,
     };
-    let root = mpi.as_ref().is_none_or(|s| s.rank() == 0);
+    let root = mpi.is_none_or(|s| s.rank() == 0);
     let mut bar = Bar::new(a.quiet || !root);
     let started = Instant::now();
     let threads = if threads == 0 {
@@ -262,7 +284,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
     } else {
         threads
     };
-    let summary = match &mpi {
+    let summary = match mpi {
         Some(session) => mpi::train(session, &cfg, &opts, &mut bar)?,
         None => towerrec_train::cluster::train_configured(&cfg, &opts, threads, &mut bar)?,
     };
@@ -325,6 +347,12 @@ mod mpi {
             match *self {}
         }
         pub fn rank(&self) -> usize {
+            match *self {}
+        }
+        pub fn size(&self) -> usize {
+            match *self {}
+        }
+        pub fn abort(&self, _code: i32) -> ! {
             match *self {}
         }
     }

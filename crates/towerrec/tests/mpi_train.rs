@@ -1,0 +1,466 @@
+//! `towerrec train --backend mpi` end to end (feature `mpi`; needs OpenMPI's `mpirun`):
+//! the MPI ranks train exactly as the in-process cluster does, a failing rank brings
+//! the job down, and on the emulated cluster (as root, with iproute2) the bytes on the
+//! wire match the traffic accounting. See docs/CLUSTER.md, "Training on MPI and on the
+//! emulated cluster".
+//!
+//! The tests run one at a time (each takes the whole two-core machine), every MPI
+//! launch under `timeout` so that a hang fails the test instead of the CI job.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_towerrec");
+
+/// The variables of the failure-injection knob (see docs/CLUSTER.md).
+const FAIL_RANK: &str = "TOWERREC_FAIL_RANK";
+const FAIL_STEP: &str = "TOWERREC_FAIL_STEP";
+
+/// Every variable the tests set, removed from what they inherit.
+const OURS: [&str; 3] = [FAIL_RANK, FAIL_STEP, "TOWERREC_RANKS_PER_HOST"];
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("towerrec-mpi-train-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn describe(o: &Output) -> String {
+    format!(
+        "status {}\n--- stdout\n{}--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The quickstart shrunk to a few seconds: 30 steps of 256, a loss every 5 steps, two
+/// evaluations on the way and the final one.
+fn small_args() -> Vec<String> {
+    [
+        "--max-steps",
+        "30",
+        "--set",
+        "data.train_samples=7680",
+        "--set",
+        "data.eval_samples=2000",
+        "--set",
+        "train.log_every=5",
+        "--set",
+        "train.eval_every=15",
+        "--quiet",
+    ]
+    .map(String::from)
+    .into()
+}
+
+/// `towerrec ARGS` in this process's environment plus `env`, killed after `limit_s`.
+fn towerrec(args: &[String], env: &[(&str, &str)], limit_s: u64) -> Output {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "5", &limit_s.to_string(), BIN]).args(args);
+    for k in OURS {
+        cmd.env_remove(k);
+    }
+    cmd.envs(env.iter().copied());
+    cmd.output().expect("timeout and towerrec run")
+}
+
+/// `mpirun -np 4` of `towerrec ARGS` as 2 hosts × 2 ranks (TOWERREC_RANKS_PER_HOST=2)
+/// with `env` exported to the ranks, killed after `limit_s`.
+fn mpirun(args: &[String], env: &[(&str, &str)], limit_s: u64) -> Output {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "5", &limit_s.to_string(), "mpirun"])
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+        ])
+        .args(["-np", "4", "--mca", "mpi_yield_when_idle", "1"])
+        .args(["-x", "TOWERREC_RANKS_PER_HOST=2"]);
+    for k in OURS {
+        cmd.env_remove(k);
+    }
+    for (k, v) in env {
+        cmd.args(["-x", &format!("{k}={v}")]);
+    }
+    cmd.arg(BIN).args(args);
+    cmd.output()
+        .expect("mpirun runs (install openmpi-bin: see docs/CLUSTER.md)")
+}
+
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// metrics.jsonl without its timings (`samples_per_sec`), one value per record.
+fn metrics(run: &Path) -> Vec<Value> {
+    let path = run.join("metrics.jsonl");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            if let Some(o) = v.as_object_mut() {
+                o.remove("samples_per_sec");
+            }
+            v
+        })
+        .collect()
+}
+
+/// A run's checkpoint.safetensors: its JSON header (tensors and metadata, whose order
+/// varies from run to run) and its data, the weights and optimizer state.
+fn checkpoint(run: &Path) -> (Value, Vec<u8>) {
+    let path = run.join("checkpoint.safetensors");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    (header, bytes[8 + n..].to_vec())
+}
+
+/// Asserts that two runs trained alike: the same records in metrics.jsonl (losses and
+/// evaluations, exactly), the same final metrics, the same bytes per step in every
+/// phase, and the same checkpoint (weights bit for bit). Returns the number of losses.
+fn assert_same_run(case: &str, a: &Path, b: &Path) -> usize {
+    let (ma, mb) = (metrics(a), metrics(b));
+    let losses: Vec<&Value> = ma.iter().filter_map(|r| r.get("loss")).collect();
+    assert!(!losses.is_empty(), "{case}: no losses in {}", a.display());
+    assert_eq!(ma, mb, "{case}: metrics.jsonl differ");
+    let (sa, sb) = (
+        read_json(&a.join("summary.json")),
+        read_json(&b.join("summary.json")),
+    );
+    for key in [
+        "auc",
+        "logloss",
+        "ne",
+        "steps",
+        "train_samples",
+        "eval_samples",
+    ] {
+        assert_eq!(sa[key], sb[key], "{case}: summary.json's {key}");
+    }
+    let bytes = &sa["cluster"]["bytes_per_step"];
+    assert_eq!(
+        bytes.as_array().map_or(0, Vec::len),
+        5,
+        "{case}: bytes_per_step of every phase: {sa}"
+    );
+    assert_eq!(
+        bytes, &sb["cluster"]["bytes_per_step"],
+        "{case}: bytes per step"
+    );
+    for key in ["hosts", "ranks_per_host"] {
+        assert_eq!(sa["cluster"][key], 2, "{case}: {key}");
+        assert_eq!(sb["cluster"][key], 2, "{case}: {key}");
+    }
+    let (ca, cb) = (checkpoint(a), checkpoint(b));
+    assert_eq!(
+        ca.0, cb.0,
+        "{case}: the checkpoints' tensors or metadata differ"
+    );
+    assert!(ca.1 == cb.1, "{case}: the checkpoints' weights differ");
+    println!(
+        "{case}: {} losses, final auc {} logloss {} equal; bytes per step {}",
+        losses.len(),
+        sa["auc"],
+        sa["logloss"],
+        bytes
+    );
+    losses.len()
+}
+
+#[test]
+fn mpi_equals_in_process_on_2x2() {
+    let _serial = serial();
+    let dir = tmp("equal");
+    let plan = dir.join("row-wise.json");
+    let o = towerrec(
+        &[
+            "plan",
+            "--strategy",
+            "row-wise",
+            "--hosts",
+            "2",
+            "--ranks-per-host",
+            "2",
+            "--output",
+            plan.to_str().unwrap(),
+        ]
+        .map(String::from),
+        &[],
+        60,
+    );
+    assert!(o.status.success(), "towerrec plan: {}", describe(&o));
+
+    for (case, plan) in [("greedy plan", None), ("row-wise plan", Some(&plan))] {
+        let start = Instant::now();
+        let mut args = small_args();
+        if let Some(p) = plan {
+            args.extend(["--plan".into(), p.to_str().unwrap().into()]);
+        }
+        let run = |name: &str| dir.join(format!("{}-{name}", case.replace(' ', "-")));
+        let (a, b) = (run("in-process"), run("mpi"));
+
+        let mut in_process: Vec<String> = ["train", "--hosts", "2", "--ranks-per-host", "2"]
+            .map(String::from)
+            .into();
+        in_process.extend(args.iter().cloned());
+        in_process.extend(["--out".into(), a.to_str().unwrap().into()]);
+        let o = towerrec(&in_process, &[], 300);
+        assert!(o.status.success(), "{case}, in-process: {}", describe(&o));
+
+        let mut mpi: Vec<String> = ["train", "--backend", "mpi"].map(String::from).into();
+        mpi.extend(args);
+        mpi.extend(["--out".into(), b.to_str().unwrap().into()]);
+        let o = mpirun(&mpi, &[], 300);
+        assert!(o.status.success(), "{case}, mpirun: {}", describe(&o));
+
+        let n = assert_same_run(case, &a, &b);
+        assert_eq!(n, 6, "{case}: a loss every 5 steps of 30");
+        println!(
+            "{case}: both runs in {:.1} s",
+            start.elapsed().as_secs_f64()
+        );
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn a_failing_mpi_rank_brings_the_job_down() {
+    let _serial = serial();
+    let dir = tmp("fail");
+    let fail = [(FAIL_RANK, "1"), (FAIL_STEP, "3")];
+    let message = "injected failure on rank 1 at step 3 (TOWERREC_FAIL_RANK)";
+
+    // MPI: rank 1 returns an error while the others wait for it in a collective.
+    let mut args: Vec<String> = ["train", "--backend", "mpi"].map(String::from).into();
+    args.extend(small_args());
+    args.extend(["--out".into(), dir.join("mpi").to_str().unwrap().into()]);
+    let start = Instant::now();
+    let o = mpirun(&args, &fail, 60);
+    let elapsed = start.elapsed();
+    let text = describe(&o);
+    assert!(
+        !o.status.success() && !matches!(o.status.code(), Some(124) | Some(137)),
+        "expected mpirun to fail by itself, got {} after {elapsed:?}\n{text}",
+        o.status
+    );
+    assert!(
+        elapsed < Duration::from_secs(30),
+        "the job took {elapsed:?} to go down\n{text}"
+    );
+    assert!(
+        text.contains(&format!("error: rank 1 of 4: cluster: {message}")),
+        "the output does not name the failing rank\n{text}"
+    );
+    println!("mpirun went down in {elapsed:?}, {}", o.status);
+
+    // In-process: the failing rank stops the others, and its error names it.
+    let mut args: Vec<String> = ["train", "--hosts", "2", "--ranks-per-host", "2"]
+        .map(String::from)
+        .into();
+    args.extend(small_args());
+    args.extend([
+        "--out".into(),
+        dir.join("in-process").to_str().unwrap().into(),
+    ]);
+    let start = Instant::now();
+    let o = towerrec(&args, &fail, 60);
+    let elapsed = start.elapsed();
+    let text = describe(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(
+        elapsed < Duration::from_secs(30),
+        "the run took {elapsed:?} to stop\n{text}"
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("rank 1 failed") && stderr.contains(message),
+        "the error does not name the failing rank\n{text}"
+    );
+
+    // A knob set to nonsense is an error, not a panic.
+    let o = towerrec(&args, &[(FAIL_RANK, "one")], 60);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
+    assert!(
+        stderr.contains("TOWERREC_FAIL_RANK=one: expected a non-negative integer"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// Why the emulated cluster cannot run here, if it cannot.
+fn emulated_cluster_unavailable() -> Option<String> {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
+    if !root {
+        return Some("the emulated cluster needs root".into());
+    }
+    for tool in ["ip", "tc"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if !found {
+            return Some(format!("the emulated cluster needs `{tool}` (iproute2)"));
+        }
+    }
+    None
+}
+
+/// The script's `emulated-cluster: host I tx_bytes N rx_bytes M …` lines: (tx, rx) per host.
+fn wire_bytes(stderr: &str) -> Vec<(u64, u64)> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l
+                .strip_prefix("emulated-cluster: host ")?
+                .split(' ')
+                .collect();
+            match w[..] {
+                [_, "tx_bytes", tx, "rx_bytes", rx, ..] => {
+                    Some((tx.parse().ok()?, rx.parse().ok()?))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// DLRM "multi-hot" (bench/multihot.toml: 26 tables, dim 64, 20 ids per bag; 20,000
+/// rows instead of 100,000 to keep the final checkpoint, gathered across the hosts,
+/// small) for 8 steps of 256 on 2 hosts × 2 ranks joined by 1 Gbit/s links: the same training and per-phase
+/// bytes as the in-process cluster, and the bytes that crossed the links on the wire
+/// at least the accounted cross-host payload and at most 1.25 × it + 5 MB.
+#[test]
+fn emulated_cluster_trains_multihot() {
+    if let Some(reason) = emulated_cluster_unavailable() {
+        println!("skipped: {reason}");
+        return;
+    }
+    let _serial = serial();
+    let dir = tmp("emulated");
+    let config = repo().join("bench/multihot.toml");
+    let args = |out: &Path| -> Vec<String> {
+        [
+            "train",
+            "--config",
+            config.to_str().unwrap(),
+            "--max-steps",
+            "8",
+            "--set",
+            "train.batch_size=256",
+            "--set",
+            "train.log_every=1",
+            "--set",
+            "train.eval_every=0",
+            "--set",
+            "data.train_samples=4096",
+            "--set",
+            "data.eval_samples=256",
+            "--set",
+            "data.tables=[{ rows = 20_000, pooling = 20, count = 26 }]",
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+        ]
+        .map(String::from)
+        .into()
+    };
+    let (a, b) = (dir.join("in-process"), dir.join("emulated"));
+
+    let start = Instant::now();
+    let mut in_process = args(&a);
+    in_process.extend(["--hosts", "2", "--ranks-per-host", "2"].map(String::from));
+    let o = towerrec(&in_process, &[], 300);
+    assert!(o.status.success(), "in-process: {}", describe(&o));
+    let in_process_s = start.elapsed().as_secs_f64();
+
+    let start = Instant::now();
+    let script = repo().join("scripts/emulated-cluster.sh");
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "10", "300", "bash"])
+        .arg(&script)
+        .args([
+            "--hosts",
+            "2",
+            "--ranks-per-host",
+            "2",
+            "--rate",
+            "1gbit",
+            "--",
+        ])
+        .arg(BIN)
+        .args(args(&b))
+        .args(["--backend", "mpi"]);
+    for k in OURS {
+        cmd.env_remove(k);
+    }
+    let o = cmd.output().expect("the emulated cluster script runs");
+    let emulated_s = start.elapsed().as_secs_f64();
+    assert!(o.status.success(), "emulated cluster: {}", describe(&o));
+    assert_same_run("multihot, emulated vs in-process", &a, &b);
+
+    // The accounting: bytes per training step, all phases, control (loss reports and the
+    // final checkpoint's gather) included; evaluations are left out of it.
+    let summary = read_json(&b.join("summary.json"));
+    let steps = summary["steps"].as_f64().unwrap();
+    let phases = summary["cluster"]["bytes_per_step"].as_array().unwrap();
+    let mut payload = 0u64;
+    for p in phases {
+        let (intra, cross) = (
+            p["intra_host"].as_f64().unwrap(),
+            p["cross_host"].as_f64().unwrap(),
+        );
+        println!(
+            "  {:<18} intra-host {:>12.0} B/step  cross-host {:>12.0} B/step",
+            p["phase"].as_str().unwrap(),
+            intra,
+            cross
+        );
+        payload += (cross * steps).round() as u64;
+    }
+    let wire = wire_bytes(&String::from_utf8_lossy(&o.stderr));
+    assert_eq!(wire.len(), 2, "one counter line per host: {}", describe(&o));
+    let tx: u64 = wire.iter().map(|w| w.0).sum();
+    let rx: u64 = wire.iter().map(|w| w.1).sum();
+    let ratio = tx as f64 / payload as f64;
+    println!(
+        "multihot 2×2 at 1gbit, {steps} steps: accounted cross-host payload {payload} B, \
+         on the wire tx {tx} B (rx {rx} B), ratio {ratio:.4}; \
+         in-process {in_process_s:.1} s, emulated {emulated_s:.1} s"
+    );
+    assert!(
+        tx >= payload,
+        "fewer bytes on the wire ({tx}) than the accounted payload ({payload})"
+    );
+    assert!(
+        tx as f64 <= payload as f64 * 1.25 + 5e6,
+        "the wire carried {tx} bytes for {payload} of payload (ratio {ratio:.3})"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
