@@ -13,9 +13,12 @@
 # mpirun gets -np hosts×ranks-per-host, ranks laid out host-major, and
 # TOWERREC_RANKS_PER_HOST (unless --detect: then the program must find the hosts
 # itself); every TOWERREC_* and RUST_BACKTRACE variable is passed to the ranks.
-# --mpi-arg adds an argument to mpirun (repeatable). Everything created is removed on
-# exit, on failure and on SIGINT/SIGTERM. Exit status: the program's (mpirun's); 2 for
-# usage or set-up errors. See docs/CLUSTER.md.
+# --mpi-arg adds an argument to mpirun (repeatable). When mpirun ends, one line per
+# host on stderr gives the bytes and packets its eth0 sent and received during the run
+#   emulated-cluster: host I tx_bytes N rx_bytes N tx_packets N rx_packets N
+# (Ethernet frames, headers included). Everything created is removed on exit, on
+# failure and on SIGINT/SIGTERM. Exit status: the program's (mpirun's); 2 for usage or
+# set-up errors. See docs/CLUSTER.md.
 set -euo pipefail
 
 die() {
@@ -170,6 +173,16 @@ while IFS='=' read -r name _; do
     [[ $name == TOWERREC_* || $name == RUST_BACKTRACE ]] && env_args+=(-x "$name")
 done < <(env)
 
+# A host's eth0 counters: "tx_bytes rx_bytes tx_packets rx_packets".
+counters() {
+    ip netns exec "$1" sh -c 'cd /sys/class/net/eth0/statistics &&
+        echo $(cat tx_bytes rx_bytes tx_packets rx_packets)'
+}
+before=()
+for ((i = 0; i < hosts; i++)); do
+    before[i]=$(counters "$prefix-h$i") || die "cannot read the counters of $prefix-h$i"
+done
+
 echo "emulated-cluster: $hosts hosts × $rph ranks, egress ${rate} per host ($prefix-h0..h$((hosts - 1)), 10.77.0.0/24)" >&2
 ip netns exec "$sw" mpirun --allow-run-as-root -np $((hosts * rph)) \
     --hostfile "$tmp/hostfile" --map-by slot --bind-to none \
@@ -182,4 +195,14 @@ mpirun_pid=$!
 rc=0
 wait "$mpirun_pid" || rc=$?
 mpirun_pid=
+for ((i = 0; i < hosts; i++)); do
+    if after=$(counters "$prefix-h$i"); then
+        read -r tb rb tp rp <<<"${before[i]}"
+        read -r ta ra tq rq <<<"$after"
+        echo "emulated-cluster: host $i tx_bytes $((ta - tb)) rx_bytes $((ra - rb))" \
+            "tx_packets $((tq - tp)) rx_packets $((rq - rp))" >&2
+    else
+        echo "emulated-cluster: host $i: cannot read the counters of $prefix-h$i" >&2
+    fi
+done
 exit "$rc"
