@@ -154,7 +154,11 @@ impl Comm {
         {
             let mut t = self.traffic.lock().expect("traffic lock");
             for r in 0..self.size() {
-                t.record(phase, self.world_rank_of(r), std::mem::size_of_val(send) as u64);
+                t.record(
+                    phase,
+                    self.world_rank_of(r),
+                    std::mem::size_of_val(send) as u64,
+                );
             }
         }
         let from = self
@@ -228,7 +232,11 @@ impl Comm {
         {
             let mut t = self.traffic.lock().expect("traffic lock");
             for r in 0..p {
-                t.record(phase, self.world_rank_of(r), std::mem::size_of_val(&mine[..]) as u64);
+                t.record(
+                    phase,
+                    self.world_rank_of(r),
+                    std::mem::size_of_val(&mine[..]) as u64,
+                );
             }
         }
         let mut into = Exact(bytemuck::cast_slice_mut::<T, u8>(buf), Vec::new());
