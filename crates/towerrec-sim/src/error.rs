@@ -1,0 +1,55 @@
+//! The one error type of this crate.
+
+use std::path::PathBuf;
+
+/// What can be wrong with a hardware description, a workload, or a request.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A hardware or workload value that makes no sense (zero chips, negative latency…).
+    #[error("{what}: {reason}")]
+    Invalid { what: String, reason: String },
+    /// A preset name nobody knows.
+    #[error("unknown {kind} preset '{name}' (known: {known})")]
+    UnknownPreset {
+        kind: &'static str,
+        name: String,
+        known: String,
+    },
+    /// A TOML file that does not parse as a hardware description.
+    #[error("{}: {source}", path.display())]
+    Toml {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
+    /// A file that could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A plot that could not be drawn.
+    #[error("plot {}: {reason}", path.display())]
+    Plot { path: PathBuf, reason: String },
+}
+
+impl Error {
+    pub(crate) fn invalid(what: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::Invalid {
+            what: what.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// This crate's result.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// A finite number above zero (false for NaN).
+pub(crate) fn positive(x: f64) -> bool {
+    x > 0.0 && x.is_finite()
+}
+
+/// A finite number at or above zero (false for NaN).
+pub(crate) fn non_negative(x: f64) -> bool {
+    x >= 0.0 && x.is_finite()
+}

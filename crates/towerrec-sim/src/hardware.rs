@@ -1,0 +1,256 @@
+//! Hardware descriptions: chips (compute, memory system), how many per host and how
+//! many hosts, and the network between them. Written as TOML; presets for the systems
+//! of the scale-in paper (Tables XIV, XV) and the DMT paper (Table 1) are built in, and
+//! `towerrec calibrate` writes one for the machine it runs on.
+
+use crate::collective::Network;
+use crate::error::{non_negative, positive, Error, Result};
+use crate::memory::MemorySystem;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Dense compute of one chip.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Compute {
+    /// Peak dense FLOP/s in the precision the model runs in, in TFLOP/s.
+    pub peak_tflops: f64,
+    /// Fraction of the peak the model's layers reach (1.0: the paper's upper bounds).
+    #[serde(default = "one")]
+    pub efficiency: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// What the system overlaps and buffers (the scale-in paper §V-B assumptions).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SystemTraits {
+    /// Enough on-chip buffering (§V-B, Table X): looked-up rows stay on chip until the
+    /// sparse update, which then only writes them, and the dense weights live on chip,
+    /// so their update costs no DRAM traffic. Without (CPUs): the sparse update reads,
+    /// modifies and writes every row, and the dense update streams weights and
+    /// gradients through DRAM.
+    #[serde(default = "yes")]
+    pub on_chip_buffers: bool,
+    /// Fraction of the embedding lookups' memory time that runs under the output
+    /// exchange (§V-B: "overlapping memory activity with communications"): 1.0 = fully.
+    #[serde(default = "one")]
+    pub lookup_comm_overlap: f64,
+    /// Fixed time per step outside the modelled phases (framework, data loading), µs.
+    #[serde(default)]
+    pub step_overhead_us: f64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for SystemTraits {
+    fn default() -> Self {
+        SystemTraits {
+            on_chip_buffers: true,
+            lookup_comm_overlap: 1.0,
+            step_overhead_us: 0.0,
+        }
+    }
+}
+
+/// A system: `hosts × chips_per_host` identical chips.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hardware {
+    pub name: String,
+    /// Where the figures come from.
+    #[serde(default)]
+    pub source: String,
+    pub hosts: usize,
+    pub chips_per_host: usize,
+    pub compute: Compute,
+    pub memory: MemorySystem,
+    pub network: Network,
+    #[serde(default)]
+    pub system: SystemTraits,
+}
+
+/// The built-in presets: (name, TOML).
+const PRESETS: &[(&str, &str)] = &[
+    ("recspeed", include_str!("../presets/recspeed.toml")),
+    ("dgx2", include_str!("../presets/dgx2.toml")),
+    ("dgx-a100", include_str!("../presets/dgx-a100.toml")),
+    ("h100-cluster", include_str!("../presets/h100-cluster.toml")),
+];
+
+impl Hardware {
+    /// Names of the built-in presets.
+    pub fn preset_names() -> Vec<&'static str> {
+        PRESETS.iter().map(|(n, _)| *n).collect()
+    }
+
+    /// A built-in preset by name.
+    pub fn preset(name: &str) -> Result<Self> {
+        let (_, text) =
+            PRESETS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .ok_or_else(|| Error::UnknownPreset {
+                    kind: "hardware",
+                    name: name.into(),
+                    known: Self::preset_names().join(", "),
+                })?;
+        Self::from_toml(text, Path::new(name))
+    }
+
+    /// The TOML text of a preset (to start a file of one's own from).
+    pub fn preset_toml(name: &str) -> Option<&'static str> {
+        PRESETS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+    }
+
+    /// A preset name, or a path to a hardware TOML file.
+    pub fn load(name_or_path: &str) -> Result<Self> {
+        if PRESETS.iter().any(|(n, _)| *n == name_or_path) {
+            return Self::preset(name_or_path);
+        }
+        let path = Path::new(name_or_path);
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            path: path.into(),
+            source,
+        })?;
+        Self::from_toml(&text, path)
+    }
+
+    /// Parses and checks a hardware description; `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &Path) -> Result<Self> {
+        let hw: Hardware = toml::from_str(text).map_err(|e| Error::Toml {
+            path: origin.into(),
+            source: Box::new(e),
+        })?;
+        hw.validate()?;
+        Ok(hw)
+    }
+
+    /// Writes the description as TOML.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let text = toml::to_string_pretty(self).map_err(|e| Error::Io {
+            path: path.into(),
+            source: std::io::Error::other(e),
+        })?;
+        std::fs::write(path, text).map_err(|source| Error::Io {
+            path: path.into(),
+            source,
+        })
+    }
+
+    /// Checks every figure for sense.
+    pub fn validate(&self) -> Result<()> {
+        let what = format!("hardware '{}'", self.name);
+        if self.hosts == 0 || self.chips_per_host == 0 {
+            return Err(Error::invalid(
+                what,
+                "hosts and chips_per_host must be at least 1",
+            ));
+        }
+        if !positive(self.compute.peak_tflops) || !positive(self.compute.efficiency) {
+            return Err(Error::invalid(
+                what + " compute",
+                "peak_tflops and efficiency must be > 0",
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.system.lookup_comm_overlap)
+            || !non_negative(self.system.step_overhead_us)
+        {
+            return Err(Error::invalid(
+                what + " system",
+                "lookup_comm_overlap must be within 0..1 and step_overhead_us ≥ 0",
+            ));
+        }
+        self.memory.validate()?;
+        self.network.check(self.hosts)
+    }
+
+    /// All chips.
+    pub fn chips(&self) -> usize {
+        self.hosts * self.chips_per_host
+    }
+
+    /// The same system with `chips` chips: as many full hosts as needed (at least one),
+    /// or fewer chips on one host.
+    pub fn with_chips(&self, chips: usize) -> Result<Self> {
+        let mut hw = self.clone();
+        if chips == 0 {
+            return Err(Error::invalid("--gpus", "a system needs at least one chip"));
+        }
+        if chips <= self.chips_per_host {
+            hw.hosts = 1;
+            hw.chips_per_host = chips;
+        } else if chips.is_multiple_of(self.chips_per_host) {
+            hw.hosts = chips / self.chips_per_host;
+        } else {
+            return Err(Error::invalid(
+                "--gpus",
+                format!(
+                    "{chips} chips is not a whole number of {}-chip hosts",
+                    self.chips_per_host
+                ),
+            ));
+        }
+        hw.validate()?;
+        Ok(hw)
+    }
+
+    /// Seconds for `flops` of dense compute on one chip.
+    pub fn compute_time(&self, flops: f64) -> f64 {
+        flops / (self.compute.peak_tflops * 1e12 * self.compute.efficiency)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_loads_and_round_trips() {
+        for name in Hardware::preset_names() {
+            let hw = Hardware::preset(name).unwrap();
+            let dir = std::env::temp_dir().join(format!("towerrec-sim-hw-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join(format!("{name}.toml"));
+            hw.save(&path).unwrap();
+            let back = Hardware::load(path.to_str().unwrap()).unwrap();
+            assert_eq!(back, hw, "{name}");
+        }
+    }
+
+    #[test]
+    fn bad_descriptions_say_what_is_wrong() {
+        let text = Hardware::preset_toml("recspeed").unwrap();
+        let bad = text.replace("chips_per_host = 16", "chips_per_host = 0");
+        let e = Hardware::from_toml(&bad, Path::new("x.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("chips_per_host"), "{e}");
+        let bad = text.replace("hosts = 1", "hosts = 4");
+        let e = Hardware::from_toml(&bad, Path::new("x.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cross_host"), "{e}");
+        let bad = format!("{text}\nwarp_drive = true\n");
+        let e = Hardware::from_toml(&bad, Path::new("x.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("x.toml") && e.contains("warp_drive"), "{e}");
+        assert!(Hardware::load("no-such-preset-or-file").is_err());
+    }
+
+    #[test]
+    fn scaling_a_cluster_keeps_whole_hosts() {
+        let hw = Hardware::preset("h100-cluster").unwrap();
+        let big = hw.with_chips(512).unwrap();
+        assert_eq!((big.hosts, big.chips_per_host), (64, 8));
+        let small = hw.with_chips(4).unwrap();
+        assert_eq!((small.hosts, small.chips_per_host), (1, 4));
+        assert!(hw.with_chips(12).is_err());
+    }
+}

@@ -1,0 +1,30 @@
+//! towerrec-sim: predicts recommendation-model training and inference on hardware one
+//! does not have.
+//!
+//! - [`Hardware`]: chips (compute, a [`MemorySystem`] derived from DRAM timings or
+//!   measured), hosts, and a two-level [`Network`] of collectives; TOML, with presets
+//!   for the scale-in paper's RecSpeed and DGX-2, a DGX-A100 and an H100 cluster.
+//! - [`Workload`]: a DLRM/DCN model's FLOPs and bytes per sample (the paper's Table XII
+//!   DLRM-RM2 as presets).
+//! - [`simulate`]: one inference query or training step, phase by phase, for unsharded
+//!   or fully sharded tables and a flat, SPTT or DMT embedding exchange.
+//! - [`paper`]: the scale-in paper's Tables XVI and XVII, reproduced.
+//! - [`scale`]: the DMT-over-flat speedup against the number of GPUs.
+//! - [`plot`]: the papers' figures as SVG.
+
+mod collective;
+mod error;
+mod hardware;
+mod memory;
+pub mod paper;
+pub mod plot;
+pub mod scale;
+mod step;
+mod workload;
+
+pub use collective::{AlphaBeta, Collective, CrossHost, Group, Level, Network, Scaling};
+pub use error::{Error, Result};
+pub use hardware::{Compute, Hardware, SystemTraits};
+pub use memory::{DramTiming, MemorySystem, TimingRef};
+pub use step::{simulate, Exchange, Mode, Phase, Resource, Scenario, Sharding, Step, TowerModules};
+pub use workload::{Interaction, TableGroup, Workload};

@@ -1,0 +1,390 @@
+//! One inference query or training step, phase by phase: the scale-in paper's
+//! performance model (§V-B, the appendix's Algorithms 1 and 2) extended with the DMT
+//! paper's topology-aware embedding exchange (SPTT, §3.1) and Tower Modules (§3.2).
+//!
+//! Every chip holds `b` samples of the batch. Phases are timed from the FLOPs and bytes
+//! of [`Workload`] on the chip of [`Hardware`]; the step is their sum, except where the
+//! paper overlaps them (§V-B): the bottom MLP runs under the index all-to-all, the
+//! embedding lookups under the embedding exchange (inference: "overlapping memory
+//! activity with communications"), and the dense all-reduce under the bottom MLP's
+//! backward pass (training: "pipelining the collective communications with
+//! backpropagation"). Looked-up rows stay buffered on chip, so the sparse update only
+//! writes them, and dense weights live on chip (unless the hardware says otherwise).
+
+use crate::collective::{Collective, Group};
+use crate::error::{Error, Result};
+use crate::hardware::Hardware;
+use crate::workload::Workload;
+
+/// Inference (forward only) or a training step (forward, backward, updates).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Inference,
+    Training,
+}
+
+/// How the tables are spread: the paper's two extremes (§V-A).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sharding {
+    /// Every table whole on one chip (table- or column-wise): pooled vectors are
+    /// exchanged.
+    Unsharded,
+    /// Every table spread row-wise over all chips ("full sharding"): unpooled partial
+    /// sums are reduce-scattered, pooled gradients all-gathered.
+    Sharded,
+}
+
+/// The DMT paper's Tower Modules: what they cost and what they save.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TowerModules {
+    /// Pooled-embedding bytes in ÷ bytes sent across hosts (the paper's CR).
+    pub compression: f64,
+    /// Forward FLOPs per sample of all towers' modules together.
+    pub flops_per_sample: f64,
+    /// Parameters of one tower's module (all-reduced within its host).
+    pub params_per_tower: f64,
+    /// The model's other dense FLOPs with towers ÷ without (the over-arch shrinks when
+    /// it interacts compressed tower outputs: Table 4).
+    pub dense_flops_factor: f64,
+}
+
+impl TowerModules {
+    /// The DMT paper's DLRM towers (§5.2.2: `c = 1, p = 0, D = 64` on dimension-128
+    /// embeddings, so CR = 2) for `workload`: a per-feature linear map N → N/CR. The
+    /// paper's Table 4 gives the whole dense model with towers at 8.95 MFLOPs per trained
+    /// sample against 14.74 without: the rest of the dense model is scaled so that the
+    /// total, towers included, keeps that ratio.
+    pub fn dlrm(workload: &Workload, compression: f64) -> Self {
+        let n = workload.embedding_dim as f64;
+        let d = (n / compression).max(1.0);
+        let flops_per_sample = 2.0 * n * d * workload.num_tables() as f64;
+        let dense = workload.bottom_flops() + workload.interaction_flops() + workload.top_flops();
+        let factor = (8.95 / 14.74 * dense - flops_per_sample) / dense;
+        TowerModules {
+            compression,
+            flops_per_sample,
+            params_per_tower: n * d + d,
+            dense_flops_factor: factor.max(0.05),
+        }
+    }
+}
+
+/// How pooled embeddings travel back to the samples' owners.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Exchange {
+    /// One global all-to-all (or reduce-scatter) over every chip.
+    Flat,
+    /// SPTT (DMT §3.1): peer permute, intra-host all-to-all, shuffle, and concurrent
+    /// cross-host all-to-alls among each local rank's peers.
+    Sptt,
+    /// SPTT with Tower Modules compressing what crosses hosts (DMT §3.2).
+    Dmt(TowerModules),
+}
+
+/// What to simulate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scenario {
+    pub mode: Mode,
+    pub sharding: Sharding,
+    pub exchange: Exchange,
+}
+
+/// The resource a phase occupies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resource {
+    Compute,
+    Memory,
+    Network,
+    Other,
+}
+
+/// One phase of the step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Phase {
+    pub name: &'static str,
+    pub resource: Resource,
+    /// Seconds the phase takes on its own.
+    pub seconds: f64,
+    /// Seconds it adds to the step once overlaps are taken out.
+    pub exposed: f64,
+}
+
+/// A simulated step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub phases: Vec<Phase>,
+    /// Seconds per query (inference) or training step.
+    pub seconds: f64,
+    pub chips: usize,
+    /// Samples per step over the whole system.
+    pub global_batch: f64,
+}
+
+impl Step {
+    /// Queries (inference) or training steps per second: the paper's QPS.
+    pub fn qps(&self) -> f64 {
+        1.0 / self.seconds
+    }
+
+    /// Samples per second over the whole system.
+    pub fn samples_per_s(&self) -> f64 {
+        self.global_batch / self.seconds
+    }
+
+    /// Share of the step the memory system is busy with embedding rows (the paper's
+    /// "Mem. Util.").
+    pub fn memory_utilization(&self) -> f64 {
+        self.raw(|p| p.name == "lookup" || p.name == "sparse_update") / self.seconds
+    }
+
+    /// Share of the step spent in the dense all-reduce and dense update, as exposed
+    /// (the paper's "Allred. %Time").
+    pub fn allreduce_share(&self) -> f64 {
+        self.exposed(|p| p.name == "dense_allreduce" || p.name == "dense_update") / self.seconds
+    }
+
+    /// Exposed seconds of the phases `pick` selects.
+    pub fn exposed(&self, pick: impl Fn(&Phase) -> bool) -> f64 {
+        self.phases
+            .iter()
+            .filter(|p| pick(p))
+            .map(|p| p.exposed)
+            .sum()
+    }
+
+    fn raw(&self, pick: impl Fn(&Phase) -> bool) -> f64 {
+        self.phases
+            .iter()
+            .filter(|p| pick(p))
+            .map(|p| p.seconds)
+            .sum()
+    }
+
+    /// A phase by name.
+    pub fn phase(&self, name: &str) -> Option<&Phase> {
+        self.phases.iter().find(|p| p.name == name)
+    }
+}
+
+/// Builds the phase list: phases in order, with the pairs that overlap.
+struct Timeline {
+    phases: Vec<Phase>,
+}
+
+impl Timeline {
+    fn push(&mut self, name: &'static str, resource: Resource, seconds: f64) {
+        self.phases.push(Phase {
+            name,
+            resource,
+            seconds,
+            exposed: seconds,
+        });
+    }
+
+    /// `a` and `b` run side by side, a fraction `overlap` of the shorter hidden.
+    fn overlapped(&mut self, a: Phase, b: Phase, overlap: f64) {
+        let hidden = overlap * a.seconds.min(b.seconds);
+        let (mut a, mut b) = (a, b);
+        if a.seconds <= b.seconds {
+            a.exposed = a.seconds - hidden;
+        } else {
+            b.exposed = b.seconds - hidden;
+        }
+        self.phases.push(a);
+        self.phases.push(b);
+    }
+}
+
+fn phase(name: &'static str, resource: Resource, seconds: f64) -> Phase {
+    Phase {
+        name,
+        resource,
+        seconds,
+        exposed: seconds,
+    }
+}
+
+/// Simulates one step of `workload` on `hw`.
+pub fn simulate(workload: &Workload, hw: &Hardware, scenario: Scenario) -> Result<Step> {
+    workload.validate()?;
+    hw.validate()?;
+    let chips = hw.chips();
+    let world = Group {
+        hosts: hw.hosts,
+        per_host: hw.chips_per_host,
+    };
+    let net = &hw.network;
+    let mem = &hw.memory;
+    let b = workload.batch_per_chip(chips);
+    let row = workload.row_bytes() as f64;
+    let towers = match scenario.exchange {
+        Exchange::Dmt(t) => {
+            if !(t.compression >= 1.0 && t.dense_flops_factor > 0.0 && t.flops_per_sample >= 0.0) {
+                return Err(Error::invalid(
+                    "tower modules",
+                    "compression must be ≥ 1, the dense FLOPs factor > 0",
+                ));
+            }
+            Some(t)
+        }
+        _ => None,
+    };
+    if scenario.exchange != Exchange::Flat && scenario.sharding == Sharding::Sharded {
+        return Err(Error::invalid(
+            "scenario",
+            "SPTT and DMT are modelled for unsharded (table- or column-wise) tables only",
+        ));
+    }
+    let dense = towers.map_or(1.0, |t| t.dense_flops_factor);
+    let compute = |flops_per_sample: f64| hw.compute_time(flops_per_sample * b);
+    let training = scenario.mode == Mode::Training;
+
+    let mut t = Timeline { phases: Vec::new() };
+    // Forward (Algorithm 1).
+    let index = net.flat(
+        Collective::AllToAll,
+        workload.index_bytes_per_sample() * b,
+        world,
+    );
+    t.overlapped(
+        phase("index_all_to_all", Resource::Network, index),
+        phase(
+            "bottom_mlp",
+            Resource::Compute,
+            compute(workload.bottom_flops() * dense),
+        ),
+        1.0,
+    );
+    let rows = workload.lookups_per_sample() * b;
+    let lookup = rows * row / mem.random_read(row);
+    let pooled = workload.pooled_bytes_per_sample() * b;
+    let exchange = match (scenario.exchange, scenario.sharding) {
+        (Exchange::Flat, Sharding::Unsharded) => net.flat(Collective::AllToAll, pooled, world),
+        (Exchange::Flat, Sharding::Sharded) => net.flat(
+            Collective::ReduceScatter,
+            workload.unpooled_bytes_per_sample() * b,
+            world,
+        ),
+        (_, _) => tower_exchange(hw, pooled, towers),
+    };
+    t.overlapped(
+        phase("lookup", Resource::Memory, lookup),
+        phase("embedding_exchange", Resource::Network, exchange),
+        hw.system.lookup_comm_overlap,
+    );
+    t.push(
+        "pooling",
+        Resource::Compute,
+        compute(workload.pooling_flops()),
+    );
+    if let Some(tm) = towers {
+        t.push(
+            "tower_modules",
+            Resource::Compute,
+            compute(tm.flops_per_sample),
+        );
+    }
+    t.push(
+        "interaction",
+        Resource::Compute,
+        compute(workload.interaction_flops() * dense),
+    );
+    t.push(
+        "top_mlp",
+        Resource::Compute,
+        compute(workload.top_flops() * dense),
+    );
+
+    if training {
+        // Backward and updates (Algorithm 2).
+        t.push(
+            "top_mlp_backward",
+            Resource::Compute,
+            compute(2.0 * (workload.top_flops() + workload.interaction_flops()) * dense),
+        );
+        let grads = match (scenario.exchange, scenario.sharding) {
+            (Exchange::Flat, Sharding::Unsharded) => net.flat(Collective::AllToAll, pooled, world),
+            (Exchange::Flat, Sharding::Sharded) => net.flat(
+                Collective::AllGather,
+                workload.pooled_bytes_per_sample() * workload.global_batch(chips),
+                world,
+            ),
+            (_, _) => tower_exchange(hw, pooled, towers),
+        };
+        t.push("embedding_grad_exchange", Resource::Network, grads);
+        if let Some(tm) = towers {
+            t.push(
+                "tower_modules_backward",
+                Resource::Compute,
+                compute(2.0 * tm.flops_per_sample),
+            );
+            // Tower parameters sync within the host only (DMT §3.2).
+            t.push(
+                "tower_sync",
+                Resource::Network,
+                net.intra(
+                    Collective::AllReduce,
+                    tm.params_per_tower * workload.grad_bytes as f64,
+                    hw.chips_per_host,
+                ),
+            );
+        }
+        let on_chip = hw.system.on_chip_buffers;
+        let update_passes = if on_chip { 1.0 } else { 2.0 };
+        t.push(
+            "sparse_update",
+            Resource::Memory,
+            update_passes * lookup + compute(workload.pooling_flops()),
+        );
+        let allreduce = net.hierarchical_all_reduce(workload.dense_grad_bytes(), world);
+        t.overlapped(
+            phase(
+                "bottom_mlp_backward",
+                Resource::Compute,
+                compute(2.0 * workload.bottom_flops() * dense),
+            ),
+            phase("dense_allreduce", Resource::Network, allreduce),
+            1.0,
+        );
+        if !on_chip {
+            let params = workload.dense_params();
+            let update_bytes =
+                params * (2.0 * workload.param_bytes as f64 + workload.grad_bytes as f64);
+            t.push(
+                "dense_update",
+                Resource::Memory,
+                update_bytes / mem.stream(),
+            );
+        }
+    }
+    if hw.system.step_overhead_us > 0.0 {
+        t.push(
+            "overhead",
+            Resource::Other,
+            hw.system.step_overhead_us * 1e-6,
+        );
+    }
+    let seconds = t.phases.iter().map(|p| p.exposed).sum();
+    Ok(Step {
+        phases: t.phases,
+        seconds,
+        chips,
+        global_batch: workload.global_batch(chips),
+    })
+}
+
+/// Seconds of one direction of the SPTT exchange of `pooled` bytes per chip (DMT §3.1,
+/// Figure 7): peer permute and shuffle on the memory system, an all-to-all among the
+/// host's chips, then concurrent all-to-alls among each chip's peers on the other hosts,
+/// carrying the Tower Modules' compressed output when there are towers.
+fn tower_exchange(hw: &Hardware, pooled: f64, towers: Option<TowerModules>) -> f64 {
+    let shuffles = 2.0 * (2.0 * pooled) / hw.memory.stream();
+    let intra = hw
+        .network
+        .intra(Collective::AllToAll, pooled, hw.chips_per_host);
+    let cross_bytes = pooled / towers.map_or(1.0, |t| t.compression);
+    let peers = hw
+        .network
+        .peers(Collective::AllToAll, cross_bytes, hw.hosts);
+    shuffles + intra + peers
+}
