@@ -39,6 +39,10 @@ pub struct SystemTraits {
     /// exchange (§V-B: "overlapping memory activity with communications"): 1.0 = fully.
     #[serde(default = "one")]
     pub lookup_comm_overlap: f64,
+    /// Fraction of the dense all-reduce that runs under the backward pass (the paper
+    /// pipelines it: 1.0; a trainer that all-reduces after the backward pass: 0.0).
+    #[serde(default = "one")]
+    pub allreduce_overlap: f64,
     /// Fixed time per step outside the modelled phases (framework, data loading), µs.
     #[serde(default)]
     pub step_overhead_us: f64,
@@ -53,6 +57,7 @@ impl Default for SystemTraits {
         SystemTraits {
             on_chip_buffers: true,
             lookup_comm_overlap: 1.0,
+            allreduce_overlap: 1.0,
             step_overhead_us: 0.0,
         }
     }
@@ -78,6 +83,7 @@ pub struct Hardware {
 /// The built-in presets: (name, TOML).
 const PRESETS: &[(&str, &str)] = &[
     ("recspeed", include_str!("../presets/recspeed.toml")),
+    ("reference", include_str!("../presets/reference.toml")),
     ("dgx2", include_str!("../presets/dgx2.toml")),
     ("dgx-a100", include_str!("../presets/dgx-a100.toml")),
     ("h100-cluster", include_str!("../presets/h100-cluster.toml")),
@@ -114,6 +120,13 @@ impl Hardware {
             return Self::preset(name_or_path);
         }
         let path = Path::new(name_or_path);
+        if !path.exists() {
+            return Err(Error::UnknownPreset {
+                kind: "hardware",
+                name: name_or_path.into(),
+                known: format!("{}; nor is it a file", Self::preset_names().join(", ")),
+            });
+        }
         let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
             path: path.into(),
             source,
@@ -159,11 +172,12 @@ impl Hardware {
             ));
         }
         if !(0.0..=1.0).contains(&self.system.lookup_comm_overlap)
+            || !(0.0..=1.0).contains(&self.system.allreduce_overlap)
             || !non_negative(self.system.step_overhead_us)
         {
             return Err(Error::invalid(
                 what + " system",
-                "lookup_comm_overlap must be within 0..1 and step_overhead_us ≥ 0",
+                "lookup_comm_overlap and allreduce_overlap must be within 0..1, step_overhead_us ≥ 0",
             ));
         }
         self.memory.validate()?;

@@ -1,9 +1,10 @@
 //! The scale-in paper's Tables XVI (inference) and XVII (training) upper bounds for
 //! RecSpeed and the DGX-2, and their reproduction by [`simulate`].
 
+use crate::collective::{AlphaBeta, Level};
 use crate::error::Result;
 use crate::hardware::Hardware;
-use crate::step::{simulate, Exchange, Mode, Scenario, Sharding};
+use crate::step::{simulate, Exchange, Mode, Scenario, Sharding, Step};
 use crate::workload::Workload;
 
 /// One cell pair of the tables: a system running one configuration.
@@ -133,13 +134,111 @@ pub fn markdown(rows: &[Reproduced]) -> String {
     out
 }
 
+/// The four configurations of §V-A: (label, large batch and rows, sharding).
+pub const CONFIGS: [(&str, bool, Sharding); 4] = [
+    (
+        "Small batch/embeddings, unsharded",
+        false,
+        Sharding::Unsharded,
+    ),
+    ("Small batch/embeddings, sharded", false, Sharding::Sharded),
+    (
+        "Large batch/embeddings, unsharded",
+        true,
+        Sharding::Unsharded,
+    ),
+    ("Large batch/embeddings, sharded", true, Sharding::Sharded),
+];
+
+/// `hw` with every collective on its host at latency `latency_us` and bandwidth
+/// `bandwidth_gbs` (the axes of Figures 8 to 13).
+pub fn with_collectives(hw: &Hardware, latency_us: f64, bandwidth_gbs: f64) -> Hardware {
+    let mut hw = hw.clone();
+    let ab = AlphaBeta {
+        latency_us,
+        bandwidth_gbs,
+    };
+    hw.network.intra_host = Level {
+        all_to_all: ab,
+        all_reduce: Some(ab),
+        all_gather: Some(ab),
+        reduce_scatter: Some(ab),
+    };
+    hw
+}
+
+/// One curve of a sweep: the bandwidth (GB/s) and (latency µs, QPS) points.
+pub type Curve = (f64, Vec<(f64, f64)>);
+
+/// QPS against collective latency, one curve per bandwidth (Figures 8, 9, 11).
+pub fn qps_sweep(
+    workload: &Workload,
+    hw: &Hardware,
+    scenario: Scenario,
+    latencies_us: &[f64],
+    bandwidths_gbs: &[f64],
+) -> Result<Vec<Curve>> {
+    bandwidths_gbs
+        .iter()
+        .map(|&bw| {
+            let points = latencies_us
+                .iter()
+                .map(|&lat| {
+                    let step = simulate(workload, &with_collectives(hw, lat, bw), scenario)?;
+                    Ok((lat, step.qps()))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok((bw, points))
+        })
+        .collect()
+}
+
+/// The groups of Figures 12b and 13b: forward pass; backward computation; dense
+/// all-reduce and dense update; sparse exchange and sparse update.
+pub const BREAKDOWN: [&str; 4] = ["forward", "backward", "all-reduce", "sparse update"];
+
+/// Exposed seconds of a training step in the [`BREAKDOWN`] groups.
+pub fn breakdown(step: &Step) -> [f64; 4] {
+    let mut out = [0.0; 4];
+    for p in &step.phases {
+        let group = match p.name {
+            "dense_allreduce" | "dense_update" => 2,
+            "embedding_grad_exchange" | "sparse_update" => 3,
+            "top_mlp_backward"
+            | "bottom_mlp_backward"
+            | "tower_modules_backward"
+            | "tower_sync" => 1,
+            _ => 0,
+        };
+        out[group] += p.exposed;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn print_reproduction() {
+    fn the_markdown_has_a_row_per_figure() {
         let rows = reproduce().unwrap();
-        println!("{}", markdown(&rows));
+        let md = markdown(&rows);
+        assert_eq!(md.lines().count(), 2 + FIGURES.len());
+        assert!(md.contains("| XVII | dgx2 | Lg. Shard | 1.2K |"), "{md}");
+    }
+
+    #[test]
+    fn the_breakdown_covers_the_whole_step() {
+        let hw = Hardware::preset("recspeed").unwrap();
+        let scenario = Scenario {
+            mode: Mode::Training,
+            sharding: Sharding::Sharded,
+            exchange: Exchange::Flat,
+        };
+        let step = simulate(&Workload::rm2(true), &hw, scenario).unwrap();
+        let parts = breakdown(&step);
+        let total: f64 = parts.iter().sum();
+        assert!((total - step.seconds).abs() < 1e-12 * step.seconds);
+        assert!(parts.iter().all(|p| *p > 0.0), "{parts:?}");
     }
 }

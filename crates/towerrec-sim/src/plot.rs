@@ -1,1 +1,260 @@
-//! SVG plots.
+//! SVG plots of simulations: line charts (QPS against collective latency and
+//! bandwidth, speedup against scale) and stacked time breakdowns. SVG only, so no
+//! fonts or image libraries are needed; text is left to the viewer.
+
+use crate::error::{Error, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::Path;
+
+/// One named line of (x, y) points.
+pub struct Series {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A chart: title, axis labels, lines; `log_x` for a base-2 logarithmic x axis.
+pub struct LineChart {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub series: Vec<Series>,
+    pub log_x: bool,
+}
+
+const COLORS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+fn plot_err(path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::Plot {
+        path: path.into(),
+        reason: e.to_string(),
+    }
+}
+
+/// Draws `charts` side by side in a grid of `columns` columns into `path`.
+pub fn line_charts(path: &Path, charts: &[LineChart], columns: usize) -> Result<()> {
+    let columns = columns.clamp(1, charts.len().max(1));
+    let rows = charts.len().div_ceil(columns);
+    let size = (480 * columns as u32, 360 * rows as u32);
+    let root = SVGBackend::new(path, size).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| plot_err(path, e))?;
+    let areas = root.split_evenly((rows, columns));
+    for (chart, area) in charts.iter().zip(areas.iter()) {
+        draw_lines(chart, area).map_err(|e| plot_err(path, e))?;
+    }
+    root.present().map_err(|e| plot_err(path, e))
+}
+
+fn bounds(chart: &LineChart) -> ((f64, f64), f64) {
+    let pts = chart.series.iter().flat_map(|s| s.points.iter());
+    let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
+    for &(x, y) in pts {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y1 = y1.max(y);
+    }
+    if !x0.is_finite() {
+        return ((1.0, 2.0), 1.0);
+    }
+    if x1 <= x0 {
+        x1 = x0 * 2.0 + 1.0;
+    }
+    ((x0, x1), if y1 > 0.0 { y1 * 1.08 } else { 1.0 })
+}
+
+type DrawResult = std::result::Result<(), Box<dyn std::error::Error>>;
+
+fn draw_lines(chart: &LineChart, area: &DrawingArea<SVGBackend, Shift>) -> DrawResult {
+    let ((x0, x1), y1) = bounds(chart);
+    let mut builder = ChartBuilder::on(area);
+    builder
+        .caption(&chart.title, ("sans-serif", 16))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(56);
+    if chart.log_x {
+        let mut c = builder.build_cartesian_2d((x0..x1).log_scale().base(2.0), 0.0..y1)?;
+        c.configure_mesh()
+            .x_desc(chart.x_label.as_str())
+            .y_desc(chart.y_label.as_str())
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| short(*y))
+            .draw()?;
+        for (i, s) in chart.series.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            c.draw_series(LineSeries::new(
+                s.points.iter().copied(),
+                color.stroke_width(2),
+            ))?
+            .label(s.label.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+        }
+        c.configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+    } else {
+        let mut c = builder.build_cartesian_2d(x0..x1, 0.0..y1)?;
+        c.configure_mesh()
+            .x_desc(chart.x_label.as_str())
+            .y_desc(chart.y_label.as_str())
+            .y_label_formatter(&|y| short(*y))
+            .draw()?;
+        for (i, s) in chart.series.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            c.draw_series(LineSeries::new(
+                s.points.iter().copied(),
+                color.stroke_width(2),
+            ))?
+            .label(s.label.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+        }
+        c.configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    Ok(())
+}
+
+/// 1234567 → "1.23M".
+fn short(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e9 {
+        format!("{:.2}G", v / 1e9)
+    } else if a >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if a >= 1e3 {
+        format!("{:.1}K", v / 1e3)
+    } else if a >= 10.0 || a == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// One stacked bar: a label and the share of each part.
+pub struct Bar {
+    pub label: String,
+    pub parts: Vec<f64>,
+}
+
+/// Stacked bars of shares (each bar's parts are normalised to 1), `parts` naming the
+/// segments: the paper's "relative duration of training phases".
+pub fn stacked_shares(path: &Path, title: &str, parts: &[&str], bars: &[Bar]) -> Result<()> {
+    let width = 300 + 70 * bars.len() as u32;
+    let root = SVGBackend::new(path, (width, 380)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| plot_err(path, e))?;
+    // The legend gets its own column so that it never hides a bar.
+    let (chart, legend) = root.split_horizontally(width - 150);
+    draw_stacked(&chart, title, parts, bars).map_err(|e| plot_err(path, e))?;
+    draw_legend(&legend, parts).map_err(|e| plot_err(path, e))?;
+    root.present().map_err(|e| plot_err(path, e))
+}
+
+fn draw_stacked(
+    root: &DrawingArea<SVGBackend, Shift>,
+    title: &str,
+    parts: &[&str],
+    bars: &[Bar],
+) -> DrawResult {
+    let n = bars.len().max(2);
+    let mut c = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 16))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(48)
+        .build_cartesian_2d((0..n - 1).into_segmented(), 0.0..1.0)?;
+    let labels: Vec<String> = bars.iter().map(|b| b.label.clone()).collect();
+    c.configure_mesh()
+        .disable_x_mesh()
+        .y_desc("share of step time")
+        .x_label_formatter(&|x| match x {
+            SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .y_label_formatter(&|y| format!("{:.0}%", y * 100.0))
+        .draw()?;
+    for k in 0..parts.len() {
+        let color = COLORS[k % COLORS.len()];
+        let rects = bars.iter().enumerate().map(|(i, b)| {
+            let total: f64 = b.parts.iter().sum::<f64>().max(f64::MIN_POSITIVE);
+            let below: f64 = b.parts[..k].iter().sum::<f64>() / total;
+            let top = below + b.parts[k] / total;
+            let mut r = Rectangle::new(
+                [
+                    (SegmentValue::Exact(i), below),
+                    (SegmentValue::Exact(i + 1), top),
+                ],
+                color.filled(),
+            );
+            r.set_margin(0, 0, 8, 8);
+            r
+        });
+        c.draw_series(rects)?;
+    }
+    Ok(())
+}
+
+fn draw_legend(area: &DrawingArea<SVGBackend, Shift>, parts: &[&str]) -> DrawResult {
+    for (k, name) in parts.iter().enumerate() {
+        let color = COLORS[k % COLORS.len()];
+        let y = 60 + 24 * k as i32;
+        area.draw(&Rectangle::new([(8, y - 6), (20, y + 6)], color.filled()))?;
+        area.draw(&Text::new(
+            name.to_string(),
+            (26, y - 7),
+            ("sans-serif", 13).into_font(),
+        ))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn charts_are_written_as_svg() {
+        let dir = std::env::temp_dir().join(format!("towerrec-sim-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("lines.svg");
+        let chart = |log_x| LineChart {
+            title: "QPS".into(),
+            x_label: "latency (µs)".into(),
+            y_label: "QPS".into(),
+            series: vec![Series {
+                label: "100 GB/s".into(),
+                points: vec![(1.0, 10.0), (2.0, 5.0), (8.0, 1.0)],
+            }],
+            log_x,
+        };
+        line_charts(&path, &[chart(false), chart(true)], 2).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("100 GB/s"));
+        let path = dir.join("bars.svg");
+        let bars = vec![
+            Bar {
+                label: "a".into(),
+                parts: vec![1.0, 3.0],
+            },
+            Bar {
+                label: "b".into(),
+                parts: vec![2.0, 2.0],
+            },
+        ];
+        stacked_shares(&path, "breakdown", &["x", "y"], &bars).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("<rect") && svg.contains("breakdown"));
+        assert_eq!(short(1_234_567.0), "1.23M");
+    }
+}

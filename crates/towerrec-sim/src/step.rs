@@ -344,7 +344,7 @@ pub fn simulate(workload: &Workload, hw: &Hardware, scenario: Scenario) -> Resul
                 compute(2.0 * workload.bottom_flops() * dense),
             ),
             phase("dense_allreduce", Resource::Network, allreduce),
-            1.0,
+            hw.system.allreduce_overlap,
         );
         if !on_chip {
             let params = workload.dense_params();

@@ -178,8 +178,11 @@ impl Workload {
         if self.embedding_dim == 0 || self.batch == 0 || self.dense_features == 0 {
             return bad("embedding_dim, batch and dense_features must be at least 1".into());
         }
-        if self.bottom_mlp.is_empty() || self.top_mlp.is_empty() {
-            return bad("the bottom and top MLPs need at least one layer each".into());
+        if self.top_mlp.is_empty() {
+            return bad("the top MLP needs at least one layer".into());
+        }
+        if self.bottom_mlp.is_empty() && matches!(self.interaction, Interaction::Dot { .. }) {
+            return bad("the dot interaction needs a bottom MLP".into());
         }
         if self.bottom_mlp.iter().chain(&self.top_mlp).any(|&w| w == 0) {
             return bad("an MLP layer has width 0".into());
@@ -233,8 +236,19 @@ impl Workload {
                 };
                 pairs + d
             }
-            Interaction::Cross { .. } => self.bottom_mlp.last().copied().unwrap_or(0) + f * d - d,
+            Interaction::Cross { .. } => self.cross_width(),
         }
+    }
+
+    /// Width of the cross network's input: the dense part (bottom MLP output, or the
+    /// raw dense features without one) and every pooled embedding.
+    fn cross_width(&self) -> usize {
+        let dense = self
+            .bottom_mlp
+            .last()
+            .copied()
+            .unwrap_or(self.dense_features);
+        dense + self.num_tables() * self.embedding_dim
     }
 
     /// (inputs, outputs) of every bottom MLP layer.
@@ -266,7 +280,7 @@ impl Workload {
         match self.interaction {
             Interaction::Dot { .. } => 2.0 * f * f * d,
             Interaction::Cross { layers, rank } => {
-                let w = f * d;
+                let w = self.cross_width() as f64;
                 let per_layer = match rank {
                     None => 2.0 * w * w,
                     Some(r) => 4.0 * w * r as f64,
@@ -297,7 +311,7 @@ impl Workload {
         let cross = match self.interaction {
             Interaction::Dot { .. } => 0.0,
             Interaction::Cross { layers, rank } => {
-                let w = ((self.num_tables() + 1) * self.embedding_dim) as f64;
+                let w = self.cross_width() as f64;
                 let per = match rank {
                     None => w * w,
                     Some(r) => 2.0 * w * r as f64,
@@ -382,6 +396,33 @@ mod tests {
         assert_eq!(per_chip(small.unpooled_bytes_per_sample()), 5_120_000.0);
         // Dense parameters: bottom 38,080 + top 502,529.
         assert_eq!(small.dense_params(), 540_609.0);
+    }
+
+    #[test]
+    fn dcn_without_a_bottom_mlp_crosses_the_raw_features() {
+        let mut w = Workload::rm2(false);
+        w.bottom_mlp.clear();
+        w.interaction = Interaction::Cross {
+            layers: 3,
+            rank: Some(64),
+        };
+        w.validate().unwrap();
+        let width = 256 + 40 * 32;
+        assert_eq!(w.interaction_width(), width);
+        assert_eq!(w.bottom_flops(), 0.0);
+        let per_layer = 2.0 * (width * 64) as f64 + width as f64;
+        assert_eq!(w.dense_params() - mlp_params(&w), 3.0 * per_layer);
+        w.interaction = Interaction::Dot {
+            self_interaction: false,
+        };
+        assert!(w.validate().is_err());
+    }
+
+    fn mlp_params(w: &Workload) -> f64 {
+        layers(w.interaction_width(), &w.top_mlp)
+            .iter()
+            .map(|&(i, o)| (i * o + o) as f64)
+            .sum()
     }
 
     #[test]

@@ -424,7 +424,7 @@ fn bench_embedding(
 /// data). Counts `2·batch·in·out` per GEMM: one forward, one weight gradient, and one
 /// input gradient for every layer whose input needs one; biases and activations are
 /// not counted.
-fn bench_mlp(
+pub(crate) fn bench_mlp(
     dims: &[usize],
     last: Activation,
     input_grad: bool,

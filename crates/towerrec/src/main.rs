@@ -2,9 +2,11 @@
 
 mod bench;
 mod bench_kernels;
+mod calibrate;
 mod commands;
 mod plan_cmd;
 mod progress;
+mod simulate;
 
 use clap::{Parser, Subcommand};
 
@@ -30,6 +32,10 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Plan how to shard the embedding tables over hosts × ranks; writes the plan as JSON.
     Plan(plan_cmd::PlanArgs),
+    /// Predict inference or training steps on described hardware, at scale (the performance model).
+    Simulate(simulate::SimulateArgs),
+    /// Measure this machine (GEMM, memory, collectives) and write a hardware file for the simulator.
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 /// Restores the default SIGPIPE action, so that `towerrec … | head` ends quietly as other
@@ -48,10 +54,12 @@ fn main() {
     let result = match cli.command {
         Some(Command::Train(a)) => commands::train(a),
         Some(Command::Eval(a)) => commands::eval(a),
+        Some(Command::Simulate(a)) => simulate::run(a),
         Some(Command::Datagen(a)) => commands::datagen(a),
         Some(Command::Preprocess(a)) => commands::preprocess(a),
         Some(Command::Bench(a)) => bench::run(a),
         Some(Command::Plan(a)) => plan_cmd::run(a),
+        Some(Command::Calibrate(a)) => calibrate::run(a),
         None => {
             use clap::CommandFactory;
             let _ = Cli::command().print_help();

@@ -1,0 +1,108 @@
+//! Properties of the cost models that must hold for any input.
+
+use proptest::prelude::*;
+use towerrec_sim::{
+    simulate, Collective, CrossHost, Exchange, Group, Hardware, Level, Mode, Network, Scaling,
+    Scenario, Sharding, Workload,
+};
+
+fn network(lat: f64, bw: f64, cross: bool) -> Network {
+    Network {
+        intra_host: Level::uniform(lat, bw),
+        cross_host: cross.then(|| CrossHost {
+            level: Level::uniform(lat * 4.0, bw / 8.0),
+            scaling: Scaling {
+                knee: 128.0,
+                exponent: 1.0,
+                latency_per_log2: 0.1,
+            },
+        }),
+    }
+}
+
+const OPS: [Collective; 4] = [
+    Collective::AllToAll,
+    Collective::AllReduce,
+    Collective::AllGather,
+    Collective::ReduceScatter,
+];
+
+proptest! {
+    #[test]
+    fn collectives_cost_at_least_the_lower_bound_and_grow_with_bytes(
+        lat in 0.1f64..100.0,
+        bw in 1.0f64..2000.0,
+        bytes in 1.0f64..1e9,
+        hosts in 1usize..64,
+        per_host in 1usize..16,
+        op in 0usize..4,
+    ) {
+        let net = network(lat, bw, hosts > 1);
+        let group = Group { hosts, per_host };
+        let op = OPS[op];
+        let t = net.flat(op, bytes, group);
+        let n = group.size();
+        if n == 1 {
+            prop_assert_eq!(t, 0.0);
+        } else {
+            let bound = lat * 1e-6 + bytes * op.volume_factor(n) / (bw * 1e9);
+            prop_assert!(t >= bound * (1.0 - 1e-12), "{} < {}", t, bound);
+            prop_assert!(net.flat(op, bytes * 2.0, group) > t);
+        }
+    }
+
+    #[test]
+    fn faster_collectives_never_slow_a_step(
+        lat in 0.5f64..10.0,
+        bw in 100.0f64..1000.0,
+        large in any::<bool>(),
+        sharded in any::<bool>(),
+        training in any::<bool>(),
+    ) {
+        let base = Hardware::preset("reference").unwrap();
+        let scenario = Scenario {
+            mode: if training { Mode::Training } else { Mode::Inference },
+            sharding: if sharded { Sharding::Sharded } else { Sharding::Unsharded },
+            exchange: Exchange::Flat,
+        };
+        let w = Workload::rm2(large);
+        let step = |l, b| {
+            let hw = towerrec_sim::paper::with_collectives(&base, l, b);
+            simulate(&w, &hw, scenario).unwrap()
+        };
+        let s = step(lat, bw);
+        prop_assert!(step(lat / 2.0, bw).seconds <= s.seconds);
+        prop_assert!(step(lat, bw * 2.0).seconds <= s.seconds);
+        let exposed: f64 = s.phases.iter().map(|p| p.exposed).sum();
+        prop_assert!((exposed - s.seconds).abs() <= 1e-12 * s.seconds);
+        prop_assert!(s.phases.iter().all(|p| p.exposed >= 0.0 && p.exposed <= p.seconds));
+        prop_assert!(s.memory_utilization() <= 1.0 + 1e-9);
+    }
+
+    #[test]
+    fn random_reads_never_beat_the_bus(row in 8.0f64..4096.0, preset in 0usize..5) {
+        let hw = Hardware::preset(["recspeed", "reference", "dgx2", "dgx-a100", "h100-cluster"][preset]).unwrap();
+        let m = &hw.memory;
+        prop_assert!(m.random_read(row) > 0.0);
+        prop_assert!(m.random_read(row) <= m.peak());
+        prop_assert!(m.random_read(row * 2.0) >= m.random_read(row) * (1.0 - 1e-12));
+    }
+}
+
+#[test]
+fn a_512_gpu_point_simulates() {
+    // The speed of this (well under a millisecond) is measured in docs/SIMULATOR.md,
+    // not here.
+    let hw = Hardware::preset("h100-cluster")
+        .unwrap()
+        .with_chips(512)
+        .unwrap();
+    let scenario = Scenario {
+        mode: Mode::Training,
+        sharding: Sharding::Unsharded,
+        exchange: Exchange::Flat,
+    };
+    let step = simulate(&Workload::dmt_dlrm(), &hw, scenario).unwrap();
+    assert_eq!(step.chips, 512);
+    assert_eq!(step.global_batch, 512.0 * 16_384.0);
+}

@@ -1,0 +1,149 @@
+//! The compute and memory probes of `towerrec calibrate`: GEMM, towerrec's own MLP
+//! layers, a large copy, and random row gathers by row size.
+
+use super::*;
+
+/// Number of compute and memory measurements (progress steps).
+pub(super) const PROBES: usize = 3 + ROW_BYTES.len();
+
+/// The compute and memory probes of one process.
+#[derive(Debug, Clone)]
+pub(super) struct Machine {
+    pub(super) threads: usize,
+    pub(super) gemm_gflops: f64,
+    /// towerrec's MLP layers, forward and backward (GFLOP/s).
+    pub(super) mlp_gflops: f64,
+    pub(super) copy_gbs: f64,
+    /// `(row bytes, GB/s)`, by row size.
+    pub(super) gather: Vec<(usize, f64)>,
+    pub(super) huge_pages: bool,
+    pub(super) table_bytes: usize,
+    pub(super) copy_bytes: usize,
+}
+
+impl Machine {
+    /// What each of `ranks` chips sharing this machine gets.
+    pub(super) fn shared_by(&self, ranks: usize) -> Machine {
+        let f = ranks.max(1) as f64;
+        Machine {
+            gemm_gflops: self.gemm_gflops / f,
+            mlp_gflops: self.mlp_gflops / f,
+            copy_gbs: self.copy_gbs / f,
+            gather: self.gather.iter().map(|&(r, g)| (r, g / f)).collect(),
+            ..self.clone()
+        }
+    }
+
+    /// The figures as numbers, to gather over MPI ranks.
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    pub(super) fn to_vec(&self) -> Vec<f64> {
+        let mut v = vec![self.gemm_gflops, self.mlp_gflops, self.copy_gbs];
+        v.extend(self.gather.iter().map(|g| g.1));
+        v
+    }
+
+    /// The same probes with the figures `v` (as [`Machine::to_vec`] lays them out).
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    pub(super) fn with_figures(&self, v: &[f64]) -> Machine {
+        Machine {
+            gemm_gflops: v[0],
+            mlp_gflops: v[1],
+            copy_gbs: v[2],
+            gather: self
+                .gather
+                .iter()
+                .zip(&v[3..])
+                .map(|(&(r, _), &g)| (r, g))
+                .collect(),
+            ..self.clone()
+        }
+    }
+
+    pub(super) fn comment(&self, what: &str) -> String {
+        let gathers: Vec<String> = self
+            .gather
+            .iter()
+            .map(|(r, g)| format!("{r} B {}", sig(*g)))
+            .collect();
+        format!(
+            "# {what}: GEMM f32 {GEMM_N}³ {} GFLOP/s (best repetition); MLP {} forward + backward \
+             at batch {MLP_BATCH} {} GFLOP/s (median);\n#   copy {} MiB {} GB/s \
+             (read + write);\n#   random gathers from a {} table ({}, prefetch), GB/s: {}.\n",
+            sig(self.gemm_gflops),
+            dims_label(),
+            sig(self.mlp_gflops),
+            self.copy_bytes / MIB,
+            sig(self.copy_gbs),
+            human_bytes(self.table_bytes),
+            if self.huge_pages {
+                "2 MiB pages"
+            } else {
+                "4 KiB pages: the kernel refused huge pages"
+            },
+            gathers.join(", ")
+        )
+    }
+}
+
+/// GEMM, copy and gathers with `threads` threads; `sync` runs before each probe (MPI: a
+/// barrier, so that the ranks of a host measure at the same time).
+pub(super) fn measure_machine(
+    s: &Settings,
+    threads: usize,
+    progress: &Progress,
+    sync: &dyn Fn() -> Result<()>,
+) -> Result<Machine> {
+    sync()?;
+    progress.start(format!("GEMM f32 {GEMM_N}³"));
+    let gemm_gflops = probe::gemm_gflops(GEMM_N, threads, s.budget);
+    progress.done();
+    sync()?;
+    progress.start(format!("MLP {} forward + backward", dims_label()));
+    let mlp_gflops = mlp_rate(s, threads)?;
+    progress.done();
+    sync()?;
+    progress.start(format!("copy {} MiB", s.copy_bytes / MIB));
+    let copy_gbs = probe::copy_bandwidth(s.copy_bytes, threads, s.budget);
+    progress.done();
+    progress.start(format!(
+        "random gathers: filling a {} MiB table",
+        s.table_bytes / MIB
+    ));
+    let table = HugePageBuf::<f32>::from_elem_with(s.table_bytes / 4, 1.0, Pages::Huge);
+    let mut gather = Vec::with_capacity(ROW_BYTES.len());
+    for rb in ROW_BYTES {
+        sync()?;
+        progress.start(format!("random gathers of {rb} B rows"));
+        gather.push((
+            rb,
+            probe::gather_bandwidth_in(&table, rb, true, threads, s.budget),
+        ));
+        progress.done();
+    }
+    Ok(Machine {
+        threads,
+        gemm_gflops,
+        mlp_gflops,
+        copy_gbs,
+        gather,
+        huge_pages: table.huge_pages(),
+        table_bytes: s.table_bytes,
+        copy_bytes: s.copy_bytes,
+    })
+}
+
+/// GFLOP/s of towerrec's MLP layers (the code it trains with) forward and backward at
+/// [`MLP_DIMS`] and [`MLP_BATCH`], on `threads` threads.
+fn mlp_rate(s: &Settings, threads: usize) -> Result<f64> {
+    use rand::SeedableRng;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .context("starting the MLP probe's threads")?;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+    let last = towerrec_core::layers::activation::Activation::Sigmoid;
+    let (gflops, _) = pool.install(|| {
+        crate::bench_kernels::bench_mlp(&MLP_DIMS, last, true, MLP_BATCH, s.budget, &mut rng)
+    });
+    Ok(gflops)
+}

@@ -1,0 +1,75 @@
+//! Unit tests of `towerrec calibrate`: the fit, and how figures become chips.
+
+use super::*;
+
+#[test]
+fn the_fit_recovers_alpha_and_beta() {
+    // 5 µs and 2 GB/s, exactly.
+    let pts: Vec<(f64, f64)> = [8.0, 512.0, 32768.0, 2e6, 16e6]
+        .iter()
+        .map(|&m| (m, 5e-6 + m / 2e9))
+        .collect();
+    let f = fit_alpha_beta(&pts);
+    assert!((f.latency_us - 5.0).abs() < 1e-2, "{f:?}");
+    assert!((f.bandwidth_gbs - 2.0).abs() < 1e-2, "{f:?}");
+}
+
+#[test]
+fn the_fit_stays_positive_on_odd_data() {
+    // Time that does not grow with size: all latency, bandwidth at its bound.
+    let flat: Vec<(f64, f64)> = [8.0, 1e3, 1e6].iter().map(|&m| (m, 1e-5)).collect();
+    let f = fit_alpha_beta(&flat);
+    assert!(f.latency_us > 0.0 && f.bandwidth_gbs > 0.0, "{f:?}");
+    // Time falling with size (caches): still a valid pair.
+    let odd = [(8.0, 2e-5), (1e6, 1e-5), (1e7, 3e-3)];
+    let f = fit_alpha_beta(&odd);
+    assert!(
+        f.latency_us >= MIN_LATENCY_US && f.bandwidth_gbs.is_finite(),
+        "{f:?}"
+    );
+    assert!(f.bandwidth_gbs >= BANDWIDTH_GBS.0 && f.bandwidth_gbs <= BANDWIDTH_GBS.1);
+    // Nothing measured.
+    let f = fit_alpha_beta(&[]);
+    assert!(f.latency_us > 0.0 && f.bandwidth_gbs > 0.0, "{f:?}");
+}
+
+fn machine() -> Machine {
+    Machine {
+        threads: 2,
+        gemm_gflops: 180.0,
+        mlp_gflops: 150.0,
+        copy_gbs: 24.0,
+        gather: vec![(64, 10.0), (256, 13.0)],
+        huge_pages: true,
+        table_bytes: MIB,
+        copy_bytes: MIB,
+    }
+}
+
+#[test]
+fn ranks_sharing_the_machine_split_it() {
+    let m = machine().shared_by(4);
+    assert_eq!((m.gemm_gflops, m.mlp_gflops, m.copy_gbs), (45.0, 37.5, 6.0));
+    assert_eq!(m.gather, vec![(64, 2.5), (256, 3.25)]);
+    let back = machine().with_figures(&machine().to_vec());
+    assert_eq!(back.to_vec(), machine().to_vec());
+}
+
+#[test]
+fn the_file_describes_a_cpu_step() {
+    let m = machine();
+    let level = Level::uniform(10.0, 5.0);
+    let hw = hardware(
+        Topology::new(2, 2).unwrap(),
+        &m,
+        level,
+        Some(level),
+        "x".into(),
+    );
+    hw.validate().unwrap();
+    assert_eq!(hw.chips(), 4);
+    assert!((hw.compute.efficiency - 150.0 / 180.0).abs() < 1e-3);
+    assert!(!hw.system.on_chip_buffers);
+    assert_eq!(hw.system.allreduce_overlap, 0.0);
+    assert_eq!(hw.system.lookup_comm_overlap, 0.0);
+}

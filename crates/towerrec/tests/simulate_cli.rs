@@ -1,0 +1,142 @@
+//! `towerrec simulate` end to end: the paper reproductions print their tables and write
+//! their figures, a towerrec config simulates at several sizes, and bad requests fail
+//! with a message that says why.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn towerrec(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_towerrec"))
+        .args(args)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .output()
+        .expect("the binary runs")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("towerrec-sim-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn svg(path: &Path) -> String {
+    let s = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(s.starts_with("<svg"), "{}", path.display());
+    s
+}
+
+#[test]
+fn scale_in_reproduction_prints_both_tables_and_draws_the_figures() {
+    let dir = tmp("scale-in");
+    let out = towerrec(&[
+        "simulate",
+        "--reproduce",
+        "scale-in",
+        "--plots",
+        dir.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout.matches("| XVI |").count(), 8, "{stdout}");
+    assert_eq!(stdout.matches("| XVII |").count(), 8, "{stdout}");
+    svg(&dir.join("fig6_memory_random_access.svg"));
+    for f in [
+        "fig8_inference_qps.svg",
+        "fig11_training_qps.svg",
+        "fig12b_training_breakdown.svg",
+        "fig13b_training_breakdown.svg",
+    ] {
+        let s = svg(&dir.join(f));
+        assert!(s.contains("1000 GB/s"), "{f}");
+    }
+}
+
+#[test]
+fn dmt_reproduction_compares_three_exchanges_at_six_sizes() {
+    let dir = tmp("dmt");
+    let out = towerrec(&[
+        "simulate",
+        "--reproduce",
+        "dmt",
+        "--plots",
+        dir.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    for n in ["16", "512"] {
+        for plan in ["flat", "sptt", "dmt"] {
+            let row = format!(" {n}  {plan}");
+            assert!(stdout.contains(&row), "missing {row:?} in {stdout}");
+        }
+    }
+    let s = svg(&dir.join("fig10_dmt_speedup.svg"));
+    assert!(s.contains("dmt") && s.contains("sptt"));
+}
+
+#[test]
+fn a_towerrec_config_simulates_at_several_sizes() {
+    let dir = tmp("config");
+    let out = towerrec(&[
+        "simulate",
+        "--config",
+        "bench/multihot.toml",
+        "--hardware",
+        "dgx-a100",
+        "--gpus",
+        "8,16,32",
+        "--compare",
+        "flat,dmt",
+        "--plots",
+        dir.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    // bench/multihot.toml: 26 tables × 20 ids, dim 64.
+    assert!(
+        stdout.contains("26 tables, 520.0 lookups per sample, dim 64"),
+        "{stdout}"
+    );
+    for row in ["     8  flat", "    16  dmt", "    32  dmt"] {
+        assert!(stdout.contains(row), "missing {row:?} in {stdout}");
+    }
+    for f in ["qps_vs_collectives.svg", "breakdown.svg", "speedup.svg"] {
+        svg(&dir.join(f));
+    }
+}
+
+#[test]
+fn bad_requests_say_what_is_wrong() {
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["simulate", "--hardware", "cray-1"],
+            "unknown hardware preset 'cray-1'",
+        ),
+        (&["simulate", "--config", "rm9"], "neither a model preset"),
+        (
+            &["simulate", "--hardware", "h100-cluster", "--gpus", "12"],
+            "not a whole number of 8-chip hosts",
+        ),
+        (
+            &["simulate", "--compare", "flat,towers"],
+            "'towers' is not one of flat, sptt, dmt",
+        ),
+        (
+            &["simulate", "--sharding", "sharded", "--compare", "dmt"],
+            "unsharded tables only",
+        ),
+    ];
+    for (args, expect) in cases {
+        let out = towerrec(args);
+        let (_, stderr) = text(&out);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(stderr.contains(expect), "{args:?}: {stderr}");
+    }
+}
