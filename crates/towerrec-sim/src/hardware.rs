@@ -43,6 +43,13 @@ pub struct SystemTraits {
     /// pipelines it: 1.0; a trainer that all-reduces after the backward pass: 0.0).
     #[serde(default = "one")]
     pub allreduce_overlap: f64,
+    /// Kernel time per pooled bag beyond its rows' memory time, in the lookup and in the
+    /// fused sparse update, ns (what a CPU's per-bag bookkeeping costs; 0 for the
+    /// paper's hardware).
+    #[serde(default)]
+    pub lookup_overhead_ns: f64,
+    #[serde(default)]
+    pub update_overhead_ns: f64,
     /// Fixed time per step outside the modelled phases (framework, data loading), µs.
     #[serde(default)]
     pub step_overhead_us: f64,
@@ -58,6 +65,8 @@ impl Default for SystemTraits {
             on_chip_buffers: true,
             lookup_comm_overlap: 1.0,
             allreduce_overlap: 1.0,
+            lookup_overhead_ns: 0.0,
+            update_overhead_ns: 0.0,
             step_overhead_us: 0.0,
         }
     }
@@ -146,7 +155,7 @@ impl Hardware {
 
     /// Writes the description as TOML.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let text = toml::to_string_pretty(self).map_err(|e| Error::Io {
+        let text = toml::to_string(self).map_err(|e| Error::Io {
             path: path.into(),
             source: std::io::Error::other(e),
         })?;
@@ -174,10 +183,12 @@ impl Hardware {
         if !(0.0..=1.0).contains(&self.system.lookup_comm_overlap)
             || !(0.0..=1.0).contains(&self.system.allreduce_overlap)
             || !non_negative(self.system.step_overhead_us)
+            || !non_negative(self.system.lookup_overhead_ns)
+            || !non_negative(self.system.update_overhead_ns)
         {
             return Err(Error::invalid(
                 what + " system",
-                "lookup_comm_overlap and allreduce_overlap must be within 0..1, step_overhead_us ≥ 0",
+                "lookup_comm_overlap and allreduce_overlap must be within 0..1, overheads ≥ 0",
             ));
         }
         self.memory.validate()?;

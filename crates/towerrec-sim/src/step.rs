@@ -256,7 +256,9 @@ pub fn simulate(workload: &Workload, hw: &Hardware, scenario: Scenario) -> Resul
         1.0,
     );
     let rows = workload.lookups_per_sample() * b;
-    let lookup = rows * row / mem.random_read(row);
+    // Each chip pools the bags of its tables for the whole batch: b bags per table.
+    let bags = workload.num_tables() as f64 * b;
+    let lookup = rows * row / mem.random_read(row) + bags * hw.system.lookup_overhead_ns * 1e-9;
     let pooled = workload.pooled_bytes_per_sample() * b;
     let exchange = match (scenario.exchange, scenario.sharding) {
         (Exchange::Flat, Sharding::Unsharded) => net.flat(Collective::AllToAll, pooled, world),
@@ -331,10 +333,15 @@ pub fn simulate(workload: &Workload, hw: &Hardware, scenario: Scenario) -> Resul
         }
         let on_chip = hw.system.on_chip_buffers;
         let update_passes = if on_chip { 1.0 } else { 2.0 };
+        // Each distinct row is written (read too without on-chip buffers) once.
+        let distinct = workload.distinct_rows_per_step(workload.global_batch(chips)) / chips as f64;
+        let update = distinct * row / mem.random_read(row);
         t.push(
             "sparse_update",
             Resource::Memory,
-            update_passes * lookup + compute(workload.pooling_flops()),
+            update_passes * update
+                + bags * hw.system.update_overhead_ns * 1e-9
+                + compute(workload.pooling_flops()),
         );
         let allreduce = net.hierarchical_all_reduce(workload.dense_grad_bytes(), world);
         t.overlapped(

@@ -327,6 +327,27 @@ impl Workload {
         self.lookups_per_sample() * self.row_bytes() as f64
     }
 
+    /// Distinct rows a step of `global_batch` samples touches, over all tables: the
+    /// backward pass sums each table's gradients by row, so the sparse update visits
+    /// each once. With ids drawn uniformly from a table's `rows`, `n` ids touch
+    /// `rows · (1 − (1 − 1/rows)ⁿ)` rows; tables of unknown size (`rows = 0`, as the
+    /// paper assumes: no locality) count every id.
+    pub fn distinct_rows_per_step(&self, global_batch: f64) -> f64 {
+        self.tables
+            .iter()
+            .map(|t| {
+                let n = global_batch * t.lookups;
+                let per_table = if t.rows == 0 {
+                    n
+                } else {
+                    let r = t.rows as f64;
+                    r * (1.0 - (n * (-1.0 / r).ln_1p()).exp())
+                };
+                t.count as f64 * per_table
+            })
+            .sum()
+    }
+
     /// Bytes of sparse indices per sample.
     pub fn index_bytes_per_sample(&self) -> f64 {
         self.lookups_per_sample() * self.index_bytes as f64
@@ -396,6 +417,25 @@ mod tests {
         assert_eq!(per_chip(small.unpooled_bytes_per_sample()), 5_120_000.0);
         // Dense parameters: bottom 38,080 + top 502,529.
         assert_eq!(small.dense_params(), 540_609.0);
+    }
+
+    #[test]
+    fn distinct_rows_follow_the_birthday_count() {
+        let mut w = Workload::rm2(false);
+        // Unknown table sizes: every id is its own row (the paper's zero locality).
+        assert_eq!(w.distinct_rows_per_step(200.0), 200.0 * 40.0 * 80.0);
+        // bench/multihot.toml: 20,480 ids per table over 100,000 rows touch 18,520.
+        w.tables = vec![TableGroup {
+            count: 26,
+            lookups: 20.0,
+            rows: 100_000,
+        }];
+        let per_table = w.distinct_rows_per_step(1024.0) / 26.0;
+        assert!((per_table - 18_520.0).abs() < 5.0, "{per_table}");
+        // Few ids in a huge table: almost all distinct.
+        w.tables[0].rows = 1 << 40;
+        let all = 1024.0 * 20.0 * 26.0;
+        assert!((w.distinct_rows_per_step(1024.0) / all - 1.0).abs() < 1e-6);
     }
 
     #[test]

@@ -302,16 +302,18 @@ fn batch_count(bytes_per_batch: usize) -> usize {
     (256 * MIB).div_ceil(bytes_per_batch.max(1)).clamp(2, 64)
 }
 
-/// Lookup and fused SGD backward-update on a `rows × dim` table, bags of `pool` ids.
-fn bench_embedding(
-    a: &KernelsArgs,
+/// Median GB/s of towerrec's pooled lookup (rows read) and fused SGD backward-update
+/// (distinct rows read and written) of a `rows × dim` table, `features` bags of `pool`
+/// uniform ids per sample, `batch` samples per batch.
+pub(crate) fn embedding_rates(
     dim: usize,
     pool: usize,
     rows: usize,
+    batch: usize,
+    features: usize,
     budget: Duration,
     rng: &mut SmallRng,
-) -> Result<Vec<KernelLine>> {
-    let (batch, features) = (a.batch, a.features);
+) -> Result<(f64, f64)> {
     let rb = dim * 4;
     let mut table = EmbeddingBag::new("bench", rows, dim, Pooling::Sum, SparseOptimizer::Sgd, rng);
     let ids_per_batch = batch * features * pool;
@@ -385,7 +387,21 @@ fn bench_embedding(
     err?;
     // Batches differ in unique rows only slightly: use the mean bytes per repetition.
     let update = bytes as f64 / times.len() as f64 / probe::median_secs(&times) / 1e9;
+    Ok((lookup, update))
+}
 
+/// Lookup and fused SGD backward-update on a `rows × dim` table, bags of `pool` ids.
+fn bench_embedding(
+    a: &KernelsArgs,
+    dim: usize,
+    pool: usize,
+    rows: usize,
+    budget: Duration,
+    rng: &mut SmallRng,
+) -> Result<Vec<KernelLine>> {
+    let (batch, features) = (a.batch, a.features);
+    let (lookup, update) = embedding_rates(dim, pool, rows, batch, features, budget, rng)?;
+    let rb = dim * 4;
     let common = json!({
         "dim": dim,
         "pooling": pool,

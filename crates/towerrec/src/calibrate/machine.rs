@@ -4,7 +4,7 @@
 use super::*;
 
 /// Number of compute and memory measurements (progress steps).
-pub(super) const PROBES: usize = 3 + ROW_BYTES.len();
+pub(super) const PROBES: usize = 4 + ROW_BYTES.len();
 
 /// The compute and memory probes of one process.
 #[derive(Debug, Clone)]
@@ -16,6 +16,10 @@ pub(super) struct Machine {
     pub(super) copy_gbs: f64,
     /// `(row bytes, GB/s)`, by row size.
     pub(super) gather: Vec<(usize, f64)>,
+    /// towerrec's lookup and fused update of one 64-byte row per bag: ns per bag
+    /// beyond the 64-byte gather's time (read; read and write).
+    pub(super) lookup_bag_ns: f64,
+    pub(super) update_bag_ns: f64,
     pub(super) huge_pages: bool,
     pub(super) table_bytes: usize,
     pub(super) copy_bytes: usize,
@@ -30,6 +34,9 @@ impl Machine {
             mlp_gflops: self.mlp_gflops / f,
             copy_gbs: self.copy_gbs / f,
             gather: self.gather.iter().map(|&(r, g)| (r, g / f)).collect(),
+            // A chip with 1/f of the machine spends f times as long per bag.
+            lookup_bag_ns: self.lookup_bag_ns * f,
+            update_bag_ns: self.update_bag_ns * f,
             ..self.clone()
         }
     }
@@ -37,7 +44,13 @@ impl Machine {
     /// The figures as numbers, to gather over MPI ranks.
     #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
     pub(super) fn to_vec(&self) -> Vec<f64> {
-        let mut v = vec![self.gemm_gflops, self.mlp_gflops, self.copy_gbs];
+        let mut v = vec![
+            self.gemm_gflops,
+            self.mlp_gflops,
+            self.copy_gbs,
+            self.lookup_bag_ns,
+            self.update_bag_ns,
+        ];
         v.extend(self.gather.iter().map(|g| g.1));
         v
     }
@@ -49,10 +62,12 @@ impl Machine {
             gemm_gflops: v[0],
             mlp_gflops: v[1],
             copy_gbs: v[2],
+            lookup_bag_ns: v[3],
+            update_bag_ns: v[4],
             gather: self
                 .gather
                 .iter()
-                .zip(&v[3..])
+                .zip(&v[5..])
                 .map(|(&(r, _), &g)| (r, g))
                 .collect(),
             ..self.clone()
@@ -67,11 +82,14 @@ impl Machine {
             .collect();
         format!(
             "# {what}: GEMM f32 {GEMM_N}³ {} GFLOP/s (best repetition); MLP {} forward + backward \
-             at batch {MLP_BATCH} {} GFLOP/s (median);\n#   copy {} MiB {} GB/s \
+             at batch {MLP_BATCH} {} GFLOP/s (median);\n#   embedding kernels, one 64 B row per bag: \
+             lookup {} ns and update {} ns per bag beyond the gather;\n#   copy {} MiB {} GB/s \
              (read + write);\n#   random gathers from a {} table ({}, prefetch), GB/s: {}.\n",
             sig(self.gemm_gflops),
             dims_label(),
             sig(self.mlp_gflops),
+            sig(self.lookup_bag_ns),
+            sig(self.update_bag_ns),
             self.copy_bytes / MIB,
             sig(self.copy_gbs),
             human_bytes(self.table_bytes),
@@ -120,8 +138,15 @@ pub(super) fn measure_machine(
         ));
         progress.done();
     }
+    sync()?;
+    progress.start("embedding kernels, one 64 B row per bag".into());
+    let gather64 = gather.first().map_or(f64::NAN, |g| g.1);
+    let (lookup_bag_ns, update_bag_ns) = bag_overheads(s, threads, gather64)?;
+    progress.done();
     Ok(Machine {
         threads,
+        lookup_bag_ns,
+        update_bag_ns,
         gemm_gflops,
         mlp_gflops,
         copy_gbs,
@@ -146,4 +171,22 @@ fn mlp_rate(s: &Settings, threads: usize) -> Result<f64> {
         crate::bench_kernels::bench_mlp(&MLP_DIMS, last, true, MLP_BATCH, s.budget, &mut rng)
     });
     Ok(gflops)
+}
+
+/// ns per bag that towerrec's lookup and fused SGD update of one 64-byte row per bag
+/// (dim 16, a table of a quarter of the gather probe's size, 26 features, batch 2048)
+/// spend beyond the raw gather of 64-byte rows at `gather64` GB/s (bytes per ns).
+fn bag_overheads(s: &Settings, threads: usize, gather64: f64) -> Result<(f64, f64)> {
+    use rand::SeedableRng;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .context("starting the embedding probe's threads")?;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+    let rows = (s.table_bytes / 4 / 64).max(1);
+    let (lookup, update) = pool.install(|| {
+        crate::bench_kernels::embedding_rates(16, 1, rows, 2048, 26, s.budget, &mut rng)
+    })?;
+    let over = |bytes: f64, kernel_gbs: f64| (bytes / kernel_gbs - bytes / gather64).max(0.0);
+    Ok((sig(over(64.0, lookup)), sig(over(128.0, update))))
 }

@@ -44,6 +44,8 @@ pub(super) fn hardware(
             lookup_comm_overlap: 0.0,
             // towerrec all-reduces the dense gradients after the backward pass.
             allreduce_overlap: 0.0,
+            lookup_overhead_ns: per_chip.lookup_bag_ns,
+            update_overhead_ns: per_chip.update_bag_ns,
             step_overhead_us: 0.0,
         },
     }
@@ -99,6 +101,10 @@ pub(super) fn print_summary(
         "  {:<40} {:>10.2} GB/s",
         format!("copy {} MiB (read + write)", machine.copy_bytes / MIB),
         machine.copy_gbs
+    );
+    println!(
+        "  {:<40} {:>10.1} ns / {:.1} ns",
+        "per-bag lookup / update beyond the gather", machine.lookup_bag_ns, machine.update_bag_ns
     );
     for (rb, g) in &machine.gather {
         println!(

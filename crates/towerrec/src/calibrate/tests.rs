@@ -40,6 +40,8 @@ fn machine() -> Machine {
         mlp_gflops: 150.0,
         copy_gbs: 24.0,
         gather: vec![(64, 10.0), (256, 13.0)],
+        lookup_bag_ns: 15.0,
+        update_bag_ns: 40.0,
         huge_pages: true,
         table_bytes: MIB,
         copy_bytes: MIB,
@@ -51,6 +53,7 @@ fn ranks_sharing_the_machine_split_it() {
     let m = machine().shared_by(4);
     assert_eq!((m.gemm_gflops, m.mlp_gflops, m.copy_gbs), (45.0, 37.5, 6.0));
     assert_eq!(m.gather, vec![(64, 2.5), (256, 3.25)]);
+    assert_eq!((m.lookup_bag_ns, m.update_bag_ns), (60.0, 160.0));
     let back = machine().with_figures(&machine().to_vec());
     assert_eq!(back.to_vec(), machine().to_vec());
 }
