@@ -149,7 +149,9 @@ impl Step {
             .iter()
             .filter(|p| pick(p))
             .map(|p| p.exposed)
-            .sum()
+            .sum::<f64>()
+            // An empty f64 sum is −0.0, which would print as "-0.0%".
+            + 0.0
     }
 
     fn raw(&self, pick: impl Fn(&Phase) -> bool) -> f64 {
@@ -157,7 +159,8 @@ impl Step {
             .iter()
             .filter(|p| pick(p))
             .map(|p| p.seconds)
-            .sum()
+            .sum::<f64>()
+            + 0.0
     }
 
     /// A phase by name.
