@@ -178,7 +178,9 @@ fn load_workload(name: &str) -> Result<Workload> {
 /// The simulator's view of a towerrec run: its tables and lookups per sample, its
 /// layers, its batch; f32 everywhere, 32-bit ids.
 pub fn workload_of(cfg: &Config, name: &str) -> Result<Workload> {
-    let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir)?;
+    let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir).with_context(|| {
+        format!("{name}: the table sizes come from the config's data, which could not be read")
+    })?;
     let lookups: Vec<f64> = match &cfg.data {
         towerrec_data::DataConfig::Synthetic(s) => s
             .tables
