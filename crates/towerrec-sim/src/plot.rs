@@ -3,6 +3,8 @@
 //! fonts or image libraries are needed; text is left to the viewer.
 
 use crate::error::{Error, Result};
+use plotters::coord::ranged1d::ValueFormatter;
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
@@ -83,46 +85,40 @@ fn draw_lines(chart: &LineChart, area: &DrawingArea<SVGBackend, Shift>) -> DrawR
         .y_label_area_size(56);
     if chart.log_x {
         let mut c = builder.build_cartesian_2d((x0..x1).log_scale().base(2.0), 0.0..y1)?;
-        c.configure_mesh()
-            .x_desc(chart.x_label.as_str())
-            .y_desc(chart.y_label.as_str())
-            .x_label_formatter(&|x| format!("{x:.0}"))
-            .y_label_formatter(&|y| short(*y))
-            .draw()?;
-        for (i, s) in chart.series.iter().enumerate() {
-            let color = COLORS[i % COLORS.len()];
-            c.draw_series(LineSeries::new(
-                s.points.iter().copied(),
-                color.stroke_width(2),
-            ))?
-            .label(s.label.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
-        }
-        c.configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
+        draw_series(&mut c, chart)
     } else {
         let mut c = builder.build_cartesian_2d(x0..x1, 0.0..y1)?;
-        c.configure_mesh()
-            .x_desc(chart.x_label.as_str())
-            .y_desc(chart.y_label.as_str())
-            .y_label_formatter(&|y| short(*y))
-            .draw()?;
-        for (i, s) in chart.series.iter().enumerate() {
-            let color = COLORS[i % COLORS.len()];
-            c.draw_series(LineSeries::new(
-                s.points.iter().copied(),
-                color.stroke_width(2),
-            ))?
-            .label(s.label.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
-        }
-        c.configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
+        draw_series(&mut c, chart)
     }
+}
+
+/// Mesh, lines and legend of `chart` on a built chart, whatever its x axis.
+fn draw_series<'a, X>(
+    c: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, RangedCoordf64>>,
+    chart: &LineChart,
+) -> DrawResult
+where
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    c.configure_mesh()
+        .x_desc(chart.x_label.as_str())
+        .y_desc(chart.y_label.as_str())
+        .x_label_formatter(&|x| format!("{x}"))
+        .y_label_formatter(&|y| short(*y))
+        .draw()?;
+    for (i, s) in chart.series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        c.draw_series(LineSeries::new(
+            s.points.iter().copied(),
+            color.stroke_width(2),
+        ))?
+        .label(s.label.as_str())
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+    }
+    c.configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
     Ok(())
 }
 
