@@ -502,7 +502,14 @@ mod tests {
     /// naive pair-by-pair sum to rounding.
     #[test]
     fn vectorized_rows_equal_naive_pairs() {
-        for (self_interaction, d) in [(false, 16), (true, 16), (false, 19), (true, 64), (false, 64), (true, 8)] {
+        for (self_interaction, d) in [
+            (false, 16),
+            (true, 16),
+            (false, 19),
+            (true, 64),
+            (false, 64),
+            (true, 8),
+        ] {
             let (n, batch) = (27, 9);
             let mut layer = DotInteraction::<f32>::new(n, d, self_interaction);
             let (ni, no) = (layer.in_dim(), layer.out_dim());
