@@ -104,7 +104,7 @@ unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
 unsafe fn dots8_f32_avx2(a: &[f32], b: &[f32], out: &mut [f32]) {
     use std::arch::x86_64::*;
     let d = a.len();
-    assert!(d % 8 == 0 && b.len() == 8 * d && out.len() >= 8);
+    assert!(d.is_multiple_of(8) && b.len() == 8 * d && out.len() >= 8);
     let mut acc = [_mm256_setzero_ps(); 8];
     let mut k = 0;
     while k < d {
@@ -296,7 +296,7 @@ impl<T: Real> DotInteraction<T> {
                     let vi = &xr[i * d..(i + 1) * d];
                     let partners = self.partners(i);
                     let mut j = 0;
-                    if d % 8 == 0 {
+                    if d.is_multiple_of(8) {
                         // The partners are contiguous: eight at a time.
                         while j + 8 <= partners {
                             let block = &xr[j * d..(j + 8) * d];
