@@ -2,7 +2,26 @@
 //! these few byte-level operations, so two backends that move the same bytes give
 //! bit-identical results (reductions happen above, in a fixed order).
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+/// Checks an all-to-all's `counts` (one per member of a group of `group`) against the
+/// `len` send elements they split (`unit` names them in the message).
+pub(crate) fn check_counts(counts: &[usize], group: usize, len: usize, unit: &str) -> Result<()> {
+    if counts.len() != group {
+        return Err(Error::usage(
+            "all_to_all_v",
+            format!("{} counts for a group of {group}", counts.len()),
+        ));
+    }
+    let total: usize = counts.iter().sum();
+    if total != len {
+        return Err(Error::usage(
+            "all_to_all_v",
+            format!("counts add up to {total} but {len} {unit} given"),
+        ));
+    }
+    Ok(())
+}
 
 /// Where a backend writes what it receives: asked once per exchange for a buffer of the
 /// total size, so that bytes land in the caller's typed storage without another copy.

@@ -106,19 +106,7 @@ impl Comm {
         phase: Phase,
     ) -> Result<Vec<usize>> {
         let p = self.size();
-        if counts.len() != p {
-            return Err(Error::usage(
-                "all_to_all_v",
-                format!("{} counts for a group of {p}", counts.len()),
-            ));
-        }
-        let total: usize = counts.iter().sum();
-        if total != send.len() {
-            return Err(Error::usage(
-                "all_to_all_v",
-                format!("counts add up to {total} but {} elements given", send.len()),
-            ));
-        }
+        crate::backend::check_counts(counts, p, send.len(), "elements")?;
         let size = std::mem::size_of::<T>();
         {
             let mut t = self.traffic.lock().expect("traffic lock");

@@ -303,19 +303,7 @@ impl Backend for MpiBackend {
         recv: &mut dyn RecvBuf,
     ) -> Result<Vec<usize>> {
         let p = self.members.len();
-        if counts.len() != p {
-            return Err(Error::usage(
-                "all_to_all_v",
-                format!("{} counts for a group of {p}", counts.len()),
-            ));
-        }
-        let total: usize = counts.iter().sum();
-        if total != send.len() {
-            return Err(Error::usage(
-                "all_to_all_v",
-                format!("counts add up to {total} but {} bytes given", send.len()),
-            ));
-        }
+        crate::backend::check_counts(counts, p, send.len(), "bytes")?;
         check_live("all_to_all_v")?;
         let _g = mpi_guard();
         // The counts first, then whether any rank's exchange is too large for MPI's

@@ -2,32 +2,15 @@
 //! writes a hardware file the simulator loads, with sane figures; bad arguments fail
 //! with a message.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
 use towerrec_sim::{Collective, Hardware, MemorySystem};
 
-fn towerrec(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_towerrec"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+mod common;
 
-fn describe(o: &Output) -> String {
-    format!(
-        "status {}\n--- stdout\n{}--- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use common::{describe, towerrec};
 
-fn tmp(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("towerrec-calibrate-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch directory for this file's tests.
+fn tmp_dir(name: &str) -> std::path::PathBuf {
+    common::tmp("calibrate", name)
 }
 
 fn sane(x: f64) -> bool {
@@ -36,7 +19,7 @@ fn sane(x: f64) -> bool {
 
 #[test]
 fn quick_calibration_writes_a_loadable_hardware_file() {
-    let dir = tmp("quick");
+    let dir = tmp_dir("quick");
     let out = dir.join("hw.toml");
     let o = towerrec(&[
         "calibrate",
@@ -105,7 +88,7 @@ fn quick_calibration_writes_a_loadable_hardware_file() {
 
 #[test]
 fn bad_arguments_fail_with_a_message() {
-    let dir = tmp("bad");
+    let dir = tmp_dir("bad");
     let out = dir.join("hw.toml");
     let out = out.to_str().unwrap();
     for (args, expect) in [

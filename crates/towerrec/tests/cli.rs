@@ -1,27 +1,14 @@
 //! The `towerrec` binary end to end: the quickstart, bad input, eval, resume.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn towerrec(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_towerrec"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
-}
+mod common;
 
-fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
+use common::{text, towerrec};
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("towerrec-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch directory for this file's tests.
+fn tmp_dir(name: &str) -> std::path::PathBuf {
+    common::tmp("cli", name)
 }
 
 /// The quickstart shrunk to seconds.
@@ -36,7 +23,7 @@ const SMALL: [&str; 6] = [
 
 #[test]
 fn quickstart_trains_and_prints_the_final_auc() {
-    let dir = tmp("quickstart");
+    let dir = tmp_dir("quickstart");
     let out = dir.join("run");
     let mut args = vec!["train", "--quiet", "--out", out.to_str().unwrap()];
     args.extend(SMALL);
@@ -76,7 +63,7 @@ fn quickstart_trains_and_prints_the_final_auc() {
 
 #[test]
 fn stop_and_resume_through_the_cli() {
-    let dir = tmp("resume");
+    let dir = tmp_dir("resume");
     let out = dir.join("run");
     let mut args = vec![
         "train",
@@ -158,7 +145,7 @@ split = {{ kind = "tail", eval_rows = 20 }}
 
 #[test]
 fn a_bad_row_stops_the_run_naming_file_line_and_field_or_is_skipped() {
-    let dir = tmp("badrows");
+    let dir = tmp_dir("badrows");
     let data = dir.join("d.tsv");
     let mut fields: Vec<String> = vec!["1".into()];
     fields.extend((0..13).map(|_| "3".to_string()));
@@ -207,7 +194,7 @@ fn a_bad_row_stops_the_run_naming_file_line_and_field_or_is_skipped() {
 
 #[test]
 fn config_and_file_errors_name_what_is_wrong() {
-    let dir = tmp("errors");
+    let dir = tmp_dir("errors");
     let (_, stderr) = text(&towerrec(&["train", "--config", "/nonexistent/x.toml"]));
     assert!(stderr.contains("/nonexistent/x.toml"), "{stderr}");
 

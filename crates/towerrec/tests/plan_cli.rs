@@ -1,26 +1,20 @@
 //! `towerrec plan` end to end: every strategy's JSON validates against the quickstart's
 //! tables, the memory budget binds, and bad requests fail with a message that says why.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 use towerrec_plan::{Plan, ShardingType, TableSpec, Topology};
 
-fn towerrec(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_towerrec"))
-        .args(args)
-        .output()
-        .expect("the binary runs")
+mod common;
+
+use common::towerrec;
+
+/// A fresh scratch directory for this file's tests.
+fn tmp_dir(name: &str) -> std::path::PathBuf {
+    common::tmp("plan-cli", name)
 }
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("towerrec-plan-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// The embedded quickstart's tables: 26 of 20,000 rows, dim 16, row-wise Adagrad
@@ -39,7 +33,7 @@ fn quickstart_tables() -> Vec<TableSpec> {
 
 #[test]
 fn every_strategy_writes_a_plan_that_validates() {
-    let dir = tmp("strategies");
+    let dir = tmp_dir("strategies");
     let topo = Topology::new(2, 2).unwrap();
     for strategy in [
         "greedy",

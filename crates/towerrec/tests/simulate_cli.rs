@@ -2,29 +2,15 @@
 //! their figures, a towerrec config simulates at several sizes, and bad requests fail
 //! with a message that says why.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
-fn towerrec(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_towerrec"))
-        .args(args)
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
-        .output()
-        .expect("the binary runs")
-}
+mod common;
 
-fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
+use common::{text, towerrec};
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("towerrec-sim-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch directory for this file's tests.
+fn tmp_dir(name: &str) -> std::path::PathBuf {
+    common::tmp("sim-cli", name)
 }
 
 fn svg(path: &Path) -> String {
@@ -35,7 +21,7 @@ fn svg(path: &Path) -> String {
 
 #[test]
 fn scale_in_reproduction_prints_both_tables_and_draws_the_figures() {
-    let dir = tmp("scale-in");
+    let dir = tmp_dir("scale-in");
     let out = towerrec(&[
         "simulate",
         "--reproduce",
@@ -61,7 +47,7 @@ fn scale_in_reproduction_prints_both_tables_and_draws_the_figures() {
 
 #[test]
 fn dmt_reproduction_compares_three_exchanges_at_six_sizes() {
-    let dir = tmp("dmt");
+    let dir = tmp_dir("dmt");
     let out = towerrec(&[
         "simulate",
         "--reproduce",
@@ -83,7 +69,7 @@ fn dmt_reproduction_compares_three_exchanges_at_six_sizes() {
 
 #[test]
 fn a_towerrec_config_simulates_at_several_sizes() {
-    let dir = tmp("config");
+    let dir = tmp_dir("config");
     let out = towerrec(&[
         "simulate",
         "--config",
