@@ -2,7 +2,7 @@
 """Side-by-side speed of towerrec and PyTorch on the same DLRM (bench/README.md).
 
     python3 bench/compare.py [--threads 2] [--rounds 5] [--configs kaggle,multihot]
-                             [--modes train,infer] [--quick]
+                             [--modes train,infer,infer-serial] [--quick]
 
 Installs torch with pip if this interpreter lacks it, builds towerrec in release mode,
 then for each config and mode alternates the two (towerrec, pytorch, towerrec, ...),
@@ -25,7 +25,11 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CONFIGS = ("kaggle", "multihot")
-MODES = ("train", "infer")
+MODES = ("train", "infer", "infer-serial")
+# towerrec's `infer` scores a stream with consecutive batches overlapped;
+# `infer-serial` finishes each batch before the next. PyTorch runs its one way for both.
+TORCH_MODE = {"train": "train", "infer": "infer", "infer-serial": "infer"}
+DEFAULT_MODES = ["train", "infer"]
 
 
 def log(msg):
@@ -82,7 +86,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=None,
                     help="alternating runs of each per comparison (default 5; 1 with --quick)")
     ap.add_argument("--configs", type=csv_list(CONFIGS), default=list(CONFIGS))
-    ap.add_argument("--modes", type=csv_list(MODES), default=list(MODES))
+    ap.add_argument("--modes", type=csv_list(MODES), default=DEFAULT_MODES,
+                    help="train, infer (a stream, batches overlapped), infer-serial "
+                         "(one batch at a time); default train,infer")
     ap.add_argument("--warmup", type=int, default=None, help="untimed steps per run (default 3)")
     ap.add_argument("--steps", type=int, default=None, help="steps per repetition (default 10)")
     ap.add_argument("--reps", type=int, default=None, help="repetitions per run (default 3)")
@@ -126,7 +132,7 @@ def main():
                 log(f"  towerrec median {out['median_samples_per_sec']:.0f} samples/s")
                 log(f"[{config} {mode}] round {r}/{rounds}: pytorch")
                 out = run_json([sys.executable, os.path.join(HERE, "torch_dlrm.py"),
-                                "--config", config, "--mode", mode] + timing, env=torch_env)
+                                "--config", config, "--mode", TORCH_MODE[mode]] + timing, env=torch_env)
                 pt_rates += out["samples_per_sec"]
                 if out["batch_size"] != batch:
                     sys.exit(f"batch sizes differ: towerrec {batch}, pytorch {out['batch_size']}")

@@ -5,6 +5,7 @@
 use crate::cluster::{rank_slice, resolve_plan, run_ranks};
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::forward::PipelinedForward;
 use crate::model::Model;
 use crate::trainer::train_step;
 use serde::Serialize;
@@ -20,8 +21,12 @@ use towerrec_plan::Plan;
 pub enum Mode {
     /// Forward, loss, backward and the fused updates.
     Train,
-    /// Forward only.
+    /// Forward only, over a stream of batches: each batch's lookups overlap the
+    /// previous batch's dense layers ([`PipelinedForward`]), as in scoring.
     Infer,
+    /// Forward only, each batch finished before the next starts (serving one request
+    /// batch at a time).
+    InferSerial,
 }
 
 /// Measured rates of one benchmark.
@@ -119,11 +124,7 @@ fn bench_built(
     cfg: &Config,
     batches: &[Batch],
     mode: Mode,
-    Timing {
-        warmup,
-        steps,
-        reps,
-    }: Timing,
+    timing: Timing,
 ) -> Result<BenchResult> {
     if batches.is_empty() {
         return Err(Error::Config {
@@ -136,37 +137,52 @@ fn bench_built(
         cfg.optimizer.sparse_lr as f32,
     );
     let (rank, world) = model.comm().map_or((0, 1), |c| (c.rank(), c.size()));
-    let mut logits = Vec::new();
-    let mut grad = Vec::new();
-    let mut step = |i: usize, model: &mut Model| -> Result<()> {
-        let batch = &batches[i % batches.len()];
-        match mode {
-            Mode::Train => {
-                train_step(model, batch, lrs, &mut logits, &mut grad)?;
-            }
-            Mode::Infer => model.forward(&rank_slice(batch, rank, world), &mut logits)?,
+    let (rates, times) = match mode {
+        Mode::Train => {
+            let (mut logits, mut grad) = (Vec::new(), Vec::new());
+            let rates = time_steps(
+                model,
+                batches,
+                timing,
+                |model, batch| train_step(model, batch, lrs, &mut logits, &mut grad).map(drop),
+                |model| model.reset_times(),
+            )?;
+            (rates, model.phase_times().clone())
         }
-        Ok(())
+        Mode::InferSerial => {
+            let mut logits = Vec::new();
+            let rates = time_steps(
+                model,
+                batches,
+                timing,
+                |model, batch| model.forward(&rank_slice(batch, rank, world), &mut logits),
+                |model| model.reset_times(),
+            )?;
+            (rates, model.phase_times().clone())
+        }
+        Mode::Infer => {
+            // Scoring a stream: each batch's lookups overlap the previous one's dense
+            // layers, as in `towerrec evaluate`.
+            let mut logits = Vec::new();
+            let mut pipeline = PipelinedForward::new(model);
+            let rates = time_steps(
+                &mut pipeline,
+                batches,
+                timing,
+                |p, batch| {
+                    p.push(&rank_slice(batch, rank, world), &mut logits)
+                        .map(drop)
+                },
+                |p| p.reset_times(),
+            )?;
+            let times = pipeline.phase_times().clone();
+            pipeline.finish(&mut logits)?;
+            (rates, times)
+        }
     };
-    for i in 0..warmup {
-        step(i, model)?;
-    }
-    model.reset_times();
-    let mut rates = Vec::with_capacity(reps);
-    let mut i = warmup;
-    for _ in 0..reps {
-        let start = Instant::now();
-        let mut samples = 0usize;
-        for _ in 0..steps {
-            step(i, model)?;
-            samples += batches[i % batches.len()].batch_size();
-            i += 1;
-        }
-        rates.push(samples as f64 / start.elapsed().as_secs_f64().max(1e-9));
-    }
+    let Timing { steps, reps, .. } = timing;
     let timed = (reps * steps) as f64;
-    let phase_ms_per_step = model
-        .phase_times()
+    let phase_ms_per_step = times
         .entries()
         .iter()
         .filter(|(_, t)| *t > 0.0)
@@ -180,6 +196,39 @@ fn bench_built(
         median_samples_per_sec: median(&rates),
         samples_per_sec: rates,
     })
+}
+
+/// Runs `warmup` untimed steps, resets the phase times, then times `reps` repetitions
+/// of `steps` steps, cycling over `batches`; returns the samples/s of each.
+fn time_steps<S>(
+    state: &mut S,
+    batches: &[Batch],
+    Timing {
+        warmup,
+        steps,
+        reps,
+    }: Timing,
+    mut step: impl FnMut(&mut S, &Batch) -> Result<()>,
+    reset_times: impl FnOnce(&mut S),
+) -> Result<Vec<f64>> {
+    let batch = |i: usize| &batches[i % batches.len()];
+    for i in 0..warmup {
+        step(state, batch(i))?;
+    }
+    reset_times(state);
+    let mut rates = Vec::with_capacity(reps);
+    let mut i = warmup;
+    for _ in 0..reps {
+        let start = Instant::now();
+        let mut samples = 0usize;
+        for _ in 0..steps {
+            step(state, batch(i))?;
+            samples += batch(i).batch_size();
+            i += 1;
+        }
+        rates.push(samples as f64 / start.elapsed().as_secs_f64().max(1e-9));
+    }
+    Ok(rates)
 }
 
 #[cfg(test)]

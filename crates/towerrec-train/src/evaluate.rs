@@ -2,6 +2,7 @@
 
 use crate::cluster::rank_slice;
 use crate::error::Result;
+use crate::forward::PipelinedForward;
 use crate::model::Model;
 use crate::prefetch::Prefetcher;
 use towerrec_comm::Phase;
@@ -36,16 +37,29 @@ pub fn score(
     let mut labels = Vec::new();
     let mut logits = Vec::new();
     let (rank, world) = model.comm().map_or((0, 1), |c| (c.rank(), c.size()));
-    while let Some(batch) = reader.next() {
-        let global = batch?;
-        let batch = rank_slice(&global, rank, world);
-        model.forward(&batch, &mut logits)?;
-        if let Some(comm) = model.comm() {
-            let (all, _) = comm.all_gather(&logits, Phase::Control)?;
-            logits = all;
+    // Each batch's lookups overlap the previous batch's dense layers; the logits that
+    // come back are the previous batch's, so its labels wait beside it.
+    let mut pipeline = PipelinedForward::new(model);
+    let mut pending: Option<Vec<f32>> = None;
+    let mut collect = |pipeline: &PipelinedForward<'_>, logits: &mut Vec<f32>, batch_labels| {
+        if let Some(comm) = pipeline.comm() {
+            let (all, _) = comm.all_gather(logits, Phase::Control)?;
+            *logits = all;
         }
         probs.extend(logits.iter().map(|&z| sigmoid(z)));
-        labels.extend_from_slice(&global.labels);
+        labels.extend(batch_labels);
+        Result::Ok(())
+    };
+    while let Some(batch) = reader.next() {
+        let global = batch?;
+        let finished = pipeline.push(&rank_slice(&global, rank, world), &mut logits)?;
+        if let (true, Some(done)) = (finished, pending.take()) {
+            collect(&pipeline, &mut logits, done)?;
+        }
+        pending = Some(global.labels);
+    }
+    if let (true, Some(done)) = (pipeline.finish(&mut logits)?, pending.take()) {
+        collect(&pipeline, &mut logits, done)?;
     }
     let skipped = reader.finish();
     Ok(Scored {

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod evaluate;
+pub mod forward;
 mod init;
 pub mod model;
 mod prefetch;

@@ -10,6 +10,7 @@
 
 use crate::config::{ModelConfig, ModelKind, OptimizerConfig};
 use crate::error::{Error, Result};
+use crate::forward::{resize, timed, Back, BackInteraction, Front};
 use crate::init::TableInit;
 use crate::sharded::{FeatureLayout, ShardedEmbeddings, TableDesc, WholeTable};
 use rand::rngs::StdRng;
@@ -88,7 +89,12 @@ pub enum Embeddings {
 }
 
 impl Embeddings {
-    fn forward(&mut self, batch: &Batch, out: &mut [f32], layout: FeatureLayout) -> Result<()> {
+    pub(crate) fn forward(
+        &mut self,
+        batch: &Batch,
+        out: &mut [f32],
+        layout: FeatureLayout,
+    ) -> Result<()> {
         match self {
             Embeddings::Local(tables) => tables_forward(tables, batch, out, layout),
             Embeddings::Sharded(s) => s.forward(batch, out, layout),
@@ -266,12 +272,22 @@ impl Model {
     /// Computes one logit per sample into `logits` (resized to the batch).
     ///
     /// DLRM's table lookups (memory-bound) and bottom MLP (compute-bound) are
-    /// independent and run side by side; their phase times then overlap.
+    /// independent and run side by side; their phase times then overlap. To score a
+    /// stream of batches faster, overlap consecutive batches with
+    /// [`PipelinedForward`](crate::forward::PipelinedForward).
     pub fn forward(&mut self, batch: &Batch, logits: &mut Vec<f32>) -> Result<()> {
-        let b = batch.batch_size();
+        let (mut front, mut back, features, times) = self.forward_parts();
+        front.run(batch, features)?.add_to(times);
+        back.run(features, batch.batch_size(), logits).add_to(times);
+        Ok(())
+    }
+
+    /// The model split into the two halves of a forward, the feature rows between
+    /// them, and the phase times.
+    pub(crate) fn forward_parts(
+        &mut self,
+    ) -> (Front<'_>, Back<'_>, &mut Vec<f32>, &mut PhaseTimes) {
         let layout = self.layout();
-        let width = layout.width;
-        let (dim, nd) = (self.dim, self.num_dense);
         let Model {
             embeddings,
             interaction,
@@ -279,56 +295,32 @@ impl Model {
             top_in,
             top,
             times,
+            dim,
+            num_dense,
             ..
         } = self;
-        resize(features, b * width);
-        match interaction {
+        let (bottom, back_interaction) = match interaction {
             Interaction::Dot {
                 bottom,
                 dot,
                 bottom_out,
                 ..
-            } => {
-                resize(bottom_out, b * dim);
-                let ((lookups, t_emb), ((), t_bottom)) = rayon::join(
-                    || timed(|| embeddings.forward(batch, features, layout)),
-                    || timed(|| bottom.forward(&batch.dense, bottom_out, b)),
-                );
-                lookups?;
-                times.embedding_forward += t_emb;
-                times.bottom_forward += t_bottom;
-                let mut mark = Instant::now();
-                for (row, out) in features
-                    .chunks_exact_mut(width)
-                    .zip(bottom_out.chunks_exact(dim))
-                {
-                    row[..dim].copy_from_slice(out);
-                }
-                resize(top_in, b * dot.out_dim());
-                dot.forward(features, top_in, b);
-                lap(&mut mark, &mut times.interaction_forward);
-            }
-            Interaction::Cross(cross) => {
-                let (lookups, t_emb) = timed(|| embeddings.forward(batch, features, layout));
-                lookups?;
-                times.embedding_forward += t_emb;
-                let mut mark = Instant::now();
-                for (row, dense) in features
-                    .chunks_exact_mut(width)
-                    .zip(batch.dense.chunks_exact(nd.max(1)))
-                {
-                    row[..nd].copy_from_slice(&dense[..nd]);
-                }
-                resize(top_in, b * width);
-                cross.forward(features, top_in, b);
-                lap(&mut mark, &mut times.interaction_forward);
-            }
-        }
-        let mut mark = Instant::now();
-        resize(logits, b);
-        top.forward(top_in, logits, b);
-        lap(&mut mark, &mut times.top_forward);
-        Ok(())
+            } => (Some((bottom, bottom_out)), BackInteraction::Dot(dot)),
+            Interaction::Cross(cross) => (None, BackInteraction::Cross(cross)),
+        };
+        let front = Front {
+            embeddings,
+            bottom,
+            layout,
+            dim: *dim,
+            num_dense: *num_dense,
+        };
+        let back = Back {
+            interaction: back_interaction,
+            top_in,
+            top,
+        };
+        (front, back, features, times)
     }
 
     /// Backward from `dL/dlogit` of the last forward (same `batch`, same `logits`),
@@ -624,16 +616,4 @@ fn tables_backward(
         table.backward_update(batch.sparse.feature(t), grad, layout.width, offset, lr)?;
     }
     Ok(())
-}
-
-/// Runs `f`, returning its result and the seconds it took.
-fn timed<R>(f: impl FnOnce() -> R) -> (R, f64) {
-    let start = Instant::now();
-    let r = f();
-    (r, start.elapsed().as_secs_f64())
-}
-
-/// Resizes a scratch buffer without shrinking its allocation.
-fn resize(buf: &mut Vec<f32>, len: usize) {
-    buf.resize(len, 0.0);
 }

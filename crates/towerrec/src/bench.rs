@@ -23,8 +23,13 @@ enum BenchWhat {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum ModeArg {
+    /// Forward, loss, backward and the updates.
     Train,
+    /// Forward only, over a stream: each batch's lookups beside the previous batch's
+    /// dense layers (as `evaluate` scores).
     Infer,
+    /// Forward only, one batch finished before the next starts.
+    InferSerial,
 }
 
 #[derive(Args)]
@@ -83,6 +88,7 @@ fn model(a: ModelArgs) -> Result<()> {
     let mode = match a.mode {
         ModeArg::Train => Mode::Train,
         ModeArg::Infer => Mode::Infer,
+        ModeArg::InferSerial => Mode::InferSerial,
     };
     let batches = load_batches(&cfg, a.batches.max(1))?;
     let timing = Timing {

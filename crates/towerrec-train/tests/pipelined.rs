@@ -1,0 +1,186 @@
+//! Scoring a stream with consecutive batches overlapped gives bit for bit the logits
+//! of one forward per batch: DLRM and DCN, one process on 1–3 threads and an
+//! in-process 2×2 cluster; and a failing batch leaves the pipeline empty.
+
+use std::path::Path;
+use towerrec_comm::{Comm, Topology};
+use towerrec_core::Batch;
+use towerrec_data::{next_batch, open, schema, Part};
+use towerrec_plan::planners;
+use towerrec_train::cluster::{rank_slice, run_ranks};
+use towerrec_train::forward::PipelinedForward;
+use towerrec_train::trainer::train_step;
+use towerrec_train::{Config, Model};
+
+const DLRM: &str = r#"kind = "dlrm"
+embedding_dim = 8
+bottom_mlp = [16, 8]
+top_mlp = [16, 1]"#;
+
+const DCN: &str = r#"kind = "dcn"
+embedding_dim = 8
+cross_layers = 2
+cross_rank = 4
+top_mlp = [16, 1]"#;
+
+fn config(model: &str, rows: u64) -> Config {
+    let text = format!(
+        r#"
+[model]
+{model}
+
+[optimizer]
+dense = {{ kind = "adam" }}
+dense_lr = 0.01
+sparse = {{ kind = "sgd" }}
+sparse_lr = 0.1
+
+[train]
+batch_size = 30
+seed = 3
+
+[data]
+format = "synthetic"
+train_samples = 400
+eval_samples = 60
+num_dense = 4
+seed = 5
+tables = [
+  {{ rows = {rows}, pooling = {{ mean = 3.0 }}, count = 3 }},
+  {{ rows = 7, pooling = 2 }},
+]
+"#
+    );
+    Config::from_toml(&text, "test", Path::new(".")).expect("test config")
+}
+
+/// Batches of uneven sizes, so that consecutive batches in the pipeline differ.
+fn batches(cfg: &Config) -> Vec<Batch> {
+    let mut stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir).unwrap();
+    let mut out = Vec::new();
+    for size in [30, 29, 7, 3, 1, 30, 16] {
+        out.push(next_batch(stream.as_mut(), size).unwrap().unwrap());
+    }
+    out
+}
+
+/// A model trained for a few steps, so that its layers are not at their initial values.
+fn trained(cfg: &Config, model: &mut Model, batches: &[Batch]) {
+    let (mut logits, mut grad) = (Vec::new(), Vec::new());
+    let (rank, world) = model.comm().map_or((0, 1), |c| (c.rank(), c.size()));
+    for b in batches {
+        let lrs = (
+            cfg.optimizer.dense_lr as f32,
+            cfg.optimizer.sparse_lr as f32,
+        );
+        let mine = rank_slice(b, rank, world);
+        train_step(model, &mine, lrs, &mut logits, &mut grad).unwrap();
+    }
+}
+
+/// Each batch's logits, one forward at a time and through the pipeline.
+fn both_ways(model: &mut Model, batches: &[Batch]) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
+    let (rank, world) = model.comm().map_or((0, 1), |c| (c.rank(), c.size()));
+    let mut logits = Vec::new();
+    let mut one_by_one = Vec::new();
+    for b in batches {
+        model
+            .forward(&rank_slice(b, rank, world), &mut logits)
+            .unwrap();
+        one_by_one.push(logits.clone());
+    }
+    let mut pipelined = Vec::new();
+    let mut pipeline = PipelinedForward::new(model);
+    for (i, b) in batches.iter().enumerate() {
+        let finished = pipeline
+            .push(&rank_slice(b, rank, world), &mut logits)
+            .unwrap();
+        assert_eq!(finished, i > 0, "push {i} finishes the batch before it");
+        if finished {
+            pipelined.push(logits.clone());
+        }
+    }
+    assert!(pipeline.finish(&mut logits).unwrap());
+    pipelined.push(logits.clone());
+    assert!(!pipeline.finish(&mut logits).unwrap(), "nothing left");
+    (one_by_one, pipelined)
+}
+
+fn single_process(model_text: &str, threads: usize) {
+    let cfg = config(model_text, 50);
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    let data = batches(&cfg);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    let (one_by_one, pipelined) = pool.install(|| {
+        let mut model = Model::build(&cfg.model, &cfg.optimizer, &s, cfg.train.seed).unwrap();
+        trained(&cfg, &mut model, &data[..3]);
+        both_ways(&mut model, &data)
+    });
+    assert_eq!(one_by_one.len(), data.len());
+    for (i, (a, b)) in one_by_one.iter().zip(&pipelined).enumerate() {
+        assert_eq!(a.len(), data[i].batch_size());
+        assert_eq!(a, b, "batch {i} on {threads} threads");
+    }
+}
+
+#[test]
+fn dlrm_pipelined_logits_equal_one_forward_per_batch() {
+    for threads in [1, 2, 3] {
+        single_process(DLRM, threads);
+    }
+}
+
+#[test]
+fn dcn_pipelined_logits_equal_one_forward_per_batch() {
+    for threads in [1, 2] {
+        single_process(DCN, threads);
+    }
+}
+
+#[test]
+fn sharded_pipelined_logits_equal_one_forward_per_batch() {
+    let cfg = config(DLRM, 50);
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    let data = batches(&cfg);
+    let topology = Topology::new(2, 2).unwrap();
+    let specs = towerrec_train::cluster::table_specs(&cfg, &s);
+    let plan = planners::row_wise(&specs, topology).unwrap();
+    let outs = run_ranks(topology, 2, |comm: Comm| {
+        let mut model =
+            Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, &plan)?;
+        trained(&cfg, &mut model, &data[..3]);
+        Ok(both_ways(&mut model, &data))
+    })
+    .unwrap();
+    for (rank, (one_by_one, pipelined)) in outs.iter().enumerate() {
+        assert_eq!(one_by_one, pipelined, "rank {rank}");
+    }
+}
+
+#[test]
+fn a_failing_batch_empties_the_pipeline_and_the_next_starts_afresh() {
+    let cfg = config(DLRM, 50);
+    // Same shapes, ids up to 5000: out of range for the model's 50-row tables.
+    let wide = batches(&config(DLRM, 5000));
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    let good = batches(&cfg);
+    let mut model = Model::build(&cfg.model, &cfg.optimizer, &s, cfg.train.seed).unwrap();
+    let mut want = Vec::new();
+    model.forward(&good[1], &mut want).unwrap();
+
+    let mut logits = Vec::new();
+    let mut pipeline = PipelinedForward::new(&mut model);
+    assert!(!pipeline.push(&good[0], &mut logits).unwrap());
+    let err = pipeline.push(&wide[0], &mut logits).unwrap_err();
+    assert!(err.to_string().contains("out of range"), "{err}");
+    assert!(
+        !pipeline.finish(&mut logits).unwrap(),
+        "the pipeline is empty"
+    );
+    assert!(!pipeline.push(&good[1], &mut logits).unwrap());
+    assert!(pipeline.finish(&mut logits).unwrap());
+    assert_eq!(logits, want);
+}
