@@ -76,6 +76,10 @@ pub struct Timing {
     pub warmup: usize,
     pub steps: usize,
     pub reps: usize,
+    /// Batches per group of the pipelined inference ([`Mode::Infer`]); `warmup` and
+    /// `steps` are rounded up to multiples of it, so that every repetition holds whole
+    /// groups.
+    pub group: usize,
 }
 
 /// Times whole steps of `cfg`'s model in this process, cycling over `batches`.
@@ -137,6 +141,19 @@ fn bench_built(
         cfg.optimizer.sparse_lr as f32,
     );
     let (rank, world) = model.comm().map_or((0, 1), |c| (c.rank(), c.size()));
+    let timing = match mode {
+        Mode::Infer => {
+            let group = timing.group.max(1);
+            let whole = |n: usize| n.div_ceil(group) * group;
+            Timing {
+                warmup: whole(timing.warmup),
+                steps: whole(timing.steps),
+                reps: timing.reps,
+                group,
+            }
+        }
+        Mode::Train | Mode::InferSerial => timing,
+    };
     let (rates, times) = match mode {
         Mode::Train => {
             let (mut logits, mut grad) = (Vec::new(), Vec::new());
@@ -161,22 +178,18 @@ fn bench_built(
             (rates, model.phase_times().clone())
         }
         Mode::Infer => {
-            // Scoring a stream: each batch's lookups overlap the previous one's dense
-            // layers, as in `towerrec evaluate`.
-            let mut logits = Vec::new();
-            let mut pipeline = PipelinedForward::new(model);
+            // Scoring a stream as `towerrec evaluate` does: groups of batches, each
+            // group's lookups beside the previous group's dense layers.
+            let mut pipeline = PipelinedForward::new(model, timing.group);
             let rates = time_steps(
                 &mut pipeline,
                 batches,
                 timing,
-                |p, batch| {
-                    p.push(&rank_slice(batch, rank, world), &mut logits)
-                        .map(drop)
-                },
+                |p, batch| p.push(rank_slice(batch, rank, world), |_, _| Ok(())),
                 |p| p.reset_times(),
             )?;
             let times = pipeline.phase_times().clone();
-            pipeline.finish(&mut logits)?;
+            pipeline.finish(|_, _| Ok(()))?;
             (rates, times)
         }
     };
@@ -200,15 +213,16 @@ fn bench_built(
 
 /// Runs `warmup` untimed steps, resets the phase times, then times `reps` repetitions
 /// of `steps` steps, cycling over `batches`; returns the samples/s of each.
-fn time_steps<S>(
+fn time_steps<'a, S>(
     state: &mut S,
-    batches: &[Batch],
+    batches: &'a [Batch],
     Timing {
         warmup,
         steps,
         reps,
+        ..
     }: Timing,
-    mut step: impl FnMut(&mut S, &Batch) -> Result<()>,
+    mut step: impl FnMut(&mut S, &'a Batch) -> Result<()>,
     reset_times: impl FnOnce(&mut S),
 ) -> Result<Vec<f64>> {
     let batch = |i: usize| &batches[i % batches.len()];

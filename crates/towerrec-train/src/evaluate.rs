@@ -2,10 +2,11 @@
 
 use crate::cluster::rank_slice;
 use crate::error::Result;
-use crate::forward::PipelinedForward;
+use crate::forward::{PipelinedForward, DEFAULT_GROUP};
 use crate::model::Model;
 use crate::prefetch::Prefetcher;
-use towerrec_comm::Phase;
+use std::borrow::Cow;
+use towerrec_comm::{Comm, Phase};
 use towerrec_core::layers::activation::sigmoid;
 use towerrec_core::metrics::EvalMetrics;
 use towerrec_data::RecordStream;
@@ -35,32 +36,30 @@ pub fn score(
     let mut reader = Prefetcher::start(stream, batch_size, 0, 2);
     let mut probs = Vec::new();
     let mut labels = Vec::new();
-    let mut logits = Vec::new();
     let (rank, world) = model.comm().map_or((0, 1), |c| (c.rank(), c.size()));
-    // Each batch's lookups overlap the previous batch's dense layers; the logits that
-    // come back are the previous batch's, so its labels wait beside it.
-    let mut pipeline = PipelinedForward::new(model);
-    let mut pending: Option<Vec<f32>> = None;
-    let mut collect = |pipeline: &PipelinedForward<'_>, logits: &mut Vec<f32>, batch_labels| {
-        if let Some(comm) = pipeline.comm() {
-            let (all, _) = comm.all_gather(logits, Phase::Control)?;
-            *logits = all;
+    // Batches are scored in groups, each group's lookups beside the previous group's
+    // dense layers; logits come back in push order, so labels are kept at push time.
+    let mut pipeline = PipelinedForward::new(model, DEFAULT_GROUP);
+    let mut done = |logits: &[f32], comm: Option<&Comm>| -> Result<()> {
+        match comm {
+            Some(comm) => {
+                let (all, _) = comm.all_gather(logits, Phase::Control)?;
+                probs.extend(all.iter().map(|&z| sigmoid(z)));
+            }
+            None => probs.extend(logits.iter().map(|&z| sigmoid(z))),
         }
-        probs.extend(logits.iter().map(|&z| sigmoid(z)));
-        labels.extend(batch_labels);
-        Result::Ok(())
+        Ok(())
     };
     while let Some(batch) = reader.next() {
         let global = batch?;
-        let finished = pipeline.push(&rank_slice(&global, rank, world), &mut logits)?;
-        if let (true, Some(done)) = (finished, pending.take()) {
-            collect(&pipeline, &mut logits, done)?;
-        }
-        pending = Some(global.labels);
+        labels.extend_from_slice(&global.labels);
+        let mine = match rank_slice(&global, rank, world) {
+            Cow::Borrowed(_) => Cow::Owned(global),
+            Cow::Owned(slice) => Cow::Owned(slice),
+        };
+        pipeline.push(mine, &mut done)?;
     }
-    if let (true, Some(done)) = (pipeline.finish(&mut logits)?, pending.take()) {
-        collect(&pipeline, &mut logits, done)?;
-    }
+    pipeline.finish(&mut done)?;
     let skipped = reader.finish();
     Ok(Scored {
         probs,

@@ -1,30 +1,45 @@
 //! A model's forward in two halves, and scoring a stream of batches with the halves of
-//! consecutive batches overlapped.
+//! consecutive groups of batches overlapped.
 //!
 //! The *front* of a forward is the table lookups (bound by random DRAM reads) and, for
 //! DLRM, the bottom MLP; the *back* is the interaction and the top MLP (bound by the
-//! GEMM rate). [`Model::forward`](crate::Model::forward) runs one after the other.
-//! [`PipelinedForward`] runs batch k + 1's front beside batch k's back: on a CPU one
-//! core's gathers already draw most of the memory system's random-read rate (9 of
-//! 15 GB/s on the development machine), so a core spent on the top MLP costs the
-//! lookups far less than its share. The logits are bit for bit those of
-//! `Model::forward`: each batch's arithmetic is unchanged, only its schedule moves.
+//! GEMM rate). [`Model::forward`](crate::Model::forward) runs one after the other for
+//! one batch. [`PipelinedForward`] scores a stream in groups of batches, for two
+//! reasons measured on the development machine (2 cores, 32 MiB L3):
+//!
+//! - *Overlap.* Group j + 1's front runs beside group j's back. One core's gathers
+//!   already draw most of the memory system's random-read rate (9 of 15 GB/s), so a
+//!   core spent on the top MLP costs the lookups far less than its share.
+//! - *Cache blocking.* A group's lookups go table by table over all its batches. A
+//!   table that fits in the last-level cache (100,000 rows × 256 B = 25.6 MB) is then
+//!   read from DRAM about once per group instead of once per batch: the rows a batch
+//!   shares with the batches before it in the group are cache hits.
+//!
+//! The logits are bit for bit those of `Model::forward` on each batch: each batch's
+//! arithmetic is unchanged, only its schedule moves.
 
 use crate::error::Result;
 use crate::model::{Embeddings, PhaseTimes};
 use crate::sharded::FeatureLayout;
+use std::borrow::Cow;
 use std::time::Instant;
+use towerrec_comm::Comm;
 use towerrec_core::layers::crossnet::CrossNet;
 use towerrec_core::layers::interaction::DotInteraction;
 use towerrec_core::layers::mlp::Mlp;
 use towerrec_core::{Batch, Layer};
 
+/// Batches per group of [`PipelinedForward`] when the caller has no reason to choose:
+/// on the development machine the multi-hot benchmark gains about 20% from 1 to 4 and
+/// little beyond (docs/PERFORMANCE.md); the buffers cost 2 × 4 feature blocks.
+pub const DEFAULT_GROUP: usize = 4;
+
 /// What the front of a forward uses: the tables, and for DLRM the bottom MLP.
 pub(crate) struct Front<'a> {
     pub embeddings: &'a mut Embeddings,
-    /// DLRM's bottom MLP and its output buffer (`B × dim`); `None` for DCN, whose
-    /// dense features go into the rows as they are.
-    pub bottom: Option<(&'a mut Mlp<f32>, &'a mut Vec<f32>)>,
+    /// DLRM's bottom MLP; `None` for DCN, whose dense features go into the rows as
+    /// they are.
+    pub bottom: Option<&'a mut Mlp<f32>>,
     pub layout: FeatureLayout,
     pub dim: usize,
     pub num_dense: usize,
@@ -44,7 +59,7 @@ pub(crate) struct Back<'a> {
     pub top: &'a mut Mlp<f32>,
 }
 
-/// Seconds spent in each phase of one front or back.
+/// Seconds spent in each phase of fronts or backs.
 #[derive(Default)]
 pub(crate) struct StageTimes {
     embedding: f64,
@@ -63,47 +78,64 @@ impl StageTimes {
 }
 
 impl Front<'_> {
-    /// Fills `features` (resized to `B × width`) with `batch`'s feature rows: the
-    /// bottom MLP's output (DLRM) or the dense features (DCN), then the pooled tables.
+    /// Fills `features[i]` (resized to `Bᵢ × width`) with the feature rows of
+    /// `batches[i]`: the bottom MLP's output (DLRM, through `bottom_outs[i]`) or the
+    /// dense features (DCN), then the pooled tables, looked up table by table over all
+    /// the batches. `features` and, for DLRM, `bottom_outs` have one buffer per batch.
     ///
     /// DLRM's lookups (memory-bound) and bottom MLP (compute-bound) are independent
     /// and run side by side; their phase times then overlap.
-    pub fn run(&mut self, batch: &Batch, features: &mut Vec<f32>) -> Result<StageTimes> {
-        let b = batch.batch_size();
+    pub fn run(
+        &mut self,
+        batches: &[&Batch],
+        features: &mut [Vec<f32>],
+        bottom_outs: &mut [Vec<f32>],
+    ) -> Result<StageTimes> {
         let (layout, dim, nd) = (self.layout, self.dim, self.num_dense);
         let width = layout.width;
-        resize(features, b * width);
+        for (rows, batch) in features.iter_mut().zip(batches) {
+            resize(rows, batch.batch_size() * width);
+        }
         let embeddings = &mut *self.embeddings;
         let mut times = StageTimes::default();
         match &mut self.bottom {
-            Some((bottom, bottom_out)) => {
-                resize(bottom_out, b * dim);
+            Some(bottom) => {
                 let ((lookups, t_emb), ((), t_bottom)) = rayon::join(
-                    || timed(|| embeddings.forward(batch, features, layout)),
-                    || timed(|| bottom.forward(&batch.dense, bottom_out, b)),
+                    || timed(|| embeddings.forward_group(batches, features, layout)),
+                    || {
+                        timed(|| {
+                            for (out, batch) in bottom_outs.iter_mut().zip(batches) {
+                                let b = batch.batch_size();
+                                resize(out, b * dim);
+                                bottom.forward(&batch.dense, out, b);
+                            }
+                        })
+                    },
                 );
                 lookups?;
                 times.embedding = t_emb;
                 times.bottom = t_bottom;
                 let start = Instant::now();
-                for (row, out) in features
-                    .chunks_exact_mut(width)
-                    .zip(bottom_out.chunks_exact(dim))
-                {
-                    row[..dim].copy_from_slice(out);
+                for (rows, out) in features.iter_mut().zip(bottom_outs.iter()) {
+                    for (row, o) in rows.chunks_exact_mut(width).zip(out.chunks_exact(dim)) {
+                        row[..dim].copy_from_slice(o);
+                    }
                 }
                 times.interaction = start.elapsed().as_secs_f64();
             }
             None => {
-                let (lookups, t_emb) = timed(|| embeddings.forward(batch, features, layout));
+                let (lookups, t_emb) =
+                    timed(|| embeddings.forward_group(batches, features, layout));
                 lookups?;
                 times.embedding = t_emb;
                 let start = Instant::now();
-                for (row, dense) in features
-                    .chunks_exact_mut(width)
-                    .zip(batch.dense.chunks_exact(nd.max(1)))
-                {
-                    row[..nd].copy_from_slice(&dense[..nd]);
+                for (rows, batch) in features.iter_mut().zip(batches) {
+                    for (row, dense) in rows
+                        .chunks_exact_mut(width)
+                        .zip(batch.dense.chunks_exact(nd.max(1)))
+                    {
+                        row[..nd].copy_from_slice(&dense[..nd]);
+                    }
                 }
                 times.interaction = start.elapsed().as_secs_f64();
             }
@@ -137,63 +169,152 @@ impl Back<'_> {
     }
 }
 
-/// Forward passes over a stream of batches, each batch's front beside the previous
-/// batch's back. Borrows the model for the whole stream, so no training step can come
-/// between a batch's halves.
-///
-/// ```text
-/// call:   push(b0)   push(b1)          push(b2)          finish()
-/// front:  b0         b1                b2
-/// back:              b0 → logits       b1 → logits       b2 → logits
-/// ```
-pub struct PipelinedForward<'m> {
-    model: &'m mut crate::Model,
-    /// Where the front of the next batch goes while the back reads the model's
-    /// feature rows; the two swap after every step.
-    spare: Vec<f32>,
-    /// The size of the batch whose front is done and whose back is not.
-    staged: Option<usize>,
+/// Per-batch buffers of one group: the feature rows, the bottom-MLP outputs (DLRM)
+/// and the logits.
+#[derive(Default)]
+struct GroupBuffers {
+    features: Vec<Vec<f32>>,
+    bottom_outs: Vec<Vec<f32>>,
+    logits: Vec<Vec<f32>>,
+    /// Batch sizes of the group whose front is done.
+    sizes: Vec<usize>,
 }
 
-impl<'m> PipelinedForward<'m> {
-    /// An empty pipeline over `model`.
-    pub fn new(model: &'m mut crate::Model) -> Self {
+impl GroupBuffers {
+    fn ensure(&mut self, n: usize) {
+        for v in [&mut self.features, &mut self.bottom_outs, &mut self.logits] {
+            if v.len() < n {
+                v.resize_with(n, Vec::new);
+            }
+        }
+    }
+}
+
+/// Forward passes over a stream of batches, in groups of `group` batches: a group's
+/// lookups go table by table over all its batches, beside the previous group's
+/// interaction and top MLP. Borrows the model for the whole stream, so no training
+/// step can come between a batch's halves.
+///
+/// ```text
+/// push:   b0 b1 b2 b3      b4 b5 b6 b7               ...   finish()
+/// front:           b0–b3             b4–b7
+/// back:                              b0, b1, b2, b3 → done(logits) × 4   ...
+/// ```
+pub struct PipelinedForward<'m, 'b> {
+    model: &'m mut crate::Model,
+    group: usize,
+    /// Batches pushed and not yet started.
+    queued: Vec<Cow<'b, Batch>>,
+    /// The group whose front is done and whose back is not.
+    staged: GroupBuffers,
+    /// Where the next group's front goes; swapped with `staged` after each step.
+    spare: GroupBuffers,
+}
+
+impl<'m, 'b> PipelinedForward<'m, 'b> {
+    /// An empty pipeline over `model` with `group` batches per group (at least 1).
+    pub fn new(model: &'m mut crate::Model, group: usize) -> Self {
         PipelinedForward {
             model,
-            spare: Vec::new(),
-            staged: None,
+            group: group.max(1),
+            queued: Vec::new(),
+            staged: GroupBuffers::default(),
+            spare: GroupBuffers::default(),
         }
     }
 
-    /// Starts `next` and finishes the batch pushed before it, whose logits go to
-    /// `logits`. Returns whether there was one (every call but the first).
-    ///
-    /// On an error the pipeline holds no batch: the one in flight is dropped.
-    pub fn push(&mut self, next: &Batch, logits: &mut Vec<f32>) -> Result<bool> {
-        let staged = self.staged.take();
-        let (mut front, mut back, features, times) = self.model.forward_parts();
-        let Some(b) = staged else {
-            front.run(next, features)?.add_to(times);
-            self.staged = Some(next.batch_size());
-            return Ok(false);
-        };
-        let spare = &mut self.spare;
-        let (started, finished) =
-            rayon::join(|| front.run(next, spare), || back.run(features, b, logits));
-        finished.add_to(times);
-        started?.add_to(times);
-        std::mem::swap(features, spare);
-        self.staged = Some(next.batch_size());
-        Ok(true)
+    /// Batches per group.
+    pub fn group(&self) -> usize {
+        self.group
     }
 
-    /// The model's communicator, if its tables are sharded.
-    pub fn comm(&self) -> Option<&towerrec_comm::Comm> {
-        self.model.comm()
+    /// Queues `batch`. When a group is full, starts its lookups and finishes the group
+    /// before it: `done` gets each of that group's batches' logits, in push order, with
+    /// the model's communicator if its tables are sharded (to gather the logits, say).
+    ///
+    /// On an error the pipeline is left empty: the batches in flight are dropped.
+    pub fn push(
+        &mut self,
+        batch: Cow<'b, Batch>,
+        done: impl FnMut(&[f32], Option<&Comm>) -> Result<()>,
+    ) -> Result<()> {
+        self.queued.push(batch);
+        if self.queued.len() < self.group {
+            return Ok(());
+        }
+        self.step(done)
+    }
+
+    /// Finishes every batch pushed, giving their logits to `done` in push order.
+    pub fn finish(
+        &mut self,
+        mut done: impl FnMut(&[f32], Option<&Comm>) -> Result<()>,
+    ) -> Result<()> {
+        if !self.queued.is_empty() {
+            self.step(&mut done)?;
+        }
+        self.step(done)
+    }
+
+    /// Starts the queued batches' front (if any) beside the staged group's back (if
+    /// any), hands the staged group's logits to `done`, and stages the queued batches.
+    fn step(&mut self, mut done: impl FnMut(&[f32], Option<&Comm>) -> Result<()>) -> Result<()> {
+        let result = self.run_step(&mut done);
+        if result.is_err() {
+            self.queued.clear();
+            self.staged.sizes.clear();
+        }
+        result
+    }
+
+    fn run_step(
+        &mut self,
+        done: &mut impl FnMut(&[f32], Option<&Comm>) -> Result<()>,
+    ) -> Result<()> {
+        let n = self.queued.len();
+        self.spare.ensure(n);
+        let batches: Vec<&Batch> = self.queued.iter().map(|b| b.as_ref()).collect();
+        let (mut front, mut back, _, times) = self.model.forward_parts();
+        let (staged, spare) = (&mut self.staged, &mut self.spare);
+        let (started, finished) = rayon::join(
+            || {
+                if n == 0 {
+                    return Ok(StageTimes::default());
+                }
+                front.run(
+                    &batches,
+                    &mut spare.features[..n],
+                    &mut spare.bottom_outs[..n],
+                )
+            },
+            || {
+                let mut total = StageTimes::default();
+                for (i, &b) in staged.sizes.iter().enumerate() {
+                    let t = back.run(&staged.features[i], b, &mut staged.logits[i]);
+                    total.interaction += t.interaction;
+                    total.top += t.top;
+                }
+                total
+            },
+        );
+        finished.add_to(times);
+        let comm = front.embeddings.comm();
+        // Collectives (a sharded model's logits gathered by `done`) run here, after the
+        // join, never beside the front's own collectives.
+        for logits in &staged.logits[..staged.sizes.len()] {
+            done(logits, comm)?;
+        }
+        started?.add_to(times);
+        spare.sizes.clear();
+        spare.sizes.extend(batches.iter().map(|b| b.batch_size()));
+        staged.sizes.clear();
+        std::mem::swap(staged, spare);
+        self.queued.clear();
+        Ok(())
     }
 
     /// Time spent in each phase since the model was built or the times were reset.
-    /// The halves of consecutive batches overlap, and so do their phase times.
+    /// The halves of consecutive groups overlap, and so do their phase times.
     pub fn phase_times(&self) -> &PhaseTimes {
         self.model.phase_times()
     }
@@ -201,16 +322,6 @@ impl<'m> PipelinedForward<'m> {
     /// Zeroes the phase times.
     pub fn reset_times(&mut self) {
         self.model.reset_times();
-    }
-
-    /// Finishes the last batch pushed, into `logits`. Returns whether there was one.
-    pub fn finish(&mut self, logits: &mut Vec<f32>) -> Result<bool> {
-        let Some(b) = self.staged.take() else {
-            return Ok(false);
-        };
-        let (_, mut back, features, times) = self.model.forward_parts();
-        back.run(features, b, logits).add_to(times);
-        Ok(true)
     }
 }
 

@@ -89,15 +89,39 @@ pub enum Embeddings {
 }
 
 impl Embeddings {
-    pub(crate) fn forward(
+    /// The cluster communicator, if the tables are sharded.
+    pub fn comm(&self) -> Option<&Comm> {
+        match self {
+            Embeddings::Local(_) => None,
+            Embeddings::Sharded(s) => Some(s.comm()),
+        }
+    }
+
+    /// Pools every table of each of `batches` into `outs[i]`, table by table over the
+    /// batches where the tables are local, so that each table's rows are reused from
+    /// cache across the batches.
+    pub(crate) fn forward_group(
         &mut self,
-        batch: &Batch,
-        out: &mut [f32],
+        batches: &[&Batch],
+        outs: &mut [Vec<f32>],
         layout: FeatureLayout,
     ) -> Result<()> {
         match self {
-            Embeddings::Local(tables) => tables_forward(tables, batch, out, layout),
-            Embeddings::Sharded(s) => s.forward(batch, out, layout),
+            Embeddings::Local(tables) => {
+                for (t, table) in tables.iter().enumerate() {
+                    for (batch, out) in batches.iter().zip(outs.iter_mut()) {
+                        let offset = layout.base + t * table.dim();
+                        table.forward(batch.sparse.feature(t), out, layout.width, offset)?;
+                    }
+                }
+                Ok(())
+            }
+            Embeddings::Sharded(s) => {
+                for (batch, out) in batches.iter().zip(outs.iter_mut()) {
+                    s.forward(batch, out, layout)?;
+                }
+                Ok(())
+            }
         }
     }
 
@@ -276,17 +300,30 @@ impl Model {
     /// stream of batches faster, overlap consecutive batches with
     /// [`PipelinedForward`](crate::forward::PipelinedForward).
     pub fn forward(&mut self, batch: &Batch, logits: &mut Vec<f32>) -> Result<()> {
-        let (mut front, mut back, features, times) = self.forward_parts();
-        front.run(batch, features)?.add_to(times);
+        let (mut front, mut back, (features, bottom_out), times) = self.forward_parts();
+        let bottom_outs = match bottom_out {
+            Some(out) => std::slice::from_mut(out),
+            None => &mut [],
+        };
+        front
+            .run(&[batch], std::slice::from_mut(features), bottom_outs)?
+            .add_to(times);
         back.run(features, batch.batch_size(), logits).add_to(times);
         Ok(())
     }
 
-    /// The model split into the two halves of a forward, the feature rows between
-    /// them, and the phase times.
+    /// The model split into the two halves of a forward; the model's own buffers
+    /// between them (the feature rows, and DLRM's bottom-MLP output, which its backward
+    /// reads); the phase times.
+    #[allow(clippy::type_complexity)]
     pub(crate) fn forward_parts(
         &mut self,
-    ) -> (Front<'_>, Back<'_>, &mut Vec<f32>, &mut PhaseTimes) {
+    ) -> (
+        Front<'_>,
+        Back<'_>,
+        (&mut Vec<f32>, Option<&mut Vec<f32>>),
+        &mut PhaseTimes,
+    ) {
         let layout = self.layout();
         let Model {
             embeddings,
@@ -299,14 +336,14 @@ impl Model {
             num_dense,
             ..
         } = self;
-        let (bottom, back_interaction) = match interaction {
+        let (bottom, bottom_out, back_interaction) = match interaction {
             Interaction::Dot {
                 bottom,
                 dot,
                 bottom_out,
                 ..
-            } => (Some((bottom, bottom_out)), BackInteraction::Dot(dot)),
-            Interaction::Cross(cross) => (None, BackInteraction::Cross(cross)),
+            } => (Some(bottom), Some(bottom_out), BackInteraction::Dot(dot)),
+            Interaction::Cross(cross) => (None, None, BackInteraction::Cross(cross)),
         };
         let front = Front {
             embeddings,
@@ -320,7 +357,7 @@ impl Model {
             top_in,
             top,
         };
-        (front, back, features, times)
+        (front, back, (features, bottom_out), times)
     }
 
     /// Backward from `dL/dlogit` of the last forward (same `batch`, same `logits`),
@@ -502,10 +539,7 @@ impl Model {
 
     /// The cluster communicator of a sharded model.
     pub fn comm(&self) -> Option<&Comm> {
-        match &self.embeddings {
-            Embeddings::Local(_) => None,
-            Embeddings::Sharded(s) => Some(s.comm()),
-        }
+        self.embeddings.comm()
     }
 
     /// The dense optimizer (its state is part of a checkpoint).
@@ -581,24 +615,6 @@ fn all_reduce_grads(
         let n = p.grad.len();
         p.grad.copy_from_slice(&flat[at..at + n]);
         at += n;
-    }
-    Ok(())
-}
-
-/// Pools every table's ids into its slot of the feature rows (`base + t·dim`).
-fn tables_forward(
-    tables: &[EmbeddingBag],
-    batch: &Batch,
-    features: &mut [f32],
-    layout: FeatureLayout,
-) -> Result<()> {
-    for (t, table) in tables.iter().enumerate() {
-        table.forward(
-            batch.sparse.feature(t),
-            features,
-            layout.width,
-            layout.base + t * table.dim(),
-        )?;
     }
     Ok(())
 }

@@ -2,6 +2,8 @@
 //! of one forward per batch: DLRM and DCN, one process on 1–3 threads and an
 //! in-process 2×2 cluster; and a failing batch leaves the pipeline empty.
 
+use std::borrow::Cow;
+use std::cell::RefCell;
 use std::path::Path;
 use towerrec_comm::{Comm, Topology};
 use towerrec_core::Batch;
@@ -78,8 +80,8 @@ fn trained(cfg: &Config, model: &mut Model, batches: &[Batch]) {
     }
 }
 
-/// Each batch's logits, one forward at a time and through the pipeline.
-fn both_ways(model: &mut Model, batches: &[Batch]) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
+/// Each batch's logits, one forward at a time and through a pipeline of `group`.
+fn both_ways(model: &mut Model, batches: &[Batch], group: usize) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
     let (rank, world) = model.comm().map_or((0, 1), |c| (c.rank(), c.size()));
     let mut logits = Vec::new();
     let mut one_by_one = Vec::new();
@@ -89,21 +91,26 @@ fn both_ways(model: &mut Model, batches: &[Batch]) -> (Vec<Vec<f32>>, Vec<Vec<f3
             .unwrap();
         one_by_one.push(logits.clone());
     }
-    let mut pipelined = Vec::new();
-    let mut pipeline = PipelinedForward::new(model);
+    let pipelined = RefCell::new(Vec::new());
+    let done = |logits: &[f32], _: Option<&Comm>| {
+        pipelined.borrow_mut().push(logits.to_vec());
+        Ok(())
+    };
+    let mut pipeline = PipelinedForward::new(model, group);
     for (i, b) in batches.iter().enumerate() {
-        let finished = pipeline
-            .push(&rank_slice(b, rank, world), &mut logits)
-            .unwrap();
-        assert_eq!(finished, i > 0, "push {i} finishes the batch before it");
-        if finished {
-            pipelined.push(logits.clone());
-        }
+        pipeline.push(rank_slice(b, rank, world), done).unwrap();
+        // A group's logits come out when the group after it is full.
+        let want = ((i + 1) / group).saturating_sub(1) * group;
+        assert_eq!(
+            pipelined.borrow().len(),
+            want,
+            "after push {i}, group {group}"
+        );
     }
-    assert!(pipeline.finish(&mut logits).unwrap());
-    pipelined.push(logits.clone());
-    assert!(!pipeline.finish(&mut logits).unwrap(), "nothing left");
-    (one_by_one, pipelined)
+    pipeline.finish(done).unwrap();
+    assert_eq!(pipelined.borrow().len(), batches.len());
+    pipeline.finish(done).unwrap();
+    (one_by_one, pipelined.into_inner())
 }
 
 fn single_process(model_text: &str, threads: usize) {
@@ -114,15 +121,17 @@ fn single_process(model_text: &str, threads: usize) {
         .num_threads(threads)
         .build()
         .unwrap();
-    let (one_by_one, pipelined) = pool.install(|| {
-        let mut model = Model::build(&cfg.model, &cfg.optimizer, &s, cfg.train.seed).unwrap();
-        trained(&cfg, &mut model, &data[..3]);
-        both_ways(&mut model, &data)
-    });
-    assert_eq!(one_by_one.len(), data.len());
-    for (i, (a, b)) in one_by_one.iter().zip(&pipelined).enumerate() {
-        assert_eq!(a.len(), data[i].batch_size());
-        assert_eq!(a, b, "batch {i} on {threads} threads");
+    for group in [1, 2, 3, 8] {
+        let (one_by_one, pipelined) = pool.install(|| {
+            let mut model = Model::build(&cfg.model, &cfg.optimizer, &s, cfg.train.seed).unwrap();
+            trained(&cfg, &mut model, &data[..3]);
+            both_ways(&mut model, &data, group)
+        });
+        assert_eq!(one_by_one.len(), data.len());
+        for (i, (a, b)) in one_by_one.iter().zip(&pipelined).enumerate() {
+            assert_eq!(a.len(), data[i].batch_size());
+            assert_eq!(a, b, "batch {i} on {threads} threads, group {group}");
+        }
     }
 }
 
@@ -152,11 +161,13 @@ fn sharded_pipelined_logits_equal_one_forward_per_batch() {
         let mut model =
             Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, &plan)?;
         trained(&cfg, &mut model, &data[..3]);
-        Ok(both_ways(&mut model, &data))
+        Ok([1, 3].map(|group| both_ways(&mut model, &data, group)))
     })
     .unwrap();
-    for (rank, (one_by_one, pipelined)) in outs.iter().enumerate() {
-        assert_eq!(one_by_one, pipelined, "rank {rank}");
+    for (rank, per_group) in outs.iter().enumerate() {
+        for (one_by_one, pipelined) in per_group {
+            assert_eq!(one_by_one, pipelined, "rank {rank}");
+        }
     }
 }
 
@@ -169,18 +180,29 @@ fn a_failing_batch_empties_the_pipeline_and_the_next_starts_afresh() {
     let good = batches(&cfg);
     let mut model = Model::build(&cfg.model, &cfg.optimizer, &s, cfg.train.seed).unwrap();
     let mut want = Vec::new();
-    model.forward(&good[1], &mut want).unwrap();
+    for b in &good[..3] {
+        let mut logits = Vec::new();
+        model.forward(b, &mut logits).unwrap();
+        want.push(logits);
+    }
 
-    let mut logits = Vec::new();
-    let mut pipeline = PipelinedForward::new(&mut model);
-    assert!(!pipeline.push(&good[0], &mut logits).unwrap());
-    let err = pipeline.push(&wide[0], &mut logits).unwrap_err();
+    let got = RefCell::new(Vec::new());
+    let done = |logits: &[f32], _: Option<&Comm>| {
+        got.borrow_mut().push(logits.to_vec());
+        Ok(())
+    };
+    let mut pipeline = PipelinedForward::new(&mut model, 2);
+    for b in &good[..2] {
+        pipeline.push(Cow::Borrowed(b), done).unwrap();
+    }
+    pipeline.push(Cow::Borrowed(&good[2]), done).unwrap();
+    let err = pipeline.push(Cow::Borrowed(&wide[0]), done).unwrap_err();
     assert!(err.to_string().contains("out of range"), "{err}");
-    assert!(
-        !pipeline.finish(&mut logits).unwrap(),
-        "the pipeline is empty"
-    );
-    assert!(!pipeline.push(&good[1], &mut logits).unwrap());
-    assert!(pipeline.finish(&mut logits).unwrap());
-    assert_eq!(logits, want);
+    // The group before the failing one was finished and handed over.
+    assert_eq!(*got.borrow(), want[..2]);
+    pipeline.finish(done).unwrap();
+    assert_eq!(got.borrow().len(), 2, "the failed group was dropped");
+    pipeline.push(Cow::Borrowed(&good[2]), done).unwrap();
+    pipeline.finish(done).unwrap();
+    assert_eq!(*got.borrow(), want[..3]);
 }

@@ -52,6 +52,10 @@ struct ModelArgs {
     /// Timed repetitions (the median is reported).
     #[arg(long, default_value_t = 5)]
     reps: usize,
+    /// Batches per group with --mode infer: a group's lookups go table by table over
+    /// all its batches (cache reuse), beside the previous group's dense layers.
+    #[arg(long, default_value_t = towerrec_train::forward::DEFAULT_GROUP)]
+    group: usize,
     /// Distinct batches held in memory and cycled over.
     #[arg(long, default_value_t = 8)]
     batches: usize,
@@ -95,6 +99,7 @@ fn model(a: ModelArgs) -> Result<()> {
         warmup: a.warmup,
         steps: a.steps.max(1),
         reps: a.reps.max(1),
+        group: a.group.max(1),
     };
     let (hosts, ranks) = (a.hosts.unwrap_or(1), a.ranks_per_host.unwrap_or(1));
     let r = if hosts * ranks == 1 && a.plan.is_none() {
