@@ -35,6 +35,8 @@ pub struct BenchResult {
     pub mode: Mode,
     pub batch_size: usize,
     pub steps_per_rep: usize,
+    /// Batches per group of the pipelined inference (`Mode::Infer` only).
+    pub group: Option<usize>,
     /// Samples per second of each repetition.
     pub samples_per_sec: Vec<f64>,
     pub median_samples_per_sec: f64,
@@ -206,6 +208,7 @@ fn bench_built(
         phase_ms_per_step,
         batch_size: cfg.train.batch_size,
         steps_per_rep: steps,
+        group: (mode == Mode::Infer).then_some(timing.group),
         median_samples_per_sec: median(&rates),
         samples_per_sec: rates,
     })

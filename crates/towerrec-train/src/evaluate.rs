@@ -2,7 +2,7 @@
 
 use crate::cluster::rank_slice;
 use crate::error::Result;
-use crate::forward::{PipelinedForward, DEFAULT_GROUP};
+use crate::forward::{default_group, PipelinedForward};
 use crate::model::Model;
 use crate::prefetch::Prefetcher;
 use std::borrow::Cow;
@@ -39,7 +39,7 @@ pub fn score(
     let (rank, world) = model.comm().map_or((0, 1), |c| (c.rank(), c.size()));
     // Batches are scored in groups, each group's lookups beside the previous group's
     // dense layers; logits come back in push order, so labels are kept at push time.
-    let mut pipeline = PipelinedForward::new(model, DEFAULT_GROUP);
+    let mut pipeline = PipelinedForward::new(model, default_group(batch_size));
     let mut done = |logits: &[f32], comm: Option<&Comm>| -> Result<()> {
         match comm {
             Some(comm) => {

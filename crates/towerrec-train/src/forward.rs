@@ -29,10 +29,17 @@ use towerrec_core::layers::interaction::DotInteraction;
 use towerrec_core::layers::mlp::Mlp;
 use towerrec_core::{Batch, Layer};
 
-/// Batches per group of [`PipelinedForward`] when the caller has no reason to choose:
-/// on the development machine the multi-hot benchmark gains about 20% from 1 to 4 and
-/// little beyond (docs/PERFORMANCE.md); the buffers cost 2 × 4 feature blocks.
-pub const DEFAULT_GROUP: usize = 4;
+/// Samples per group of [`PipelinedForward`] when the caller has no reason to choose.
+/// On the development machine the multi-hot benchmark (batch 1024) gains about 11%
+/// from groups of 1 to groups of 8 batches, and kaggle-like (batch 2048) about as much
+/// at 4 (docs/PERFORMANCE.md). The buffers hold two groups' feature rows.
+pub const DEFAULT_GROUP_SAMPLES: usize = 8192;
+
+/// Batches per group for batches of `batch_size`: [`DEFAULT_GROUP_SAMPLES`] worth, at
+/// least one.
+pub fn default_group(batch_size: usize) -> usize {
+    (DEFAULT_GROUP_SAMPLES / batch_size.max(1)).max(1)
+}
 
 /// What the front of a forward uses: the tables, and for DLRM the bottom MLP.
 pub(crate) struct Front<'a> {

@@ -53,9 +53,10 @@ struct ModelArgs {
     #[arg(long, default_value_t = 5)]
     reps: usize,
     /// Batches per group with --mode infer: a group's lookups go table by table over
-    /// all its batches (cache reuse), beside the previous group's dense layers.
-    #[arg(long, default_value_t = towerrec_train::forward::DEFAULT_GROUP)]
-    group: usize,
+    /// all its batches (cache reuse), beside the previous group's dense layers
+    /// [default: 8192 samples' worth, as `evaluate` scores].
+    #[arg(long)]
+    group: Option<usize>,
     /// Distinct batches held in memory and cycled over.
     #[arg(long, default_value_t = 8)]
     batches: usize,
@@ -99,7 +100,10 @@ fn model(a: ModelArgs) -> Result<()> {
         warmup: a.warmup,
         steps: a.steps.max(1),
         reps: a.reps.max(1),
-        group: a.group.max(1),
+        group: a
+            .group
+            .unwrap_or_else(|| towerrec_train::forward::default_group(cfg.train.batch_size))
+            .max(1),
     };
     let (hosts, ranks) = (a.hosts.unwrap_or(1), a.ranks_per_host.unwrap_or(1));
     let r = if hosts * ranks == 1 && a.plan.is_none() {
@@ -119,8 +123,12 @@ fn model(a: ModelArgs) -> Result<()> {
             .iter()
             .map(|v| format!("{v:.0}"))
             .collect();
+        let group = r
+            .group
+            .map(|g| format!(" (groups of {g})"))
+            .unwrap_or_default();
         println!(
-            "{:?} batch {}: median {:.0} samples/s (repetitions: {})",
+            "{:?} batch {}{group}: median {:.0} samples/s (repetitions: {})",
             r.mode,
             r.batch_size,
             r.median_samples_per_sec,

@@ -502,15 +502,21 @@ mod tests {
     /// naive pair-by-pair sum to rounding.
     #[test]
     fn vectorized_rows_equal_naive_pairs() {
-        for (self_interaction, d) in [
-            (false, 16),
-            (true, 16),
-            (false, 19),
-            (true, 64),
-            (false, 64),
-            (true, 8),
+        // n = 27 as in DLRM on Criteo; 9 and 8 end their last partner block at n (the
+        // block moves back); below 8 vectors there are no blocks.
+        for (self_interaction, d, n) in [
+            (false, 16, 27),
+            (true, 16, 27),
+            (false, 19, 27),
+            (true, 64, 27),
+            (false, 64, 27),
+            (true, 8, 27),
+            (false, 8, 9),
+            (true, 16, 8),
+            (false, 16, 8),
+            (true, 8, 5),
         ] {
-            let (n, batch) = (27, 9);
+            let batch = 9;
             let mut layer = DotInteraction::<f32>::new(n, d, self_interaction);
             let (ni, no) = (layer.in_dim(), layer.out_dim());
             let x: Vec<f32> = (0..batch * ni)
