@@ -2,7 +2,7 @@
 """Side-by-side speed of towerrec and PyTorch on the same DLRM (bench/README.md).
 
     python3 bench/compare.py [--threads 2] [--rounds 5] [--configs kaggle,multihot]
-                             [--modes train,infer,infer-serial] [--quick]
+                             [--modes train,infer,infer-serial] [--batch N] [--quick]
 
 Installs torch with pip if this interpreter lacks it, builds towerrec in release mode,
 then for each config and mode alternates the two (towerrec, pytorch, towerrec, ...),
@@ -92,6 +92,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=None, help="untimed steps per run (default 3)")
     ap.add_argument("--steps", type=int, default=None, help="steps per repetition (default 10)")
     ap.add_argument("--reps", type=int, default=None, help="repetitions per run (default 3)")
+    ap.add_argument("--batch", type=int, default=None,
+                    help="samples per batch for both (default: each config's)")
     ap.add_argument("--quick", action="store_true",
                     help="smoke test: 1 round, 1 warm-up step, 2 steps, 1 repetition")
     ap.add_argument("--no-build", action="store_true", help="use the existing release binary")
@@ -106,6 +108,8 @@ def main():
         sys.exit("--rounds, --steps, --reps and --threads must be at least 1")
     timing = ["--warmup", str(warmup), "--steps", str(steps), "--reps", str(reps),
               "--threads", str(a.threads)]
+    tr_batch = ["--set", f"train.batch_size={a.batch}"] if a.batch else []
+    pt_batch = ["--batch", str(a.batch)] if a.batch else []
 
     ensure_torch()
     if a.no_build:
@@ -126,13 +130,13 @@ def main():
             for r in range(1, rounds + 1):
                 log(f"[{config} {mode}] round {r}/{rounds}: towerrec")
                 out = run_json([exe, "bench", "model", "--config", f"bench/{config}.toml",
-                                "--mode", mode, "--json"] + timing)
+                                "--mode", mode, "--json"] + timing + tr_batch)
                 tr_rates += out["samples_per_sec"]
                 batch = out["batch_size"]
                 log(f"  towerrec median {out['median_samples_per_sec']:.0f} samples/s")
                 log(f"[{config} {mode}] round {r}/{rounds}: pytorch")
                 out = run_json([sys.executable, os.path.join(HERE, "torch_dlrm.py"),
-                                "--config", config, "--mode", TORCH_MODE[mode]] + timing, env=torch_env)
+                                "--config", config, "--mode", TORCH_MODE[mode]] + timing + pt_batch, env=torch_env)
                 pt_rates += out["samples_per_sec"]
                 if out["batch_size"] != batch:
                     sys.exit(f"batch sizes differ: towerrec {batch}, pytorch {out['batch_size']}")

@@ -140,6 +140,8 @@ def main():
     ap.add_argument("--reps", type=int, default=5, help="timed repetitions")
     ap.add_argument("--batches", type=int, default=8, help="distinct batches cycled over")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch", type=int, default=0,
+                    help="samples per batch (default: the config's)")
     a = ap.parse_args()
 
     if a.threads > 0:
@@ -147,6 +149,8 @@ def main():
         torch.set_num_interop_threads(a.threads)
     torch.manual_seed(a.seed)
     c = load_config(a.config)
+    if a.batch > 0:
+        c["batch"] = a.batch
     model = DLRM(c)
     batches = make_batches(c, max(1, a.batches), torch.Generator().manual_seed(a.seed + 1))
     loss_fn = nn.BCEWithLogitsLoss()

@@ -29,6 +29,7 @@ def main():
     items = {i["item_id"]: i for i in read_atomic(os.path.join(src, "ml-100k.item"))}
     inter = read_atomic(os.path.join(src, "ml-100k.inter"))
     inter.sort(key=lambda r: (float(r["timestamp"]), int(r["user_id"]), int(r["item_id"])))
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["rating", "timestamp", "user_id", "item_id", "age", "gender", "occupation",
