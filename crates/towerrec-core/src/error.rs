@@ -16,6 +16,14 @@ pub enum Error {
     /// A configuration value was invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The memory for a buffer (an embedding table, its optimizer state) could not be
+    /// had: its size overflows, or the system refused it.
+    #[error(
+        "cannot allocate {what}: {bytes} bytes ({:.2} GiB); the tables are too large for \
+         this machine (use fewer rows, or shard them over more hosts)",
+        *bytes as f64 / (1u64 << 30) as f64
+    )]
+    OutOfMemory { what: String, bytes: u128 },
 }
 
 /// Result alias for towerrec-core.

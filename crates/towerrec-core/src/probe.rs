@@ -97,10 +97,9 @@ unsafe impl<T: Copy + Send> Send for HugePageBuf<T> {}
 // SAFETY: shared access only hands out `&[T]`.
 unsafe impl<T: Copy + Sync> Sync for HugePageBuf<T> {}
 
-/// `len` elements of `T` as bytes, or a panic on overflow.
-fn byte_len<T>(len: usize) -> usize {
+/// `len` elements of `T` as bytes, if that fits in `usize`.
+fn byte_len<T>(len: usize) -> Option<usize> {
     len.checked_mul(size_of::<T>())
-        .unwrap_or_else(|| panic!("HugePageBuf of {len} elements overflows usize"))
 }
 
 impl<T: Copy> HugePageBuf<T> {
@@ -121,6 +120,34 @@ impl<T: Copy> HugePageBuf<T> {
         unsafe { Self::alloc_zeroed(len, pages) }
     }
 
+    /// [`HugePageBuf::zeroed_with`], or `None` where the memory cannot be had (the size
+    /// overflows, or the system refuses the mapping), instead of aborting.
+    pub fn try_zeroed_with(len: usize, pages: Pages) -> Option<Self>
+    where
+        T: Zeroable,
+    {
+        // SAFETY: the memory is zeroed and all-zero bits are a valid `T`.
+        unsafe { Self::try_alloc_zeroed(len, pages) }
+    }
+
+    /// [`HugePageBuf::from_elem`], or `None` where the memory cannot be had.
+    pub fn try_from_elem(len: usize, value: T) -> Option<Self> {
+        // SAFETY: every element is written by `fill` before any is read.
+        let buf = unsafe { Self::try_alloc_zeroed(len, Pages::Huge) }?;
+        Some(buf.fill(value))
+    }
+
+    /// Writes `value` into every element.
+    fn fill(self, value: T) -> Self {
+        let p = self.ptr.as_ptr();
+        for i in 0..self.len {
+            // SAFETY: `i < len`, inside the allocation; raw writes never read the
+            // (possibly invalid) zero bits underneath.
+            unsafe { p.add(i).write(value) };
+        }
+        self
+    }
+
     /// `len` copies of `value` on huge pages. Filling touches every page, so the
     /// buffer is resident when this returns.
     pub fn from_elem(len: usize, value: T) -> Self {
@@ -129,15 +156,9 @@ impl<T: Copy> HugePageBuf<T> {
 
     /// `len` copies of `value` on the given pages.
     pub fn from_elem_with(len: usize, value: T, pages: Pages) -> Self {
-        // SAFETY: every element is written below before any is read.
+        // SAFETY: every element is written by `fill` before any is read.
         let buf = unsafe { Self::alloc_zeroed(len, pages) };
-        let p = buf.ptr.as_ptr();
-        for i in 0..len {
-            // SAFETY: `i < len`, inside the allocation; raw writes never read the
-            // (possibly invalid) zero bits underneath.
-            unsafe { p.add(i).write(value) };
-        }
-        buf
+        buf.fill(value)
     }
 
     /// `len` copies of `T::default()` on huge pages.
@@ -173,13 +194,28 @@ impl<T: Copy> HugePageBuf<T> {
         self.huge
     }
 
-    /// Zeroed memory for `len` elements, advised as `pages`.
+    /// Zeroed memory for `len` elements, advised as `pages`; aborts the process (as
+    /// `Vec` does) where the memory cannot be had.
     ///
     /// # Safety
     /// The caller must write every element before reading it unless all-zero bits are
     /// a valid `T`.
     unsafe fn alloc_zeroed(len: usize, pages: Pages) -> Self {
-        let bytes = byte_len::<T>(len);
+        // SAFETY: the caller's obligation.
+        unsafe { Self::try_alloc_zeroed(len, pages) }.unwrap_or_else(|| {
+            let bytes = len.saturating_mul(size_of::<T>());
+            std::alloc::handle_alloc_error(
+                Layout::from_size_align(bytes, HUGE_PAGE_BYTES).unwrap_or(Layout::new::<u8>()),
+            )
+        })
+    }
+
+    /// [`HugePageBuf::alloc_zeroed`], or `None` where the memory cannot be had.
+    ///
+    /// # Safety
+    /// As for `alloc_zeroed`.
+    unsafe fn try_alloc_zeroed(len: usize, pages: Pages) -> Option<Self> {
+        let bytes = byte_len::<T>(len)?;
         let mut buf = Self {
             ptr: NonNull::dangling(),
             len,
@@ -189,39 +225,32 @@ impl<T: Copy> HugePageBuf<T> {
             _owns: PhantomData,
         };
         if bytes == 0 {
-            return buf;
+            return Some(buf);
         }
         let align = align_of::<T>().max(SMALL_ALIGN);
         if bytes < HUGE_PAGE_BYTES || align > HUGE_PAGE_BYTES {
-            let layout = Layout::from_size_align(bytes, align).expect("HugePageBuf layout");
+            let layout = Layout::from_size_align(bytes, align).ok()?;
             // SAFETY: `layout` has a non-zero size.
             let p = unsafe { std::alloc::alloc_zeroed(layout) };
-            buf.ptr =
-                NonNull::new(p.cast()).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+            buf.ptr = NonNull::new(p.cast())?;
             buf.backing = Backing::Heap(layout);
-            return buf;
+            return Some(buf);
         }
-        let (p, backing, huge) = map_aligned(bytes, pages);
+        let (p, backing, huge) = map_aligned(bytes, pages)?;
         buf.ptr = p.cast();
         buf.backing = backing;
         buf.huge = huge;
-        buf
+        Some(buf)
     }
 }
 
 /// A 2 MiB-aligned anonymous mapping of at least `bytes`, advised as `pages`. Returns
-/// the pointer, how to free it, and whether huge pages were accepted.
+/// the pointer, how to free it, and whether huge pages were accepted; `None` if the
+/// system refuses the mapping.
 #[cfg(target_os = "linux")]
-fn map_aligned(bytes: usize, pages: Pages) -> (NonNull<u8>, Backing, bool) {
-    let fail = || -> ! {
-        std::alloc::handle_alloc_error(
-            Layout::from_size_align(bytes, HUGE_PAGE_BYTES).unwrap_or(Layout::new::<u8>()),
-        )
-    };
-    let len = bytes
-        .checked_next_multiple_of(HUGE_PAGE_BYTES)
-        .unwrap_or_else(|| fail());
-    let over = len.checked_add(HUGE_PAGE_BYTES).unwrap_or_else(|| fail());
+fn map_aligned(bytes: usize, pages: Pages) -> Option<(NonNull<u8>, Backing, bool)> {
+    let len = bytes.checked_next_multiple_of(HUGE_PAGE_BYTES)?;
+    let over = len.checked_add(HUGE_PAGE_BYTES)?;
     // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
     let raw = unsafe {
         libc::mmap(
@@ -234,7 +263,7 @@ fn map_aligned(bytes: usize, pages: Pages) -> (NonNull<u8>, Backing, bool) {
         )
     };
     if raw == libc::MAP_FAILED {
-        fail();
+        return None;
     }
     // Trim the mapping to a 2 MiB-aligned window of `len` bytes.
     let addr = raw as usize;
@@ -256,18 +285,17 @@ fn map_aligned(bytes: usize, pages: Pages) -> (NonNull<u8>, Backing, bool) {
     };
     // SAFETY: advice on our own mapping; failure (THP compiled out) only loses speed.
     let ok = unsafe { libc::madvise(start as *mut libc::c_void, len, advice) } == 0;
-    let ptr = NonNull::new(start as *mut u8).unwrap_or_else(|| fail());
-    (ptr, Backing::Mmap(len), ok && pages == Pages::Huge)
+    let ptr = NonNull::new(start as *mut u8)?;
+    Some((ptr, Backing::Mmap(len), ok && pages == Pages::Huge))
 }
 
 /// Off Linux: a 2 MiB-aligned zeroed heap allocation, no advice.
 #[cfg(not(target_os = "linux"))]
-fn map_aligned(bytes: usize, _pages: Pages) -> (NonNull<u8>, Backing, bool) {
-    let layout = Layout::from_size_align(bytes, HUGE_PAGE_BYTES).expect("HugePageBuf layout");
+fn map_aligned(bytes: usize, _pages: Pages) -> Option<(NonNull<u8>, Backing, bool)> {
+    let layout = Layout::from_size_align(bytes, HUGE_PAGE_BYTES).ok()?;
     // SAFETY: `layout` has a non-zero size.
     let p = unsafe { std::alloc::alloc_zeroed(layout) };
-    let ptr = NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-    (ptr, Backing::Heap(layout), false)
+    Some((NonNull::new(p)?, Backing::Heap(layout), false))
 }
 
 impl<T: Copy> Drop for HugePageBuf<T> {
@@ -324,6 +352,15 @@ impl<T: Copy> fmt::Debug for HugePageBuf<T> {
             .field("huge_pages", &self.huge)
             .finish()
     }
+}
+
+/// Memory the system could give this process now without swapping (Linux's
+/// `MemAvailable`), or `None` where that is not known.
+pub fn available_memory_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 /// `len` f32 zeros on huge pages.

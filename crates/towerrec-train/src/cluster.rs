@@ -51,13 +51,22 @@ pub fn global_sum(model: &Model, x: f64) -> Result<f64> {
 
 /// What the planner and the plan validator need to know about a model's tables.
 pub fn table_specs(cfg: &Config, schema: &Schema) -> Vec<TableSpec> {
-    let dim = cfg.model.embedding_dim;
-    let state_per_row = match cfg.optimizer.sparse {
+    table_specs_of(&cfg.model, cfg.optimizer.sparse, schema)
+}
+
+/// [`table_specs`] from the model's parts.
+pub(crate) fn table_specs_of(
+    model: &crate::config::ModelConfig,
+    sparse: SparseOptimizer,
+    schema: &Schema,
+) -> Vec<TableSpec> {
+    let dim = model.embedding_dim;
+    let state_per_row = match sparse {
         SparseOptimizer::Sgd => 0,
         SparseOptimizer::RowWiseAdagrad { .. } => 4,
         SparseOptimizer::Adam { .. } => 8 * dim,
     };
-    table_descs(&cfg.model, schema)
+    table_descs(model, schema)
         .into_iter()
         .map(|d| TableSpec {
             name: d.name,
@@ -67,6 +76,42 @@ pub fn table_specs(cfg: &Config, schema: &Schema) -> Vec<TableSpec> {
             pooling_factor: 1.0,
         })
         .collect()
+}
+
+/// Refuses `need` bytes of tables (`what`) where they exceed the memory the machine
+/// has available now, before anything is allocated: past that the kernel would kill
+/// the process partway through filling them. Passes where the available memory is
+/// unknown.
+pub(crate) fn check_fits(need: u64, what: impl Into<String>) -> Result<()> {
+    match towerrec_core::probe::available_memory_bytes() {
+        Some(available) if need > available => Err(Error::Memory {
+            what: what.into(),
+            need,
+            available,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// [`check_fits`] for the tables that `ranks` (the ranks this process runs) hold
+/// under `plan`.
+pub fn check_plan_fits(
+    cfg: &Config,
+    schema: &Schema,
+    plan: &Plan,
+    ranks: impl IntoIterator<Item = usize>,
+) -> Result<()> {
+    let per_rank = plan.rank_bytes(&table_specs(cfg, schema));
+    let ranks: Vec<usize> = ranks.into_iter().collect();
+    let need = ranks
+        .iter()
+        .filter_map(|&r| per_rank.get(r))
+        .fold(0u64, |a, &b| a.saturating_add(b));
+    let what = match ranks.as_slice() {
+        [r] => format!("rank {r}'s embedding tables"),
+        _ => format!("the embedding tables of {} ranks", ranks.len()),
+    };
+    check_fits(need, what)
 }
 
 /// The plan to run: `plan` checked against the model and topology, or the greedy
@@ -154,6 +199,7 @@ pub fn train_in_process(
     let data_schema = schema(&cfg.data, &cfg.base_dir)?;
     cfg.validate_against(&data_schema)?;
     let plan = resolve_plan(cfg, &data_schema, topology, plan)?;
+    check_plan_fits(cfg, &data_schema, &plan, 0..topology.world_size())?;
     let observer = Mutex::new(Some(observer));
     let results = run_ranks(topology, threads_per_rank, |comm: Comm| {
         if comm.rank() == 0 {

@@ -25,6 +25,18 @@ pub enum Error {
     /// A sharding plan that cannot be executed.
     #[error("plan: {0}")]
     Plan(String),
+    /// The embedding tables need more memory than the machine has available.
+    #[error(
+        "{what} need {:.2} GiB (weights and optimizer state), more than the {:.2} GiB this \
+         machine has available; use fewer rows, or shard the tables over more hosts",
+        *need as f64 / GIB,
+        *available as f64 / GIB
+    )]
+    Memory {
+        what: String,
+        need: u64,
+        available: u64,
+    },
     /// A rank of a cluster run failed; the message names it.
     #[error("cluster: {0}")]
     Cluster(String),
@@ -38,6 +50,8 @@ pub enum Error {
     #[error(transparent)]
     Core(#[from] towerrec_core::Error),
 }
+
+const GIB: f64 = (1u64 << 30) as f64;
 
 /// Result alias for towerrec-train.
 pub type Result<T> = std::result::Result<T, Error>;

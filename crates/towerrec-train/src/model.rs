@@ -172,16 +172,20 @@ impl Model {
         seed: u64,
     ) -> Result<Self> {
         let dim = cfg.embedding_dim;
+        let need = crate::cluster::table_specs_of(cfg, opt.sparse, schema)
+            .iter()
+            .fold(0u64, |a, t| a.saturating_add(t.bytes()));
+        crate::cluster::check_fits(need, "the embedding tables")?;
         let tables: Vec<EmbeddingBag> = table_descs(cfg, schema)
             .into_iter()
             .enumerate()
             .map(|(t, d)| {
                 let init = TableInit::new(seed, t, d.rows, dim);
-                EmbeddingBag::from_fn(d.name, d.rows, dim, cfg.pooling, opt.sparse, |r, row| {
+                EmbeddingBag::try_from_fn(d.name, d.rows, dim, cfg.pooling, opt.sparse, |r, row| {
                     init.fill_row(r, 0, row)
                 })
             })
-            .collect();
+            .collect::<std::result::Result<_, _>>()?;
         Self::assemble(cfg, opt, schema, seed, Embeddings::Local(tables))
     }
 

@@ -121,14 +121,14 @@ impl ShardedEmbeddings {
                 shards: entry.shards.clone(),
             };
             if entry.sharding == ShardingType::DataParallel {
-                let bag = EmbeddingBag::from_fn(
+                let bag = EmbeddingBag::try_from_fn(
                     desc.name.clone(),
                     desc.rows,
                     desc.dim,
                     pooling,
                     optimizer,
                     |r, row| init.fill_row(r, 0, row),
-                );
+                )?;
                 replicas.push(Replica { table: t, bag });
             }
             for (s, shard) in entry.shards.iter().enumerate() {
@@ -143,14 +143,14 @@ impl ShardedEmbeddings {
                     pooling
                 };
                 let (r0, c0) = (shard.rows.0, shard.columns.0);
-                let bag = EmbeddingBag::from_fn(
+                let bag = EmbeddingBag::try_from_fn(
                     format!("{}[{}]", desc.name, s),
                     shard.num_rows(),
                     shard.num_columns(),
                     shard_pooling,
                     optimizer,
                     |r, row| init.fill_row(r0 + r, c0, row),
-                );
+                )?;
                 local.push(LocalShard {
                     table: t,
                     shard: *shard,

@@ -213,3 +213,43 @@ fn missing_checkpoint_is_an_error_naming_the_file() {
     assert!(err.to_string().contains(CHECKPOINT_FILE), "{err}");
     std::fs::remove_dir_all(out).ok();
 }
+
+#[test]
+fn tables_larger_than_the_machine_are_refused_before_allocating() {
+    // 10^11 rows of dim 8: 3.2 TB of weights.
+    let text = r#"
+[model]
+kind = "dlrm"
+embedding_dim = 8
+bottom_mlp = [16, 8]
+top_mlp = [16, 1]
+
+[optimizer]
+dense = { kind = "sgd" }
+dense_lr = 0.01
+sparse = { kind = "sgd" }
+sparse_lr = 0.01
+
+[train]
+batch_size = 10
+
+[data]
+format = "synthetic"
+train_samples = 100
+eval_samples = 10
+num_dense = 4
+tables = [{ rows = 100_000_000_000, pooling = 1, count = 1 }]
+"#;
+    let cfg = Config::from_toml(text, "test", Path::new(".")).expect("test config");
+    let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir).expect("schema");
+    let err = towerrec_train::Model::build(&cfg.model, &cfg.optimizer, &schema, 1)
+        .err()
+        .expect("too large");
+    let msg = err.to_string();
+    // Refused by the check against available memory, or, where that is unknown, by the
+    // allocation itself: either way an error that says how much, not an abort.
+    assert!(
+        msg.contains("GiB") && msg.contains("embedding table"),
+        "{msg}"
+    );
+}

@@ -25,7 +25,7 @@ mod tests;
 
 use crate::batch::JaggedView;
 use crate::error::{Error, Result};
-use crate::probe::HugePageBuf;
+use crate::probe::{HugePageBuf, Pages};
 use kernels::Isa;
 use rand::distr::{Distribution, Uniform};
 use rayon::prelude::*;
@@ -199,7 +199,8 @@ impl EmbeddingBag {
         optimizer: SparseOptimizer,
         rng: &mut impl rand::Rng,
     ) -> Self {
-        let mut table = Self::zeroed(name, rows, dim, pooling, optimizer);
+        let mut table =
+            Self::zeroed(name, rows, dim, pooling, optimizer).unwrap_or_else(|e| panic!("{e}"));
         let bound = (1.0 / rows.max(1) as f64).sqrt() as f32;
         // Unreachable error for a positive bound; zeros are a valid if poor start.
         if let Ok(dist) = Uniform::new(-bound, bound) {
@@ -215,7 +216,8 @@ impl EmbeddingBag {
     /// the same values as the whole table would.
     ///
     /// # Panics
-    /// If `rows × dim` overflows `usize` or cannot be allocated.
+    /// If the table cannot be allocated ([`EmbeddingBag::try_from_fn`] returns an error
+    /// instead).
     pub fn from_fn(
         name: impl Into<String>,
         rows: usize,
@@ -224,7 +226,21 @@ impl EmbeddingBag {
         optimizer: SparseOptimizer,
         init: impl Fn(usize, &mut [f32]) + Sync,
     ) -> Self {
-        let mut table = Self::zeroed(name, rows, dim, pooling, optimizer);
+        Self::try_from_fn(name, rows, dim, pooling, optimizer, init)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`EmbeddingBag::from_fn`], with [`Error::OutOfMemory`] where the weights or the
+    /// optimizer state cannot be allocated.
+    pub fn try_from_fn(
+        name: impl Into<String>,
+        rows: usize,
+        dim: usize,
+        pooling: Pooling,
+        optimizer: SparseOptimizer,
+        init: impl Fn(usize, &mut [f32]) + Sync,
+    ) -> Result<Self> {
+        let mut table = Self::zeroed(name, rows, dim, pooling, optimizer)?;
         if dim > 0 {
             table
                 .weights
@@ -232,7 +248,7 @@ impl EmbeddingBag {
                 .enumerate()
                 .for_each(|(r, row)| init(r, row));
         }
-        table
+        Ok(table)
     }
 
     fn zeroed(
@@ -241,30 +257,41 @@ impl EmbeddingBag {
         dim: usize,
         pooling: Pooling,
         optimizer: SparseOptimizer,
-    ) -> Self {
-        let len = rows
-            .checked_mul(dim)
-            .unwrap_or_else(|| panic!("embedding table of {rows} × {dim} overflows usize"));
-        let weights = HugePageBuf::<f32>::new_zeroed(len);
+    ) -> Result<Self> {
+        let name = name.into();
+        let floats = |what: &str, len: Option<usize>| {
+            len.and_then(|len| HugePageBuf::<f32>::try_zeroed_with(len, Pages::Huge))
+                .ok_or_else(|| Error::OutOfMemory {
+                    what: format!("{what} of embedding table '{name}' ({rows} × {dim})"),
+                    bytes: rows as u128 * dim as u128 * 4,
+                })
+        };
+        let len = rows.checked_mul(dim);
+        let weights = floats("the weights", len)?;
         let state = match optimizer {
             SparseOptimizer::Sgd => State::Sgd,
             SparseOptimizer::RowWiseAdagrad {
                 eps,
                 initial_accumulator,
             } => State::RowWiseAdagrad {
-                acc: HugePageBuf::from_elem(rows, initial_accumulator),
+                acc: HugePageBuf::try_from_elem(rows, initial_accumulator).ok_or_else(|| {
+                    Error::OutOfMemory {
+                        what: format!("the Adagrad state of embedding table '{name}'"),
+                        bytes: rows as u128 * 4,
+                    }
+                })?,
                 eps,
             },
             SparseOptimizer::Adam { beta1, beta2, eps } => State::Adam {
-                m: HugePageBuf::new_zeroed(len),
-                v: HugePageBuf::new_zeroed(len),
+                m: floats("the Adam first moments", len)?,
+                v: floats("the Adam second moments", len)?,
                 beta1,
                 beta2,
                 eps,
             },
         };
-        Self {
-            name: name.into(),
+        Ok(Self {
+            name,
             rows,
             dim,
             pooling,
@@ -273,7 +300,7 @@ impl EmbeddingBag {
             state,
             step: 0,
             scratch: Scratch::default(),
-        }
+        })
     }
 
     /// The table's name (its feature's), used in errors and checkpoints.

@@ -249,6 +249,43 @@ fn large_batch_forward_matches_naive() {
 }
 
 #[test]
+fn a_table_too_large_to_allocate_is_an_error_not_an_abort() {
+    // 2^40 rows of dim 64 is 256 TiB (no machine maps that), and usize::MAX rows
+    // overflow the byte count: both must come back as errors.
+    for (rows, opt) in [
+        (1usize << 40, SparseOptimizer::Sgd),
+        (usize::MAX / 2, SparseOptimizer::Sgd),
+        (
+            1usize << 40,
+            SparseOptimizer::Adam {
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+            },
+        ),
+    ] {
+        let err = EmbeddingBag::try_from_fn("huge", rows, 64, Pooling::Sum, opt, |_, _| {})
+            .expect_err("cannot be allocated");
+        let msg = err.to_string();
+        assert!(
+            matches!(err, Error::OutOfMemory { .. }) && msg.contains("'huge'"),
+            "{msg}"
+        );
+    }
+    // A table that fits still builds.
+    let ok = EmbeddingBag::try_from_fn(
+        "small",
+        10,
+        4,
+        Pooling::Sum,
+        SparseOptimizer::Sgd,
+        |r, row| row.fill(r as f32),
+    )
+    .expect("a small table");
+    assert_eq!(ok.weights()[4 * 7], 7.0);
+}
+
+#[test]
 fn out_of_range_id_is_an_error_and_changes_nothing() {
     let mut rng = StdRng::seed_from_u64(5);
     for opt in ALL_OPTIMIZERS {
