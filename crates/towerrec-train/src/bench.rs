@@ -21,8 +21,9 @@ use towerrec_plan::Plan;
 pub enum Mode {
     /// Forward, loss, backward and the fused updates.
     Train,
-    /// Forward only, over a stream of batches: each batch's lookups overlap the
-    /// previous batch's dense layers ([`PipelinedForward`]), as in scoring.
+    /// Forward only, over a stream of batches in groups: each group's lookups, table
+    /// by table over its batches, beside the previous group's dense layers
+    /// ([`PipelinedForward`]), as `towerrec evaluate` scores.
     Infer,
     /// Forward only, each batch finished before the next starts (serving one request
     /// batch at a time).

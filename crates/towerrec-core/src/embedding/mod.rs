@@ -213,25 +213,8 @@ impl EmbeddingBag {
 
     /// A table whose row `r` is filled by `init(r, row)`, rows in parallel; optimizer
     /// state as in [`EmbeddingBag::new`]. Shards of one table use this to start from
-    /// the same values as the whole table would.
-    ///
-    /// # Panics
-    /// If the table cannot be allocated ([`EmbeddingBag::try_from_fn`] returns an error
-    /// instead).
-    pub fn from_fn(
-        name: impl Into<String>,
-        rows: usize,
-        dim: usize,
-        pooling: Pooling,
-        optimizer: SparseOptimizer,
-        init: impl Fn(usize, &mut [f32]) + Sync,
-    ) -> Self {
-        Self::try_from_fn(name, rows, dim, pooling, optimizer, init)
-            .unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// [`EmbeddingBag::from_fn`], with [`Error::OutOfMemory`] where the weights or the
-    /// optimizer state cannot be allocated.
+    /// the same values as the whole table would. [`Error::OutOfMemory`] where the
+    /// weights or the optimizer state cannot be allocated.
     pub fn try_from_fn(
         name: impl Into<String>,
         rows: usize,
