@@ -230,11 +230,6 @@ impl<'m, 'b> PipelinedForward<'m, 'b> {
         }
     }
 
-    /// Batches per group.
-    pub fn group(&self) -> usize {
-        self.group
-    }
-
     /// Queues `batch`. When a group is full, starts its lookups and finishes the group
     /// before it: `done` gets each of that group's batches' logits, in push order, with
     /// the model's communicator if its tables are sharded (to gather the logits, say).

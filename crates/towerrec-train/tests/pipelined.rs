@@ -14,16 +14,8 @@ use towerrec_train::forward::PipelinedForward;
 use towerrec_train::trainer::train_step;
 use towerrec_train::{Config, Model};
 
-const DLRM: &str = r#"kind = "dlrm"
-embedding_dim = 8
-bottom_mlp = [16, 8]
-top_mlp = [16, 1]"#;
-
-const DCN: &str = r#"kind = "dcn"
-embedding_dim = 8
-cross_layers = 2
-cross_rank = 4
-top_mlp = [16, 1]"#;
+mod common;
+use common::{DCN, DLRM};
 
 fn config(model: &str, rows: u64) -> Config {
     let text = format!(

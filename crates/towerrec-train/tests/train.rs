@@ -34,16 +34,8 @@ tables = [{{ rows = 500, zipf_exponent = 1.1, pooling = {{ mean = 2.0 }}, count 
     Config::from_toml(&text, "test", Path::new(".")).expect("test config parses")
 }
 
-const DLRM: &str = r#"kind = "dlrm"
-embedding_dim = 8
-bottom_mlp = [16, 8]
-top_mlp = [32, 1]"#;
-
-const DCN: &str = r#"kind = "dcn"
-embedding_dim = 8
-cross_layers = 2
-cross_rank = 4
-top_mlp = [32, 1]"#;
+mod common;
+use common::{DCN, DLRM};
 
 fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("towerrec-test-{}-{name}", std::process::id()));
@@ -216,31 +208,9 @@ fn missing_checkpoint_is_an_error_naming_the_file() {
 
 #[test]
 fn tables_larger_than_the_machine_are_refused_before_allocating() {
-    // 10^11 rows of dim 8: 3.2 TB of weights.
-    let text = r#"
-[model]
-kind = "dlrm"
-embedding_dim = 8
-bottom_mlp = [16, 8]
-top_mlp = [16, 1]
-
-[optimizer]
-dense = { kind = "sgd" }
-dense_lr = 0.01
-sparse = { kind = "sgd" }
-sparse_lr = 0.01
-
-[train]
-batch_size = 10
-
-[data]
-format = "synthetic"
-train_samples = 100
-eval_samples = 10
-num_dense = 4
-tables = [{ rows = 100_000_000_000, pooling = 1, count = 1 }]
-"#;
-    let cfg = Config::from_toml(text, "test", Path::new(".")).expect("test config");
+    // The quickstart with one table of 10^11 rows: terabytes of weights.
+    let huge = "data.tables=[{ rows = 100_000_000_000, pooling = 1 }]".to_string();
+    let cfg = Config::quickstart(&[huge]).expect("quickstart config");
     let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir).expect("schema");
     let err = towerrec_train::Model::build(&cfg.model, &cfg.optimizer, &schema, 1)
         .err()
