@@ -4,6 +4,7 @@
 //! - [`layer`]: the [`Layer`] trait every dense layer implements (explicit forward and backward).
 //! - [`layers`]: Linear, activations, MLP, the DLRM dot interaction, the DCN-v2 CrossNet.
 //! - [`embedding`]: embedding-bag tables whose backward is fused with the optimizer update.
+//! - [`fsio`]: atomic output files, and the check that an output is not an input.
 //! - [`probe`]: the machine's limits (copy and random-gather bandwidth, GEMM throughput).
 //! - [`loss`], [`optim`], [`metrics`]: BCE with logits, dense optimizers and schedules,
 //!   AUC / log loss / normalized entropy.
@@ -13,6 +14,7 @@
 pub mod batch;
 pub mod embedding;
 pub mod error;
+pub mod fsio;
 pub mod gradcheck;
 pub mod layer;
 pub mod layers;

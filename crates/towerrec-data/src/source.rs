@@ -234,34 +234,51 @@ fn override_paths(
 }
 
 impl Split {
-    /// Checks fractions and that exactly one tail size is set.
+    /// Checks fractions and that exactly one tail size is set; a split that leaves
+    /// either part empty by construction is refused.
     fn validate(&self) -> Result<()> {
-        let fraction_ok = |f: f64| (0.0..=1.0).contains(&f);
+        let fraction = |f: f64| {
+            if f > 0.0 && f < 1.0 {
+                Ok(())
+            } else {
+                Err(Error::Config(format!(
+                    "data.split.eval_fraction: must be between 0 and 1 (exclusive: both parts need rows), got {f}"
+                )))
+            }
+        };
         match self {
-            Split::None | Split::Head { .. } => Ok(()),
+            Split::None => Ok(()),
+            Split::Head { train_rows: 0 } => Err(Error::Config(
+                "data.split.train_rows: must be at least 1 (nothing to train on)".into(),
+            )),
+            Split::Head { .. } => Ok(()),
             Split::Tail {
                 eval_rows,
                 eval_fraction,
             } => match (eval_rows, eval_fraction) {
+                (Some(0), None) => Err(Error::Config(
+                    "data.split.eval_rows: must be at least 1 (nothing to evaluate on)".into(),
+                )),
                 (Some(_), None) => Ok(()),
-                (None, Some(f)) if fraction_ok(*f) => Ok(()),
-                (None, Some(f)) => Err(Error::Config(format!(
-                    "data.split.eval_fraction: must be between 0 and 1, got {f}"
-                ))),
+                (None, Some(f)) => fraction(*f),
                 _ => Err(Error::Config(
                     "data.split: kind = \"tail\" needs exactly one of eval_rows and eval_fraction"
                         .into(),
                 )),
             },
-            Split::Random { eval_fraction, .. } if fraction_ok(*eval_fraction) => Ok(()),
-            Split::Random { eval_fraction, .. } => Err(Error::Config(format!(
-                "data.split.eval_fraction: must be between 0 and 1, got {eval_fraction}"
-            ))),
+            Split::Random { eval_fraction, .. } => fraction(*eval_fraction),
         }
     }
 
-    /// The rows of `part`; `count` gives the file's row count when the split needs it.
-    fn select(&self, part: Part, count: impl FnOnce() -> Result<u64>) -> Result<RowSelect> {
+    /// The rows of `part` of `path`; `count` gives the file's row count when the split
+    /// needs it. A tail that takes the whole file (or more) is refused: it would leave
+    /// nothing to train on.
+    fn select(
+        &self,
+        part: Part,
+        path: &Path,
+        count: impl FnOnce() -> Result<u64>,
+    ) -> Result<RowSelect> {
         Ok(match (self, part) {
             (Split::None, _) => RowSelect::All,
             (Split::Head { train_rows }, Part::Train) => RowSelect::Range(0..*train_rows),
@@ -278,8 +295,15 @@ impl Split {
                     (Some(r), _) => *r,
                     (None, Some(f)) => (n as f64 * f).round() as u64,
                     (None, None) => 0,
+                };
+                if eval >= n || eval == 0 {
+                    return Err(Error::Config(format!(
+                        "data.split: the tail of {eval} evaluation rows leaves {} of the {n} rows of {} to train on; \
+                         both parts need at least one row",
+                        n.saturating_sub(eval),
+                        path.display()
+                    )));
                 }
-                .min(n);
                 match part {
                     Part::Train => RowSelect::Range(0..n - eval),
                     Part::Eval => RowSelect::Range(n - eval..n),
@@ -321,7 +345,7 @@ fn cached_count(path: &Path, header: bool) -> Result<u64> {
 
 fn open_binary(path: &Path, split: &Split, part: Part) -> Result<Box<dyn RecordStream>> {
     let data = Arc::new(BinaryDataset::open(path)?);
-    let select = split.select(part, || Ok(data.len()))?;
+    let select = split.select(part, path, || Ok(data.len()))?;
     Ok(Box::new(BinaryStream::with_rows(data, select)))
 }
 
@@ -337,11 +361,11 @@ fn open_file(
         FileFormat::Binary => open_binary(path, split, part)?,
         _ if is_binary_file(path)? => open_binary(path, split, part)?,
         FileFormat::Criteo(rows) => {
-            let select = split.select(part, || cached_count(path, false))?;
+            let select = split.select(part, path, || cached_count(path, false))?;
             Box::new(CriteoReader::open(path, rows, bad_rows)?.with_rows(select))
         }
         FileFormat::Csv(schema) => {
-            let select = split.select(part, || cached_count(path, schema.header))?;
+            let select = split.select(part, path, || cached_count(path, schema.header))?;
             Box::new(CsvReader::open(path, schema, bad_rows)?.with_rows(select))
         }
     })
@@ -573,21 +597,43 @@ mod tests {
             eval_fraction: Some(0.25),
         };
         assert_eq!(
-            tail.select(Part::Train, || Ok(8)).unwrap(),
+            tail.select(Part::Train, Path::new("f"), || Ok(8)).unwrap(),
             RowSelect::Range(0..6)
         );
         assert_eq!(
-            tail.select(Part::Eval, || Ok(8)).unwrap(),
+            tail.select(Part::Eval, Path::new("f"), || Ok(8)).unwrap(),
             RowSelect::Range(6..8)
         );
         let big = Split::Tail {
             eval_rows: Some(100),
             eval_fraction: None,
         };
-        assert_eq!(
-            big.select(Part::Train, || Ok(8)).unwrap(),
-            RowSelect::Range(0..0)
-        );
+        let e = big
+            .select(Part::Train, Path::new("f"), || Ok(8))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("leaves 0 of the 8 rows of f"), "{e}");
+        for bad in [
+            Split::Tail {
+                eval_rows: Some(0),
+                eval_fraction: None,
+            },
+            Split::Tail {
+                eval_rows: None,
+                eval_fraction: Some(0.0),
+            },
+            Split::Tail {
+                eval_rows: None,
+                eval_fraction: Some(1.0),
+            },
+            Split::Head { train_rows: 0 },
+            Split::Random {
+                eval_fraction: 0.0,
+                seed: 1,
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
         assert!(Split::Tail {
             eval_rows: Some(1),
             eval_fraction: Some(0.1)

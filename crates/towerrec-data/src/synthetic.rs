@@ -145,7 +145,24 @@ impl SyntheticConfig {
 
     /// The schema of the generated records (validates the config).
     pub fn schema(&self) -> Result<Schema> {
+        self.check_sample_counts()?;
         Ok(SyntheticGenerator::new(self)?.schema)
+    }
+
+    /// A run needs samples to train on and, without an evaluation file, to evaluate on.
+    fn check_sample_counts(&self) -> Result<()> {
+        if self.train_samples == 0 {
+            return Err(Error::Config(
+                "data.train_samples: must be at least 1 (nothing to train on)".into(),
+            ));
+        }
+        if self.eval_samples == 0 && self.eval_path.is_none() {
+            return Err(Error::Config(
+                "data.eval_samples: must be at least 1 (nothing to evaluate on), or set data.eval_path"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Index range of the training samples.

@@ -58,10 +58,11 @@ impl Plan {
         })
     }
 
-    /// Writes the plan to `path` as [`Plan::to_json_pretty`] does; errors name the file.
+    /// Writes the plan to `path` as [`Plan::to_json_pretty`] does, atomically (a
+    /// temporary file renamed into place); errors name the file.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        std::fs::write(path, self.to_json_pretty()).map_err(|source| Error::Io {
+        towerrec_core::fsio::write_atomic(path, self.to_json_pretty().as_bytes()).map_err(|source| Error::Io {
             path: path.to_path_buf(),
             source,
         })

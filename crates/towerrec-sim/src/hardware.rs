@@ -153,13 +153,18 @@ impl Hardware {
         Ok(hw)
     }
 
-    /// Writes the description as TOML.
+    /// The description as TOML text.
+    pub fn to_toml(&self) -> std::result::Result<String, toml::ser::Error> {
+        toml::to_string(self)
+    }
+
+    /// Writes the description as TOML, atomically (a temporary file renamed into place).
     pub fn save(&self, path: &Path) -> Result<()> {
-        let text = toml::to_string(self).map_err(|e| Error::Io {
+        let text = self.to_toml().map_err(|e| Error::Io {
             path: path.into(),
             source: std::io::Error::other(e),
         })?;
-        std::fs::write(path, text).map_err(|source| Error::Io {
+        towerrec_core::fsio::write_atomic(path, text.as_bytes()).map_err(|source| Error::Io {
             path: path.into(),
             source,
         })

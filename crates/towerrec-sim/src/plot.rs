@@ -47,13 +47,22 @@ pub fn line_charts(path: &Path, charts: &[LineChart], columns: usize) -> Result<
     let columns = columns.clamp(1, charts.len().max(1));
     let rows = charts.len().div_ceil(columns);
     let size = (480 * columns as u32, 360 * rows as u32);
-    let root = SVGBackend::new(path, size).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| plot_err(path, e))?;
-    let areas = root.split_evenly((rows, columns));
-    for (chart, area) in charts.iter().zip(areas.iter()) {
-        draw_lines(chart, area).map_err(|e| plot_err(path, e))?;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| plot_err(path, e))?;
+        let areas = root.split_evenly((rows, columns));
+        for (chart, area) in charts.iter().zip(areas.iter()) {
+            draw_lines(chart, area).map_err(|e| plot_err(path, e))?;
+        }
+        root.present().map_err(|e| plot_err(path, e))?;
     }
-    root.present().map_err(|e| plot_err(path, e))
+    write_svg(path, &svg)
+}
+
+/// Writes a drawn SVG atomically (a temporary file renamed into place).
+fn write_svg(path: &Path, svg: &str) -> Result<()> {
+    towerrec_core::fsio::write_atomic(path, svg.as_bytes()).map_err(|e| plot_err(path, e))
 }
 
 fn bounds(chart: &LineChart) -> ((f64, f64), f64) {
@@ -148,13 +157,17 @@ pub struct Bar {
 /// segments: the paper's "relative duration of training phases".
 pub fn stacked_shares(path: &Path, title: &str, parts: &[&str], bars: &[Bar]) -> Result<()> {
     let width = 300 + 70 * bars.len() as u32;
-    let root = SVGBackend::new(path, (width, 380)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| plot_err(path, e))?;
-    // The legend gets its own column so that it never hides a bar.
-    let (chart, legend) = root.split_horizontally(width - 150);
-    draw_stacked(&chart, title, parts, bars).map_err(|e| plot_err(path, e))?;
-    draw_legend(&legend, parts).map_err(|e| plot_err(path, e))?;
-    root.present().map_err(|e| plot_err(path, e))
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (width, 380)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| plot_err(path, e))?;
+        // The legend gets its own column so that it never hides a bar.
+        let (chart, legend) = root.split_horizontally(width - 150);
+        draw_stacked(&chart, title, parts, bars).map_err(|e| plot_err(path, e))?;
+        draw_legend(&legend, parts).map_err(|e| plot_err(path, e))?;
+        root.present().map_err(|e| plot_err(path, e))?;
+    }
+    write_svg(path, &svg)
 }
 
 fn draw_stacked(

@@ -12,6 +12,7 @@
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::memory::MemoryNeed;
 use crate::model::{table_descs, Model};
 use crate::trainer::{train_model, Observer, Summary, TrainOptions};
 use serde::Serialize;
@@ -78,40 +79,28 @@ pub(crate) fn table_specs_of(
         .collect()
 }
 
-/// Refuses `need` bytes of tables (`what`) where they exceed the memory the machine
-/// has available now, before anything is allocated: past that the kernel would kill
-/// the process partway through filling them. Passes where the available memory is
-/// unknown.
-pub(crate) fn check_fits(need: u64, what: impl Into<String>) -> Result<()> {
-    match towerrec_core::probe::available_memory_bytes() {
-        Some(available) if need > available => Err(Error::Memory {
-            what: what.into(),
-            need,
-            available,
-        }),
-        _ => Ok(()),
-    }
-}
-
-/// [`check_fits`] for the tables that `ranks` (the ranks this process runs) hold
-/// under `plan`.
-pub fn check_plan_fits(
+/// Refuses a run whose ranks `ranks` (those this process runs, of a world of
+/// `world`) would need more memory than the machine has available now: their tables
+/// under `plan`, and each one's dense layers, activations and read-ahead batches
+/// ([`MemoryNeed`]). Runs before anything is allocated.
+pub fn check_run_fits(
     cfg: &Config,
     schema: &Schema,
     plan: &Plan,
+    world: usize,
     ranks: impl IntoIterator<Item = usize>,
 ) -> Result<()> {
     let per_rank = plan.rank_bytes(&table_specs(cfg, schema));
     let ranks: Vec<usize> = ranks.into_iter().collect();
-    let need = ranks
+    let tables = ranks
         .iter()
         .filter_map(|&r| per_rank.get(r))
         .fold(0u64, |a, &b| a.saturating_add(b));
-    let what = match ranks.as_slice() {
-        [r] => format!("rank {r}'s embedding tables"),
-        _ => format!("the embedding tables of {} ranks", ranks.len()),
+    let whose = match ranks.as_slice() {
+        [r] => format!("rank {r} of {world}"),
+        _ => format!("the {} ranks of this process", ranks.len()),
     };
-    check_fits(need, what)
+    MemoryNeed::of_run(cfg, schema, world, ranks.len(), tables).check(&whose)
 }
 
 /// The plan to run: `plan` checked against the model and topology, or the greedy
@@ -199,7 +188,13 @@ pub fn train_in_process(
     let data_schema = schema(&cfg.data, &cfg.base_dir)?;
     cfg.validate_against(&data_schema)?;
     let plan = resolve_plan(cfg, &data_schema, topology, plan)?;
-    check_plan_fits(cfg, &data_schema, &plan, 0..topology.world_size())?;
+    check_run_fits(
+        cfg,
+        &data_schema,
+        &plan,
+        topology.world_size(),
+        0..topology.world_size(),
+    )?;
     let observer = Mutex::new(Some(observer));
     let results = run_ranks(topology, threads_per_rank, |comm: Comm| {
         if comm.rank() == 0 {

@@ -25,18 +25,45 @@ pub enum Error {
     /// A sharding plan that cannot be executed.
     #[error("plan: {0}")]
     Plan(String),
-    /// The embedding tables need more memory than the machine has available.
+    /// A run needs more memory than the machine has available; `what` names the parts.
     #[error(
-        "{what} need {:.2} GiB (weights and optimizer state), more than the {:.2} GiB this \
-         machine has available; use fewer rows, or shard the tables over more hosts",
+        "{what} need {:.2} GiB, more than the {:.2} GiB this machine has available; use \
+         fewer rows or narrower layers, smaller batches, or shard the tables over more hosts",
         *need as f64 / GIB,
         *available as f64 / GIB
     )]
     Memory {
         what: String,
-        need: u64,
+        need: u128,
         available: u64,
     },
+    /// The loss, a gradient or a parameter became NaN or infinite; `place` says when
+    /// (step, epoch, batch) and `culprit` where, as far as known.
+    #[error("non-finite {what} at {place}: {culprit}; the run stopped (lower the learning rates, check the data)")]
+    NonFinite {
+        what: String,
+        place: String,
+        culprit: String,
+    },
+    /// A part of the data yielded no samples.
+    #[error("no {part} samples: {detail}")]
+    NoData { part: &'static str, detail: String },
+    /// More rows were malformed than `--max-bad-fraction` allows.
+    #[error(
+        "{skipped} of {rows} {part} rows ({:.2}%) were malformed and skipped, more than the \
+         {:.2}% allowed (--max-bad-fraction {max_fraction}); fix the data, or raise the limit",
+        100.0 * *skipped as f64 / (*rows).max(1) as f64,
+        100.0 * max_fraction
+    )]
+    TooManyBadRows {
+        part: &'static str,
+        skipped: u64,
+        rows: u64,
+        max_fraction: f64,
+    },
+    /// The run directory cannot be used as asked (holds another run, is locked, ...).
+    #[error("run directory {}: {message}", path.display())]
+    RunDir { path: PathBuf, message: String },
     /// A rank of a cluster run failed; the message names it.
     #[error("cluster: {0}")]
     Cluster(String),

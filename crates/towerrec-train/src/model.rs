@@ -172,10 +172,13 @@ impl Model {
         seed: u64,
     ) -> Result<Self> {
         let dim = cfg.embedding_dim;
-        let need = crate::cluster::table_specs_of(cfg, opt.sparse, schema)
+        let tables = crate::cluster::table_specs_of(cfg, opt.sparse, schema)
             .iter()
-            .fold(0u64, |a, t| a.saturating_add(t.bytes()));
-        crate::cluster::check_fits(need, "the embedding tables")?;
+            .fold(0u128, |a, t| a.saturating_add(t.bytes().into()));
+        let dense = crate::memory::dense_bytes(cfg, opt, schema);
+        crate::memory::check_fits(tables.saturating_add(dense), || {
+            "the model's embedding tables and dense layers".into()
+        })?;
         let tables: Vec<EmbeddingBag> = table_descs(cfg, schema)
             .into_iter()
             .enumerate()
@@ -220,6 +223,11 @@ impl Model {
         seed: u64,
         embeddings: Embeddings,
     ) -> Result<Self> {
+        // Layers allocate as they are made: a width too large for the machine must
+        // be an error before that, not an abort.
+        crate::memory::check_fits(crate::memory::dense_bytes(cfg, opt, schema), || {
+            "the model's dense layers (weights, gradients, optimizer state)".into()
+        })?;
         let mut rng = StdRng::seed_from_u64(seed);
         let dim = cfg.embedding_dim;
         let num_dense = schema.dense.len();

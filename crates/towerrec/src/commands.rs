@@ -383,7 +383,7 @@ mod mpi {
         let plan = cfg.plan_path().map(towerrec_plan::Plan::load).transpose()?;
         let plan = towerrec_train::cluster::resolve_plan(cfg, &schema, session.topology(), plan)?;
         let comm = session.world()?;
-        towerrec_train::cluster::check_plan_fits(cfg, &schema, &plan, [comm.rank()])?;
+        towerrec_train::cluster::check_run_fits(cfg, &schema, &plan, comm.size(), [comm.rank()])?;
         Ok(towerrec_train::cluster::train_rank(
             cfg, opts, comm, &plan, observer,
         )?)

@@ -55,10 +55,8 @@ pub(super) fn hardware(
 pub(super) fn write_hardware(out: &Path, hw: &Hardware, header: &str) -> Result<()> {
     hw.validate()
         .context("the measured figures do not make a valid hardware description")?;
-    hw.save(out)?;
-    let text =
-        std::fs::read_to_string(out).with_context(|| format!("reading back {}", out.display()))?;
-    std::fs::write(out, format!("{header}\n{text}"))
+    let text = hw.to_toml()?;
+    towerrec_core::fsio::write_atomic(out, format!("{header}\n{text}").as_bytes())
         .with_context(|| format!("writing {}", out.display()))?;
     let back = Hardware::load(&out.to_string_lossy())
         .with_context(|| format!("loading back {}", out.display()))?;

@@ -1,0 +1,233 @@
+//! The run configuration: one TOML file with `[model]`, `[optimizer]`, `[train]` and
+//! `[data]` sections, validated on load with errors that name the key.
+
+mod overrides;
+mod validate;
+
+pub use overrides::with_overrides;
+pub use validate::{MAX_BATCH_SIZE, MAX_EVAL_BATCH_SIZE, MAX_WORLD_SIZE};
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use towerrec_core::embedding::{Pooling, SparseOptimizer};
+use towerrec_core::optim::{DenseOptimizerKind, LrSchedule};
+use towerrec_data::{BadRows, DataConfig};
+
+/// The embedded default run (`towerrec train` with no `--config`): a synthetic
+/// Criteo-like data set generated on the fly.
+pub const QUICKSTART_TOML: &str = include_str!("../../../../examples/quickstart.toml");
+
+/// Which model to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelKind {
+    /// Bottom MLP → dot interaction → top MLP (Naumov et al. 2019).
+    Dlrm,
+    /// Dense features and embeddings → CrossNet → MLP (DCN-v2, Wang et al. 2021).
+    Dcn,
+}
+
+/// `[model]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub kind: ModelKind,
+    /// Width of every embedding table.
+    pub embedding_dim: usize,
+    #[serde(default = "default_pooling")]
+    pub pooling: Pooling,
+    /// DLRM: bottom MLP layer widths after the dense input; the last must equal `embedding_dim`.
+    #[serde(default)]
+    pub bottom_mlp: Vec<usize>,
+    /// Top MLP (DLRM) or deep network after the CrossNet (DCN) widths; the last must be 1.
+    pub top_mlp: Vec<usize>,
+    /// DLRM: include each vector's dot with itself in the interaction.
+    #[serde(default)]
+    pub self_interaction: bool,
+    /// DCN: number of cross layers.
+    #[serde(default)]
+    pub cross_layers: usize,
+    /// DCN: rank of the low-rank cross weights; absent means full rank.
+    #[serde(default)]
+    pub cross_rank: Option<usize>,
+}
+
+fn default_pooling() -> Pooling {
+    Pooling::Sum
+}
+
+/// `[optimizer]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptimizerConfig {
+    /// Optimizer of the dense layers.
+    pub dense: DenseOptimizerKind,
+    pub dense_lr: f64,
+    /// Optimizer of the embedding tables, fused into their backward.
+    pub sparse: SparseOptimizer,
+    pub sparse_lr: f64,
+    /// Warm-up and decay, applied to both learning rates.
+    #[serde(default)]
+    pub schedule: LrSchedule,
+}
+
+/// `[train]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainSettings {
+    pub batch_size: usize,
+    #[serde(default = "one")]
+    pub epochs: usize,
+    /// Stop after this many steps even if epochs remain.
+    #[serde(default)]
+    pub max_steps: Option<u64>,
+    /// Seed of the parameter initialization.
+    #[serde(default)]
+    pub seed: u64,
+    /// Log a metrics line every this many steps.
+    #[serde(default = "default_log_every")]
+    pub log_every: u64,
+    /// Evaluate every this many steps (0: only at the end).
+    #[serde(default)]
+    pub eval_every: u64,
+    /// Write a checkpoint every this many steps (0: only at the end).
+    #[serde(default)]
+    pub checkpoint_every: u64,
+    /// Evaluation batch size (default: 4 × batch_size).
+    #[serde(default)]
+    pub eval_batch_size: Option<usize>,
+    /// Whether a malformed data row stops the run or is skipped and counted.
+    #[serde(default)]
+    pub bad_rows: BadRows,
+    /// Worker threads (0: one per core).
+    #[serde(default)]
+    pub threads: usize,
+}
+
+fn one() -> usize {
+    1
+}
+fn is_single(c: &ClusterConfig) -> bool {
+    *c == ClusterConfig::default()
+}
+fn default_log_every() -> u64 {
+    50
+}
+
+/// Where the model trains (`[cluster]`; omitted: one process).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Hosts of the cluster.
+    #[serde(default = "one")]
+    pub hosts: usize,
+    /// Ranks (workers) on each host.
+    #[serde(default = "one")]
+    pub ranks_per_host: usize,
+    /// Sharding plan (JSON, from `towerrec plan`), relative to the config file;
+    /// default: the greedy planner's plan for this model and cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PathBuf>,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            hosts: 1,
+            ranks_per_host: 1,
+            plan: None,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Ranks in all.
+    pub fn world_size(&self) -> usize {
+        self.hosts * self.ranks_per_host
+    }
+}
+
+/// The whole run configuration.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub model: ModelConfig,
+    pub optimizer: OptimizerConfig,
+    pub train: TrainSettings,
+    pub data: DataConfig,
+    #[serde(default, skip_serializing_if = "is_single")]
+    pub cluster: ClusterConfig,
+    /// Directory that relative data paths are resolved against (the config file's).
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+    /// Where the config came from (a file, the embedded quickstart, a checkpoint), to
+    /// name it in errors.
+    #[serde(skip)]
+    pub origin: String,
+}
+
+impl Config {
+    /// Parses and validates TOML text; `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &str, base_dir: &Path) -> Result<Self> {
+        let mut cfg: Config = toml::from_str(text).map_err(|e| Error::Config {
+            file: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        cfg.base_dir = base_dir.to_path_buf();
+        cfg.origin = origin.to_string();
+        cfg.validate_static().map_err(|message| Error::Config {
+            file: origin.to_string(),
+            message,
+        })?;
+        Ok(cfg)
+    }
+
+    /// Loads a config file, then applies `KEY=VALUE` overrides (see [`with_overrides`]).
+    pub fn load(path: &Path, overrides: &[String]) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        // Absolute, so that a checkpoint's copy of the config resolves paths from anywhere;
+        // made absolute before taking the parent, which is empty for a bare file name.
+        let absolute = std::path::absolute(path).map_err(|e| Error::io(path, e))?;
+        let base = absolute.parent().unwrap_or(Path::new("/")).to_path_buf();
+        let origin = path.display().to_string();
+        Self::from_toml(&with_overrides(&text, &origin, overrides)?, &origin, &base)
+    }
+
+    /// The embedded quickstart, with `KEY=VALUE` overrides.
+    pub fn quickstart(overrides: &[String]) -> Result<Self> {
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        let origin = "examples/quickstart.toml (embedded)";
+        Self::from_toml(
+            &with_overrides(QUICKSTART_TOML, origin, overrides)?,
+            origin,
+            &cwd,
+        )
+    }
+
+    /// The config as TOML, for writing beside a run.
+    pub fn to_toml(&self) -> String {
+        // Serializing our own plain structs cannot fail; fall back to a comment if it ever does.
+        toml::to_string(self).unwrap_or_else(|e| format!("# could not serialize config: {e}\n"))
+    }
+
+    /// The plan file named by `[cluster] plan`, resolved against the config's directory.
+    pub fn plan_path(&self) -> Option<PathBuf> {
+        self.cluster.plan.as_ref().map(|p| self.base_dir.join(p))
+    }
+
+    /// Applies the CLI's `--data` / `--eval-data` overrides.
+    pub fn override_data(&mut self, data: Option<PathBuf>, eval_data: Option<PathBuf>) {
+        if data.is_none() && eval_data.is_none() {
+            return;
+        }
+        self.data = self.data.clone().with_paths(data, eval_data);
+    }
+
+    /// Evaluation batch size.
+    pub fn eval_batch_size(&self) -> usize {
+        self.train
+            .eval_batch_size
+            .unwrap_or(self.train.batch_size * 4)
+    }
+}
