@@ -61,6 +61,27 @@ pub fn clobbered_input<'a>(output: &Path, inputs: &[&'a Path]) -> Option<&'a Pat
     inputs.iter().copied().find(|i| same_file(output, i))
 }
 
+/// Bytes free to an unprivileged writer on the file system holding `dir`, where the
+/// system says.
+pub fn free_disk_bytes(dir: &Path) -> Option<u64> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+        // SAFETY: statvfs fills the zeroed struct from a NUL-terminated path it only reads.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+            return None;
+        }
+        (st.f_bavail as u64).checked_mul(st.f_frsize as u64)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,5 +131,12 @@ mod tests {
             assert_eq!(clobbered_input(&hard, &[&b, &a]), Some(a.as_path()));
         }
         std::fs::remove_dir_all(d).ok();
+    }
+
+    #[test]
+    fn free_disk_space_is_read() {
+        let free = free_disk_bytes(&std::env::temp_dir()).unwrap();
+        assert!(free > 0);
+        assert_eq!(free_disk_bytes(Path::new("/no/such/dir")), None);
     }
 }

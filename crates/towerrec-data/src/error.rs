@@ -32,6 +32,9 @@ pub enum Error {
     /// A configuration value is invalid; the message names the key.
     #[error("invalid data configuration: {0}")]
     Config(String),
+    /// A conversion was interrupted (SIGINT, SIGTERM); its partial output was removed.
+    #[error("{}: interrupted; the partial output was removed", path.display())]
+    Interrupted { path: PathBuf },
     /// A core operation (assembling a batch) failed.
     #[error(transparent)]
     Core(#[from] towerrec_core::Error),

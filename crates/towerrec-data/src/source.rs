@@ -189,6 +189,61 @@ impl DataConfig {
         }
     }
 
+    /// The files the data is read from, resolved against `base_dir`, each with its
+    /// role (`"train"`: the data file, which a split may also evaluate on; `"eval"`: a
+    /// separate evaluation file). Empty for synthetic data without an evaluation file.
+    pub fn input_files(&self, base_dir: &Path) -> Vec<(&'static str, PathBuf)> {
+        let (path, eval_path) = match self {
+            DataConfig::Synthetic(s) => (None, s.eval_path.as_deref()),
+            DataConfig::Criteo {
+                path, eval_path, ..
+            }
+            | DataConfig::Csv {
+                path, eval_path, ..
+            }
+            | DataConfig::Binary {
+                path, eval_path, ..
+            } => (Some(path.as_path()), eval_path.as_deref()),
+        };
+        path.map(|p| ("train", resolve(base_dir, p)))
+            .into_iter()
+            .chain(eval_path.map(|p| ("eval", resolve(base_dir, p))))
+            .collect()
+    }
+
+    /// What `part` reads, for messages: a file, or a part of one, or synthetic data.
+    pub fn describe(&self, part: Part, base_dir: &Path) -> String {
+        let name = match part {
+            Part::Train => "training",
+            Part::Eval => "evaluation",
+        };
+        if let DataConfig::Synthetic(s) = self {
+            return match (part, &s.eval_path) {
+                (Part::Eval, Some(p)) => resolve(base_dir, p).display().to_string(),
+                (Part::Train, _) => format!(
+                    "the synthetic training data (data.train_samples = {})",
+                    s.train_samples
+                ),
+                (Part::Eval, None) => format!(
+                    "the synthetic evaluation data (data.eval_samples = {})",
+                    s.eval_samples
+                ),
+            };
+        }
+        let Some((_, path, eval_path, split)) = self.files() else {
+            return "the data".into();
+        };
+        match (part, eval_path, split) {
+            (Part::Eval, Some(e), _) => resolve(base_dir, e).display().to_string(),
+            (_, _, Split::None) => resolve(base_dir, path).display().to_string(),
+            (_, _, split) => format!(
+                "the {name} part of {} ({})",
+                resolve(base_dir, path).display(),
+                split.describe()
+            ),
+        }
+    }
+
     /// The file-backed parts: (format, path, eval_path, split); None for synthetic.
     fn files(&self) -> Option<(FileFormat<'_>, &Path, Option<&Path>, &Split)> {
         match self {
@@ -267,6 +322,25 @@ impl Split {
                 )),
             },
             Split::Random { eval_fraction, .. } => fraction(*eval_fraction),
+        }
+    }
+
+    /// The split in words, for messages.
+    fn describe(&self) -> String {
+        match self {
+            Split::None => "no split".into(),
+            Split::Tail {
+                eval_rows: Some(n), ..
+            } => format!("the last {n} rows evaluate"),
+            Split::Tail {
+                eval_fraction: Some(f),
+                ..
+            } => format!("the last {f} of the rows evaluate"),
+            Split::Tail { .. } => "a tail split".into(),
+            Split::Head { train_rows } => format!("the first {train_rows} rows train"),
+            Split::Random { eval_fraction, .. } => {
+                format!("a random {eval_fraction} of the rows evaluate")
+            }
         }
     }
 

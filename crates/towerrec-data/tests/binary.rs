@@ -7,7 +7,7 @@ use std::sync::Arc;
 use towerrec_data::binary::is_binary_file;
 use towerrec_data::{
     next_batch, write_binary, BinaryDataset, BinaryStream, BinaryWriter, Error, PoolingFactor,
-    RowSelect, SyntheticConfig, SyntheticStream,
+    RecordStream, RowSelect, SyntheticConfig, SyntheticStream,
 };
 
 fn synthetic() -> SyntheticConfig {
@@ -23,7 +23,8 @@ fn write(dir: &TempDir, name: &str, n: u64) -> (std::path::PathBuf, Vec<towerrec
     let path = dir.path().join(name);
     let mut calls = Vec::new();
     let rows = write_binary(&mut SyntheticStream::new(&cfg, 0..n).unwrap(), &path, |k| {
-        calls.push(k)
+        calls.push(k);
+        std::ops::ControlFlow::Continue(())
     })
     .unwrap();
     assert_eq!(rows, n);
@@ -99,7 +100,23 @@ fn batch_of_arbitrary_rows_matches_records() {
 #[test]
 fn empty_files_and_overwrites_work() {
     let dir = TempDir::new("bin-empty");
-    let (path, _) = write(&dir, "e.bin", 0);
+    // Converting an empty stream is an error that leaves nothing behind ...
+    let path = dir.path().join("e.bin");
+    let e = write_binary(
+        &mut SyntheticStream::new(&synthetic(), 0..0).unwrap(),
+        &path,
+        |_| std::ops::ControlFlow::Continue(()),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("the input yielded no rows"), "{e}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    // ... but the writer itself can make an empty file, which reads as empty.
+    let cfg = synthetic();
+    let stream = SyntheticStream::new(&cfg, 0..0).unwrap();
+    BinaryWriter::create(&path, stream.schema().clone())
+        .unwrap()
+        .finish()
+        .unwrap();
     let ds = BinaryDataset::open(&path).unwrap();
     assert!(ds.is_empty());
     assert!(drain(&mut BinaryStream::new(Arc::new(ds), 0..10)).is_empty());
@@ -109,6 +126,26 @@ fn empty_files_and_overwrites_work() {
         BinaryDataset::open(&path).unwrap().record(2).unwrap(),
         records[2]
     );
+}
+
+#[test]
+fn an_interrupted_conversion_removes_its_partial_output() {
+    let dir = TempDir::new("bin-interrupt");
+    let path = dir.path().join("i.bin");
+    let e = write_binary(
+        &mut SyntheticStream::new(&synthetic(), 0..100).unwrap(),
+        &path,
+        |n| {
+            if n == 10 {
+                std::ops::ControlFlow::Break(())
+            } else {
+                std::ops::ControlFlow::Continue(())
+            }
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::Interrupted { .. }), "{e}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
 #[test]

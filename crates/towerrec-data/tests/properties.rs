@@ -162,7 +162,7 @@ fn valid_binary() -> &'static Vec<u8> {
         write_binary(
             &mut SyntheticStream::new(&cfg, 0..12).unwrap(),
             &path,
-            |_| {},
+            |_| std::ops::ControlFlow::Continue(()),
         )
         .unwrap();
         std::fs::read(path).unwrap()

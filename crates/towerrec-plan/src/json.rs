@@ -62,10 +62,12 @@ impl Plan {
     /// temporary file renamed into place); errors name the file.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        towerrec_core::fsio::write_atomic(path, self.to_json_pretty().as_bytes()).map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })
+        towerrec_core::fsio::write_atomic(path, self.to_json_pretty().as_bytes()).map_err(
+            |source| Error::Io {
+                path: path.to_path_buf(),
+                source,
+            },
+        )
     }
 }
 

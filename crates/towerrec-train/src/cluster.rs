@@ -280,6 +280,29 @@ impl ClusterReport {
     }
 }
 
+/// Most ranks of an in-process cluster: each is a thread with its own compute pool and
+/// copy of the dense model; past this, use MPI.
+pub const MAX_IN_PROCESS_RANKS: usize = 256;
+
+/// Refuses an in-process cluster of more than [`MAX_IN_PROCESS_RANKS`] ranks.
+pub fn check_in_process_ranks(cfg: &Config) -> Result<()> {
+    let c = &cfg.cluster;
+    if c.world_size() > MAX_IN_PROCESS_RANKS {
+        return Err(Error::Config {
+            file: cfg.origin.clone(),
+            message: format!(
+                "cluster: {} hosts × {} ranks = {} ranks, more than the {MAX_IN_PROCESS_RANKS} \
+                 an in-process cluster runs (each rank is threads of this process); use \
+                 --backend mpi to run more",
+                c.hosts,
+                c.ranks_per_host,
+                c.world_size()
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Trains where `cfg.cluster` says: in this process for one rank without a plan, else
 /// on an in-process cluster (`threads` compute threads shared among its ranks).
 pub fn train_configured(
@@ -294,6 +317,7 @@ pub fn train_configured(
         return crate::trainer::train(cfg, opts, observer);
     }
     let topology = Topology::new(c.hosts, c.ranks_per_host)?;
+    check_in_process_ranks(cfg)?;
     let per_rank = (threads / c.world_size()).max(1);
     train_in_process(cfg, opts, topology, plan, per_rank, observer)
 }

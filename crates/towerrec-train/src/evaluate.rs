@@ -60,7 +60,7 @@ pub fn score(
         pipeline.push(mine, &mut done)?;
     }
     pipeline.finish(&mut done)?;
-    let skipped = reader.finish();
+    let skipped = reader.finish().skipped;
     Ok(Scored {
         probs,
         labels,

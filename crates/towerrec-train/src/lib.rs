@@ -14,10 +14,12 @@ mod init;
 pub mod memory;
 pub mod model;
 mod prefetch;
+pub mod rundir;
 pub mod sharded;
 pub mod trainer;
 
 pub use config::Config;
 pub use error::{Error, Result};
 pub use model::Model;
+pub use prefetch::ReadCounts;
 pub use trainer::{train, EvalReport, Observer, Silent, StepReport, Summary, TrainOptions};

@@ -209,7 +209,11 @@ mod tests {
     fn dense_count_matches_the_built_model() {
         for sets in [
             &[][..],
-            &["model.kind=\"dcn\"", "model.cross_layers=2", "model.bottom_mlp=[]"],
+            &[
+                "model.kind=\"dcn\"",
+                "model.cross_layers=2",
+                "model.bottom_mlp=[]",
+            ],
             &[
                 "model.kind=\"dcn\"",
                 "model.cross_layers=3",
@@ -218,10 +222,13 @@ mod tests {
             ],
         ] {
             let (cfg, schema) = quickstart(sets);
-            let mut model =
-                crate::Model::build(&cfg.model, &cfg.optimizer, &schema, 0).unwrap();
+            let mut model = crate::Model::build(&cfg.model, &cfg.optimizer, &schema, 0).unwrap();
             let dense: usize = model.dense_params().iter().map(|p| p.value.len()).sum();
-            assert_eq!(dense_shape(&cfg.model, &schema).0, dense as u128, "{sets:?}");
+            assert_eq!(
+                dense_shape(&cfg.model, &schema).0,
+                dense as u128,
+                "{sets:?}"
+            );
         }
     }
 

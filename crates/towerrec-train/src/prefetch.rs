@@ -6,10 +6,18 @@ use std::thread::JoinHandle;
 use towerrec_core::Batch;
 use towerrec_data::{next_batch, RecordStream};
 
+/// What a stream yielded: rows read (skipped batches and batches read ahead
+/// included) and malformed rows skipped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadCounts {
+    pub rows: u64,
+    pub skipped: u64,
+}
+
 /// Batches read ahead from a stream; dropping it stops the reader.
 pub struct Prefetcher {
     rx: Option<Receiver<Result<Batch>>>,
-    handle: Option<JoinHandle<u64>>,
+    handle: Option<JoinHandle<ReadCounts>>,
 }
 
 impl Prefetcher {
@@ -24,6 +32,7 @@ impl Prefetcher {
         let (tx, rx) = sync_channel(depth);
         let handle = std::thread::spawn(move || {
             let mut index = 0u64;
+            let mut rows = 0u64;
             loop {
                 let next = next_batch(stream.as_mut(), batch_size).map_err(Into::into);
                 let batch = match next {
@@ -35,6 +44,7 @@ impl Prefetcher {
                     }
                 };
                 index += 1;
+                rows += batch.batch_size() as u64;
                 if index <= skip_batches {
                     continue;
                 }
@@ -42,7 +52,10 @@ impl Prefetcher {
                     break;
                 }
             }
-            stream.skipped()
+            ReadCounts {
+                rows,
+                skipped: stream.skipped(),
+            }
         });
         Self {
             rx: Some(rx),
@@ -55,9 +68,12 @@ impl Prefetcher {
         self.rx.as_ref().and_then(|rx| rx.recv().ok())
     }
 
-    /// Stops reading and returns the number of malformed rows the stream skipped.
-    pub fn finish(mut self) -> u64 {
+    /// Stops reading and returns what the stream yielded and skipped.
+    pub fn finish(mut self) -> ReadCounts {
         self.rx = None;
-        self.handle.take().and_then(|h| h.join().ok()).unwrap_or(0)
+        self.handle
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
     }
 }

@@ -416,7 +416,7 @@ fn a_checkpoint_is_the_whole_model_and_resumes_on_another_topology() {
         let mut model =
             Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, &plan)?;
         run(&mut model, &cfg, &batches[..10]);
-        save(&path, &mut model, &cfg, Progress::default())?;
+        save(&path, &mut model, &cfg, Progress::default(), &[])?;
         model.whole_tables()
     })
     .unwrap()

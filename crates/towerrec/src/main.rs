@@ -4,9 +4,11 @@ mod bench;
 mod bench_kernels;
 mod calibrate;
 mod commands;
+mod data_cmds;
 mod plan_cmd;
 mod progress;
 mod simulate;
+mod train_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -21,13 +23,13 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Train a model (with no --config: the embedded synthetic quickstart).
-    Train(commands::TrainArgs),
+    Train(train_cmd::TrainArgs),
     /// Score a data file with a saved model and print AUC, log loss and NE.
     Eval(commands::EvalArgs),
     /// Generate a synthetic data set into the preprocessed binary format.
-    Datagen(commands::DatagenArgs),
+    Datagen(data_cmds::DatagenArgs),
     /// Convert a config's text data (Criteo TSV, schema CSV) into the preprocessed binary format.
-    Preprocess(commands::PreprocessArgs),
+    Preprocess(data_cmds::PreprocessArgs),
     /// Measure speed: whole model steps, or kernels against the machine's limits.
     Bench(bench::BenchArgs),
     /// Plan how to shard the embedding tables over hosts × ranks; writes the plan as JSON.
@@ -52,11 +54,11 @@ fn main() {
     default_sigpipe();
     let cli = Cli::parse();
     let result = match cli.command {
-        Some(Command::Train(a)) => commands::train(a),
+        Some(Command::Train(a)) => train_cmd::train(a),
         Some(Command::Eval(a)) => commands::eval(a),
         Some(Command::Simulate(a)) => simulate::run(a),
-        Some(Command::Datagen(a)) => commands::datagen(a),
-        Some(Command::Preprocess(a)) => commands::preprocess(a),
+        Some(Command::Datagen(a)) => data_cmds::datagen(a),
+        Some(Command::Preprocess(a)) => data_cmds::preprocess(a),
         Some(Command::Bench(a)) => bench::run(a),
         Some(Command::Plan(a)) => plan_cmd::run(a),
         Some(Command::Calibrate(a)) => calibrate::run(a),

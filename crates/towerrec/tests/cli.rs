@@ -162,6 +162,8 @@ fn a_bad_row_stops_the_run_naming_file_line_and_field_or_is_skipped() {
         cfg.to_str().unwrap(),
         "--out",
         out.to_str().unwrap(),
+        // Each run replaces the failed one before it.
+        "--overwrite",
     ];
 
     let o = towerrec(&base);
@@ -171,8 +173,19 @@ fn a_bad_row_stops_the_run_naming_file_line_and_field_or_is_skipped() {
     assert!(stderr.contains("C2"), "{stderr}");
     assert!(stderr.contains("zz!"), "{stderr}");
 
+    // One bad row of the 80 training rows is 1.25%: past the default 1% limit ...
     let mut skip = base.to_vec();
     skip.extend(["--bad-rows", "skip"]);
+    let o = towerrec(&skip);
+    assert!(!o.status.success());
+    let (_, stderr) = text(&o);
+    assert!(
+        stderr.contains("1 of 80 training rows (1.25%) were malformed"),
+        "{stderr}"
+    );
+    assert!(!out.join("summary.json").exists());
+    // ... and within a 2% one.
+    skip.extend(["--max-bad-fraction", "0.02"]);
     let o = towerrec(&skip);
     let (stdout, stderr) = text(&o);
     assert!(o.status.success(), "{stderr}");

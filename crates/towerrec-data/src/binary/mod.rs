@@ -36,7 +36,7 @@ use std::sync::Arc;
 use towerrec_core::{Batch, KeyedJagged};
 
 mod writer;
-pub use writer::{write_binary, BinaryWriter};
+pub use writer::{estimated_size, write_binary, BinaryWriter};
 
 /// The first 8 bytes of every file in this format.
 pub const MAGIC: &[u8; 8] = b"TRECBIN1";

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::record::{Record, RecordStream, Schema};
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 /// A section being spooled to a temporary file.
@@ -223,18 +224,44 @@ impl Drop for BinaryWriter {
 }
 
 /// Converts a whole stream into a binary file at `path`; `progress` gets the number of
-/// rows written so far after each row. Returns the number of rows.
+/// rows written so far after each row and may stop the conversion (then nothing is
+/// left at `path` and the error is [`Error::Interrupted`]). Returns the number of rows;
+/// a stream with none is an error, and writes nothing.
 pub fn write_binary(
     stream: &mut dyn RecordStream,
     path: &Path,
-    mut progress: impl FnMut(u64),
+    mut progress: impl FnMut(u64) -> ControlFlow<()>,
 ) -> Result<u64> {
     let mut writer = BinaryWriter::create(path, stream.schema().clone())?;
     let mut n = 0u64;
     while let Some(r) = stream.next_record()? {
         writer.write(&r)?;
         n += 1;
-        progress(n);
+        if progress(n).is_break() {
+            return Err(Error::Interrupted {
+                path: path.to_path_buf(),
+            });
+        }
+    }
+    if n == 0 {
+        return Err(Error::format(
+            path,
+            format!(
+                "nothing written: the input yielded no rows{}",
+                match stream.skipped() {
+                    0 => String::new(),
+                    k => format!(" ({k} malformed rows were skipped)"),
+                }
+            ),
+        ));
     }
     writer.finish()
+}
+
+/// Bytes of a binary file of `rows` rows with `num_dense` dense features and, per
+/// sparse feature, `ids_per_row` ids on average (the header aside).
+pub fn estimated_size(rows: u64, num_dense: usize, ids_per_row: &[f64]) -> u128 {
+    let per_row =
+        4.0 + 4.0 * num_dense as f64 + ids_per_row.iter().map(|m| 8.0 + 8.0 * m).sum::<f64>();
+    (rows as f64 * per_row).ceil() as u128 + 64 * 1024
 }

@@ -2,9 +2,11 @@
 //! `[data]` sections, validated on load with errors that name the key.
 
 mod overrides;
+mod resume;
 mod validate;
 
 pub use overrides::with_overrides;
+pub use resume::SAFE_ON_RESUME;
 pub use validate::{MAX_BATCH_SIZE, MAX_EVAL_BATCH_SIZE, MAX_WORLD_SIZE};
 
 use crate::error::{Error, Result};
@@ -103,6 +105,17 @@ pub struct TrainSettings {
     /// Worker threads (0: one per core).
     #[serde(default)]
     pub threads: usize,
+    /// With `bad_rows = "skip"`: the largest share of a pass's rows that may be
+    /// malformed before the run fails.
+    #[serde(default = "default_max_bad_fraction")]
+    pub max_bad_fraction: f64,
+}
+
+/// Default of `train.max_bad_fraction`.
+pub const DEFAULT_MAX_BAD_FRACTION: f64 = 0.01;
+
+fn default_max_bad_fraction() -> f64 {
+    DEFAULT_MAX_BAD_FRACTION
 }
 
 fn one() -> usize {

@@ -72,4 +72,3 @@ mod tests {
         assert!(Config::quickstart(&["model.kind.x=1".to_string()]).is_err());
     }
 }
-

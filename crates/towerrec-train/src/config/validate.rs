@@ -41,7 +41,9 @@ fn beta(key: &str, x: f64) -> Check {
     if (0.0..1.0).contains(&x) {
         Ok(())
     } else {
-        Err(format!("{key}: must be at least 0 and less than 1, got {x}"))
+        Err(format!(
+            "{key}: must be at least 0 and less than 1, got {x}"
+        ))
     }
 }
 
@@ -193,6 +195,12 @@ impl Config {
         if t.log_every == 0 {
             return Err("train.log_every: must be at least 1".into());
         }
+        if !(0.0..=1.0).contains(&t.max_bad_fraction) {
+            return Err(format!(
+                "train.max_bad_fraction: must be between 0 and 1, got {}",
+                t.max_bad_fraction
+            ));
+        }
         Ok(())
     }
 
@@ -242,7 +250,9 @@ mod tests {
     /// The quickstart with `sets` applied: the error message, or "" when it loads.
     fn error_of(sets: &[&str]) -> String {
         let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-        Config::quickstart(&sets).err().map_or_else(String::new, |e| e.to_string())
+        Config::quickstart(&sets)
+            .err()
+            .map_or_else(String::new, |e| e.to_string())
     }
 
     #[test]
@@ -284,10 +294,18 @@ mod tests {
                 "optimizer.sparse.initial_accumulator",
             ),
             (&["train.batch_size=0"], "train.batch_size"),
-            (&["train.batch_size=4611686018427387904"], "train.batch_size"),
+            (
+                &["train.batch_size=4611686018427387904"],
+                "train.batch_size",
+            ),
             (&["train.eval_batch_size=0"], "train.eval_batch_size"),
             (&["train.max_steps=0"], "train.max_steps"),
-            (&["cluster.hosts=64", "cluster.ranks_per_host=65"], "cluster"),
+            (&["train.max_bad_fraction=1.5"], "train.max_bad_fraction"),
+            (&["train.max_bad_fraction=nan"], "train.max_bad_fraction"),
+            (
+                &["cluster.hosts=64", "cluster.ranks_per_host=65"],
+                "cluster",
+            ),
         ] {
             let e = error_of(sets);
             assert!(e.contains(key), "{sets:?}: {e:?}");

@@ -5,18 +5,28 @@
 //! every parameter, every optimizer moment or accumulator, every step counter, and
 //! where in which epoch the data stream stood. The run's config travels in the file's
 //! metadata, so `towerrec eval` needs nothing else.
+//!
+//! The metadata also carries a checksum of every tensor and of itself, verified when the
+//! file is read, and fingerprints of the data files; no tensor holding NaN or infinity
+//! is written or loaded ([`integrity`]).
+
+mod integrity;
+
+pub use integrity::{data_files, DataFile};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::sharded::WholeTable;
+use integrity::{checksum, first_non_finite, meta_checksum, META_CHECKSUM, TENSOR_CHECKSUMS};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 /// File name of the checkpoint inside a run directory.
 pub const CHECKPOINT_FILE: &str = "checkpoint.safetensors";
-const FORMAT: &str = "towerrec-checkpoint-v1";
+/// v2 added the checksums and data fingerprints; v1 files have neither and are refused.
+const FORMAT: &str = "towerrec-checkpoint-v2";
 
 /// Where a run stands: what a resumed run needs besides the tensors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -98,24 +108,54 @@ fn collect(model: &mut Model) -> Result<Option<(Vec<(String, Vec<u8>, usize)>, V
     Ok(Some((out, steps)))
 }
 
-/// Writes `model`, its optimizers and `progress` to `path` atomically. On a sharded
-/// model every rank calls it; rank 0 gathers the tables whole and writes the file, so a
-/// run can resume on another topology or plan.
-pub fn save(path: &Path, model: &mut Model, config: &Config, progress: Progress) -> Result<()> {
+/// Refuses to save a tensor holding NaN or infinity: the previous checkpoint stays the
+/// last good one.
+fn check_finite(tensors: &[(String, Vec<u8>, usize)], progress: Progress) -> Result<()> {
+    for (name, bytes, _) in tensors {
+        if let Some((i, x)) = first_non_finite(bytes) {
+            return Err(Error::NonFinite {
+                what: "parameter".into(),
+                place: format!("the checkpoint of step {}", progress.step),
+                culprit: format!(
+                    "tensor '{name}' holds {x} at element {i} (checkpoint not written)"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Writes `model`, its optimizers, `progress` and the fingerprints of the run's `data`
+/// files to `path` atomically. On a sharded model every rank calls it; rank 0 gathers
+/// the tables whole and writes the file, so a run can resume on another topology or
+/// plan. Refuses (writing nothing) when a tensor holds NaN or infinity.
+pub fn save(
+    path: &Path,
+    model: &mut Model,
+    config: &Config,
+    progress: Progress,
+    data: &[DataFile],
+) -> Result<()> {
     let Some((tensors, table_steps)) = collect(model)? else {
         return Ok(());
+    };
+    check_finite(&tensors, progress)?;
+    let bad = |message: String| Error::Checkpoint {
+        path: path.to_path_buf(),
+        message,
     };
     let views: Vec<(String, TensorView<'_>)> = tensors
         .iter()
         .map(|(name, bytes, len)| {
-            let view =
-                TensorView::new(Dtype::F32, vec![*len], bytes).map_err(|e| Error::Checkpoint {
-                    path: path.to_path_buf(),
-                    message: format!("tensor '{name}': {e}"),
-                })?;
+            let view = TensorView::new(Dtype::F32, vec![*len], bytes)
+                .map_err(|e| bad(format!("tensor '{name}': {e}")))?;
             Ok((name.clone(), view))
         })
         .collect::<Result<_>>()?;
+    let sums: BTreeMap<&str, String> = tensors
+        .iter()
+        .map(|(name, bytes, _)| (name.as_str(), checksum(bytes)))
+        .collect();
     let mut meta = HashMap::new();
     meta.insert("format".to_string(), FORMAT.to_string());
     meta.insert("config".to_string(), config.to_toml());
@@ -136,15 +176,19 @@ pub fn save(path: &Path, model: &mut Model, config: &Config, progress: Progress)
     );
     let table_steps: Vec<String> = table_steps.iter().map(u64::to_string).collect();
     meta.insert("table_steps".to_string(), table_steps.join(","));
+    let json = |r: serde_json::Result<String>| r.map_err(|e| bad(e.to_string()));
+    meta.insert(
+        TENSOR_CHECKSUMS.to_string(),
+        json(serde_json::to_string(&sums))?,
+    );
+    meta.insert(
+        integrity::DATA.to_string(),
+        json(serde_json::to_string(data))?,
+    );
+    meta.insert(META_CHECKSUM.to_string(), meta_checksum(&meta));
     let bytes =
-        safetensors::tensor::serialize(views, Some(meta)).map_err(|e| Error::Checkpoint {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
-    let tmp = path.with_extension("safetensors.tmp");
-    std::fs::write(&tmp, &bytes).map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
-    Ok(())
+        safetensors::tensor::serialize(views, Some(meta)).map_err(|e| bad(e.to_string()))?;
+    towerrec_core::fsio::write_atomic(path, &bytes).map_err(|e| Error::io(path, e))
 }
 
 /// A checkpoint read from disk, not yet applied to a model.
@@ -155,7 +199,8 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// Reads and checks the header of a checkpoint file.
+    /// Reads a checkpoint file and verifies it: its format, the checksum of its
+    /// metadata and of every tensor (a corrupted tensor is named).
     pub fn read(path: &Path) -> Result<Self> {
         let path = resolve(path);
         let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
@@ -166,12 +211,77 @@ impl Checkpoint {
         let (_, metadata) = SafeTensors::read_metadata(&bytes)
             .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
         let meta = metadata.metadata().clone().unwrap_or_default();
-        if meta.get("format").map(String::as_str) != Some(FORMAT) {
+        match meta.get("format").map(String::as_str) {
+            Some(FORMAT) => {}
+            Some("towerrec-checkpoint-v1") => {
+                return Err(bad(format!(
+                    "written by an older towerrec (format v1, without checksums); this one reads {FORMAT}"
+                )))
+            }
+            _ => {
+                return Err(bad(format!(
+                    "not a towerrec checkpoint (expected format {FORMAT})"
+                )))
+            }
+        }
+        if meta.get(META_CHECKSUM) != Some(&meta_checksum(&meta)) {
+            return Err(bad(
+                "its metadata (config, progress, checksums) does not match its checksum: the file is corrupt".into(),
+            ));
+        }
+        let ckpt = Self { path, bytes, meta };
+        ckpt.verify_tensors()?;
+        Ok(ckpt)
+    }
+
+    /// Checks every tensor against the checksum written with it.
+    fn verify_tensors(&self) -> Result<()> {
+        let bad = |message: String| Error::Checkpoint {
+            path: self.path.clone(),
+            message,
+        };
+        let sums: BTreeMap<String, String> = self
+            .meta
+            .get(TENSOR_CHECKSUMS)
+            .and_then(|s| serde_json::from_str(s).ok())
+            .ok_or_else(|| {
+                bad(format!(
+                    "metadata '{TENSOR_CHECKSUMS}' missing or malformed"
+                ))
+            })?;
+        let st = SafeTensors::deserialize(&self.bytes).map_err(|e| bad(e.to_string()))?;
+        if st.len() != sums.len() {
             return Err(bad(format!(
-                "not a towerrec checkpoint (expected format {FORMAT})"
+                "holds {} tensors but checksums for {}: the file is corrupt",
+                st.len(),
+                sums.len()
             )));
         }
-        Ok(Self { path, bytes, meta })
+        for (name, sum) in &sums {
+            let t = st
+                .tensor(name)
+                .map_err(|_| bad(format!("tensor '{name}' missing: the file is corrupt")))?;
+            if checksum(t.data()) != *sum {
+                return Err(bad(format!(
+                    "tensor '{name}' does not match its checksum: the file is corrupt"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses data files whose content differs from what the run that wrote the
+    /// checkpoint read (by size and content hash; see [`towerrec_data::fingerprint`]).
+    pub fn check_data(&self, cfg: &Config) -> Result<()> {
+        let then: Vec<DataFile> = self
+            .meta
+            .get(integrity::DATA)
+            .and_then(|s| serde_json::from_str(s).ok())
+            .ok_or_else(|| Error::Checkpoint {
+                path: self.path.clone(),
+                message: format!("metadata '{}' missing or malformed", integrity::DATA),
+            })?;
+        integrity::check_same_data(&self.path, &then, &data_files(cfg)?)
     }
 
     fn meta_u64(&self, key: &str) -> Result<u64> {
@@ -224,6 +334,14 @@ impl Checkpoint {
                 return Err(Error::Checkpoint {
                     path: path.clone(),
                     message: format!("tensor '{name}' is {:?}, expected F32", t.dtype()),
+                });
+            }
+            if let Some((i, x)) = first_non_finite(t.data()) {
+                return Err(Error::Checkpoint {
+                    path: path.clone(),
+                    message: format!(
+                        "tensor '{name}' holds {x} at element {i}: the run that wrote it diverged"
+                    ),
                 });
             }
             from_bytes(path, name, t.data(), dst)

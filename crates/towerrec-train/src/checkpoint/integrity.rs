@@ -1,0 +1,99 @@
+//! What makes a checkpoint trustworthy: a checksum (xxh3-64) of every tensor and of the
+//! metadata, verified on load so that a flipped byte is named instead of loaded; a
+//! check that no tensor holds NaN or infinity, on save and on load; and fingerprints of
+//! the data files the run read, so that a resumed run can refuse changed data.
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use towerrec_data::FileFingerprint;
+use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+
+/// Metadata key of the tensors' checksums (a JSON object, tensor name to hex digest).
+pub(super) const TENSOR_CHECKSUMS: &str = "tensor_checksums";
+/// Metadata key of the checksum of every other metadata entry.
+pub(super) const META_CHECKSUM: &str = "metadata_checksum";
+/// Metadata key of the data fingerprints (JSON).
+pub(super) const DATA: &str = "data_files";
+
+/// The hex digest of some bytes.
+pub(super) fn checksum(bytes: &[u8]) -> String {
+    format!("{:016x}", xxh3_64(bytes))
+}
+
+/// The digest of every metadata entry but [`META_CHECKSUM`], in key order.
+pub(super) fn meta_checksum(meta: &HashMap<String, String>) -> String {
+    let sorted: BTreeMap<&String, &String> = meta
+        .iter()
+        .filter(|(k, _)| k.as_str() != META_CHECKSUM)
+        .collect();
+    let mut h = Xxh3::new();
+    for (k, v) in sorted {
+        // Lengths first, so that entries cannot run into each other.
+        h.update(&(k.len() as u64).to_le_bytes());
+        h.update(k.as_bytes());
+        h.update(&(v.len() as u64).to_le_bytes());
+        h.update(v.as_bytes());
+    }
+    format!("{:016x}", h.digest())
+}
+
+/// The first value of a little-endian f32 tensor that is NaN or infinite, with its
+/// index.
+pub(super) fn first_non_finite(bytes: &[u8]) -> Option<(usize, f32)> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .enumerate()
+        .find(|(_, x)| !x.is_finite())
+}
+
+/// A data file the run read, by its role (`train`, `eval`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataFile {
+    pub role: String,
+    #[serde(flatten)]
+    pub fingerprint: FileFingerprint,
+}
+
+/// Fingerprints of every data file `cfg` reads.
+pub fn data_files(cfg: &Config) -> Result<Vec<DataFile>> {
+    cfg.data
+        .input_files(&cfg.base_dir)
+        .into_iter()
+        .map(|(role, path)| {
+            Ok(DataFile {
+                role: role.to_string(),
+                fingerprint: FileFingerprint::of(&path)?,
+            })
+        })
+        .collect()
+}
+
+/// Refuses `now` where a file of the same role has other content than `then`; the
+/// message names the file, how it changed and the way out.
+pub(super) fn check_same_data(
+    path: &std::path::Path,
+    then: &[DataFile],
+    now: &[DataFile],
+) -> Result<()> {
+    for old in then {
+        let Some(new) = now.iter().find(|n| n.role == old.role) else {
+            continue;
+        };
+        if let Some(change) = old.fingerprint.change_to(&new.fingerprint) {
+            return Err(Error::Checkpoint {
+                path: path.to_path_buf(),
+                message: format!(
+                    "the {} data {} is not what the run trained on ({}: {change}); \
+                     resume on the same data, or pass --allow-data-change",
+                    old.role,
+                    new.fingerprint.path.display(),
+                    old.fingerprint.path.display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,240 @@
+//! The run directory, guarded: one run at a time (a lock), never over another run by
+//! accident, untouched by a run that fails at start-up, and after a resume holding
+//! exactly the history up to the checkpoint.
+//!
+//! - [`RunDir::claim`] takes the directory's lock (an advisory `flock` on
+//!   [`LOCK_FILE`], released by the kernel when the process ends, however it ends) and,
+//!   for a new run, refuses a directory that holds another run unless asked to
+//!   overwrite it.
+//! - [`begin`] is called once start-up has succeeded (model built, checkpoint applied,
+//!   data opened): only then does a new run remove what an overwritten run left and
+//!   write its `config.toml`, and a resumed run cut `metrics.jsonl` back to the
+//!   checkpoint's step.
+
+use crate::checkpoint::CHECKPOINT_FILE;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The lock file inside a run directory.
+pub const LOCK_FILE: &str = ".towerrec.lock";
+/// The metrics log inside a run directory.
+pub const METRICS_FILE: &str = "metrics.jsonl";
+/// The summary a finished run writes.
+pub const SUMMARY_FILE: &str = "summary.json";
+/// The resolved config a run writes.
+pub const CONFIG_FILE: &str = "config.toml";
+
+/// The files that make a directory a run's.
+const RUN_FILES: [&str; 4] = [CHECKPOINT_FILE, METRICS_FILE, SUMMARY_FILE, CONFIG_FILE];
+
+/// How a run uses its directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// A new run; `overwrite` allows replacing another run's files.
+    New { overwrite: bool },
+    /// Continuing the run whose checkpoint is there.
+    Resume,
+}
+
+/// A run directory with its lock held; dropping it releases the lock.
+#[derive(Debug)]
+pub struct RunDir {
+    path: PathBuf,
+    _lock: File,
+}
+
+/// The run files `dir` holds.
+pub fn run_files(dir: &Path) -> Vec<&'static str> {
+    RUN_FILES
+        .into_iter()
+        .filter(|f| dir.join(f).exists())
+        .collect()
+}
+
+/// Refuses a new run in `dir` where it holds another run and `overwrite` is off.
+pub fn check_new_run(dir: &Path, overwrite: bool) -> Result<()> {
+    let found = run_files(dir);
+    if found.is_empty() || overwrite {
+        return Ok(());
+    }
+    Err(Error::RunDir {
+        path: dir.to_path_buf(),
+        message: format!(
+            "holds another run ({}); continue it with --resume {}, replace it with \
+             --overwrite, or choose another --out",
+            found.join(", "),
+            dir.display()
+        ),
+    })
+}
+
+impl RunDir {
+    /// Claims `path` for a run: creates it if needed, takes its lock (refused while
+    /// another process holds it) and checks it against `claim`.
+    pub fn claim(path: &Path, claim: Claim) -> Result<Self> {
+        let dir_error = |message: String| Error::RunDir {
+            path: path.to_path_buf(),
+            message,
+        };
+        if path.exists() && !path.is_dir() {
+            return Err(dir_error("is not a directory".into()));
+        }
+        if claim == Claim::Resume && !path.join(CHECKPOINT_FILE).exists() {
+            return Err(dir_error(format!(
+                "holds no {CHECKPOINT_FILE} to resume from"
+            )));
+        }
+        std::fs::create_dir_all(path).map_err(|e| Error::io(path, e))?;
+        let lock_path = path.join(LOCK_FILE);
+        let mut lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| Error::io(&lock_path, e))?;
+        if !try_lock(&lock) {
+            let holder = std::fs::read_to_string(&lock_path).unwrap_or_default();
+            return Err(dir_error(format!(
+                "another towerrec run is using it ({}); wait for it to end or choose another --out",
+                match holder.trim() {
+                    "" => "process unknown".to_string(),
+                    pid => format!("process {pid}"),
+                }
+            )));
+        }
+        // Who holds it, for the message above; the lock is the flock, not this text.
+        let _ = lock.set_len(0);
+        let _ = writeln!(lock, "{}", std::process::id());
+        if let Claim::New { overwrite } = claim {
+            check_new_run(path, overwrite)?;
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            _lock: lock,
+        })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Takes an exclusive advisory lock on `file` without waiting; false if another open
+/// file description holds it.
+#[cfg(unix)]
+fn try_lock(file: &File) -> bool {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: flock on a descriptor this File owns; no memory is passed.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+#[cfg(not(unix))]
+fn try_lock(_: &File) -> bool {
+    true
+}
+
+/// Makes `dir` this run's once start-up has succeeded. A new run (`resumed_at` None)
+/// removes an overwritten run's checkpoint, metrics and summary and writes its config; a
+/// resumed one keeps the metrics lines up to its checkpoint's step and drops a summary
+/// that no longer describes the run.
+pub fn begin(dir: &Path, cfg: &Config, resumed_at: Option<u64>) -> Result<()> {
+    let remove = |name: &str| -> Result<()> {
+        let p = dir.join(name);
+        match std::fs::remove_file(&p) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(&p, e)),
+            _ => Ok(()),
+        }
+    };
+    remove(SUMMARY_FILE)?;
+    match resumed_at {
+        None => {
+            remove(CHECKPOINT_FILE)?;
+            remove(METRICS_FILE)?;
+            let p = dir.join(CONFIG_FILE);
+            towerrec_core::fsio::write_atomic(&p, cfg.to_toml().as_bytes())
+                .map_err(|e| Error::io(&p, e))
+        }
+        Some(step) => cut_metrics(&dir.join(METRICS_FILE), step),
+    }
+}
+
+/// Keeps the lines of a metrics log whose `step` is at most `step` (what the checkpoint
+/// of that step had seen); drops the rest, and a torn last line, atomically.
+pub fn cut_metrics(path: &Path, step: u64) -> Result<()> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let kept: String = text
+        .lines()
+        .filter(|line| {
+            serde_json::from_str::<serde_json::Value>(line)
+                .ok()
+                .and_then(|v| v.get("step").and_then(|s| s.as_u64()))
+                .is_some_and(|s| s <= step)
+        })
+        .map(|line| format!("{line}\n"))
+        .collect();
+    if kept.len() == text.len() {
+        return Ok(());
+    }
+    towerrec_core::fsio::write_atomic(path, kept.as_bytes()).map_err(|e| Error::io(path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("towerrec-rundir-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn a_directory_is_claimed_once_and_another_run_is_refused() {
+        let d = scratch("claim");
+        let first = RunDir::claim(&d, Claim::New { overwrite: false }).unwrap();
+        let e = RunDir::claim(&d, Claim::New { overwrite: true }).unwrap_err();
+        assert!(
+            e.to_string().contains("another towerrec run is using it"),
+            "{e}"
+        );
+        drop(first);
+        std::fs::write(d.join(METRICS_FILE), "{\"step\":1}\n").unwrap();
+        let e = RunDir::claim(&d, Claim::New { overwrite: false }).unwrap_err();
+        assert!(
+            e.to_string().contains("holds another run (metrics.jsonl)"),
+            "{e}"
+        );
+        assert!(RunDir::claim(&d, Claim::New { overwrite: true }).is_ok());
+        let e = RunDir::claim(&d, Claim::Resume).unwrap_err();
+        assert!(e.to_string().contains("no checkpoint.safetensors"), "{e}");
+        std::fs::remove_dir_all(d).ok();
+    }
+
+    #[test]
+    fn metrics_are_cut_back_to_the_checkpoint_step() {
+        let d = scratch("cut");
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join(METRICS_FILE);
+        std::fs::write(
+            &p,
+            "{\"step\":10,\"loss\":1}\n{\"step\":20,\"loss\":1}\n{\"step\":20,\"split\":\"eval\"}\n{\"step\":30,\"loss\":1}\n{\"step\":4",
+        )
+        .unwrap();
+        cut_metrics(&p, 20).unwrap();
+        let kept = std::fs::read_to_string(&p).unwrap();
+        assert_eq!(
+            kept,
+            "{\"step\":10,\"loss\":1}\n{\"step\":20,\"loss\":1}\n{\"step\":20,\"split\":\"eval\"}\n"
+        );
+        std::fs::remove_dir_all(d).ok();
+    }
+}

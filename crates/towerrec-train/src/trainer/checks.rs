@@ -1,0 +1,131 @@
+//! The checks that keep a run that went wrong from looking like a success: a loss,
+//! parameter or evaluation that is NaN or infinite stops the run naming where; a part
+//! of the data that yields nothing, or too many malformed rows, is an error.
+
+use crate::error::{Error, Result};
+use crate::model::{Embeddings, Model};
+use crate::prefetch::ReadCounts;
+use towerrec_core::Batch;
+
+/// Where the run stands, for messages: "step 12 (epoch 1, batch 12)".
+pub(super) fn place(step: u64, epoch: u64, batch_in_epoch: u64) -> String {
+    format!(
+        "step {step} (epoch {}, batch {} of the epoch)",
+        epoch + 1,
+        batch_in_epoch
+    )
+}
+
+/// `e` with its place filled in, where it is a [`Error::NonFinite`].
+pub(super) fn at(e: Error, where_: String) -> Error {
+    match e {
+        Error::NonFinite { what, culprit, .. } => Error::NonFinite {
+            what,
+            place: where_,
+            culprit,
+        },
+        other => other,
+    }
+}
+
+/// The first input, parameter or table that holds NaN or infinity, named; or what is
+/// known when all are finite (the forward pass itself overflowed). Scans everything, so
+/// only called once something went wrong.
+pub(crate) fn non_finite_culprit(model: &mut Model, batch: Option<&Batch>) -> String {
+    if let Some(b) = batch {
+        let width = b.num_dense.max(1);
+        if let Some(i) = b.dense.iter().position(|x| !x.is_finite()) {
+            return format!(
+                "dense input feature {} of sample {} in the batch is {}",
+                i % width,
+                i / width,
+                b.dense[i]
+            );
+        }
+    }
+    for p in model.dense_params() {
+        if let Some(x) = p.value.iter().find(|x| !x.is_finite()) {
+            return format!("dense parameter '{}' holds {x}", p.name);
+        }
+    }
+    let names: Vec<String> = model.table_descs().iter().map(|d| d.name.clone()).collect();
+    let bad_table = match model.embeddings() {
+        Embeddings::Local(tables) => tables
+            .iter()
+            .enumerate()
+            .find(|(_, t)| t.weights().iter().any(|x| !x.is_finite()))
+            .map(|(i, _)| i),
+        Embeddings::Sharded(s) => s
+            .local_shards()
+            .find(|(_, _, t)| t.weights().iter().any(|x| !x.is_finite()))
+            .map(|(i, _, _)| i),
+    };
+    match bad_table {
+        Some(i) => format!(
+            "embedding table '{}' holds non-finite weights",
+            names.get(i).map_or("?", String::as_str)
+        ),
+        None => "every parameter is finite: the forward pass overflowed".into(),
+    }
+}
+
+/// Fails when a pass over `part` of the data (that started at its beginning) yielded
+/// no samples, or skipped more malformed rows than `max_fraction` of those it read.
+pub fn check_read(
+    part: &'static str,
+    read: ReadCounts,
+    from_start: bool,
+    max_fraction: f64,
+    source: &str,
+) -> Result<()> {
+    if from_start && read.rows == 0 {
+        let skipped = match read.skipped {
+            0 => String::new(),
+            n => format!(" ({n} malformed rows were skipped)"),
+        };
+        return Err(Error::NoData {
+            part,
+            detail: format!("{source} yielded no rows{skipped}"),
+        });
+    }
+    let seen = read.rows + read.skipped;
+    if read.skipped > 0 && read.skipped as f64 > max_fraction * seen as f64 {
+        return Err(Error::TooManyBadRows {
+            part,
+            skipped: read.skipped,
+            rows: seen,
+            max_fraction,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(rows: u64, skipped: u64) -> ReadCounts {
+        ReadCounts { rows, skipped }
+    }
+
+    #[test]
+    fn empty_passes_and_too_many_bad_rows_fail() {
+        let e = check_read("training", read(0, 0), true, 0.01, "f.txt").unwrap_err();
+        assert_eq!(e.to_string(), "no training samples: f.txt yielded no rows");
+        let e = check_read("training", read(0, 5), true, 0.5, "f.txt").unwrap_err();
+        assert!(
+            e.to_string().contains("(5 malformed rows were skipped)"),
+            "{e}"
+        );
+        // A resumed pass that starts at the end of an epoch reads nothing, rightly.
+        assert!(check_read("training", read(0, 0), false, 0.01, "f").is_ok());
+        assert!(check_read("training", read(990, 10), true, 0.01, "f").is_ok());
+        let e = check_read("evaluation", read(989, 11), true, 0.01, "f").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("11 of 1000 evaluation rows (1.10%)"),
+            "{e}"
+        );
+        assert!(check_read("training", read(100, 100), true, 0.5, "f").is_ok());
+    }
+}

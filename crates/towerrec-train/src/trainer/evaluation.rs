@@ -1,0 +1,67 @@
+//! The evaluations of a training run: scoring the eval part of the data, checked for
+//! emptiness, malformed rows and non-finite results, kept out of the per-step figures.
+
+use super::checks::{check_read, non_finite_culprit};
+use super::EvalReport;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::evaluate::score;
+use crate::model::Model;
+use crate::prefetch::ReadCounts;
+use towerrec_comm::RankTraffic;
+use towerrec_data::{open, Part};
+
+/// [`evaluate`], keeping its phase times out of the model's and adding what it sent to
+/// `traffic`.
+pub(super) fn evaluate_aside(
+    model: &mut Model,
+    cfg: &Config,
+    step: u64,
+    traffic: &mut Option<RankTraffic>,
+) -> Result<(EvalReport, u64)> {
+    let times = model.phase_times().clone();
+    let before = model.comm().map(|c| c.traffic());
+    let out = evaluate(model, cfg, step)?;
+    model.restore_times(times);
+    if let (Some(acc), Some(before), Some(comm)) = (traffic.as_mut(), before, model.comm()) {
+        acc.add(&comm.traffic().since(&before));
+    }
+    Ok(out)
+}
+
+/// Evaluates `model` on the eval part of the data (every rank of a cluster calls it).
+/// An empty eval part, too many malformed rows or a non-finite log loss is an error.
+fn evaluate(model: &mut Model, cfg: &Config, step: u64) -> Result<(EvalReport, u64)> {
+    let stream = open(&cfg.data, Part::Eval, cfg.train.bad_rows, &cfg.base_dir)?;
+    let scored = score(model, stream, cfg.eval_batch_size())?;
+    let read = ReadCounts {
+        rows: scored.labels.len() as u64,
+        skipped: scored.skipped,
+    };
+    check_read(
+        "evaluation",
+        read,
+        true,
+        cfg.train.max_bad_fraction,
+        &cfg.data.describe(Part::Eval, &cfg.base_dir),
+    )?;
+    let m = scored.metrics();
+    if !m.logloss.is_finite() {
+        return Err(Error::NonFinite {
+            what: format!("evaluation log loss ({})", m.logloss),
+            place: format!("the evaluation at step {step}"),
+            culprit: non_finite_culprit(model, None),
+        });
+    }
+    Ok((
+        EvalReport {
+            step,
+            split: "eval",
+            auc: m.auc,
+            logloss: m.logloss,
+            ne: m.ne,
+            samples: m.count,
+        },
+        scored.skipped,
+    ))
+}

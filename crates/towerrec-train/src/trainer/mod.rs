@@ -1,0 +1,140 @@
+//! The training loop: batches in, fused forward/backward/update, periodic evaluation,
+//! the metrics log, checkpoints and resume; in one process, or as one rank of a cluster
+//! (each rank trains on its slice of every global batch; see [`crate::cluster`]).
+//!
+//! Outputs in the run directory (written by rank 0): `config.toml` (the resolved config), `metrics.jsonl`
+//! (one JSON object per logged step and per evaluation), `checkpoint.safetensors` and,
+//! at the end, `summary.json`.
+
+mod checks;
+mod evaluation;
+mod log;
+mod run;
+
+pub use checks::check_read;
+pub use run::{finished, train_model};
+
+use crate::cluster::rank_slice;
+use crate::cluster::ClusterReport;
+use crate::config::{Config, ModelKind};
+use crate::error::{Error, Result};
+use crate::memory::MemoryNeed;
+use crate::model::Model;
+use checks::non_finite_culprit;
+use serde::Serialize;
+use std::path::PathBuf;
+use towerrec_core::loss::bce_with_logits_sum;
+use towerrec_core::Batch;
+use towerrec_data::schema;
+
+/// How a run is started.
+#[derive(Debug, Clone, Default)]
+pub struct TrainOptions {
+    /// Run directory: metrics, checkpoints and the summary go here.
+    pub out_dir: PathBuf,
+    /// Continue from the checkpoint in `out_dir`.
+    pub resume: bool,
+    /// Write a checkpoint and stop after this many steps (to test or split a run).
+    pub stop_after: Option<u64>,
+    /// A new run may replace another run's files in `out_dir`.
+    pub overwrite: bool,
+    /// A resumed run may read data files whose content changed since the checkpoint.
+    pub allow_data_change: bool,
+}
+
+/// One logged training step.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepReport {
+    pub step: u64,
+    /// Mean loss over the steps since the last report.
+    pub loss: f64,
+    pub samples_per_sec: f64,
+    pub lr: f64,
+}
+
+/// One evaluation.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalReport {
+    pub step: u64,
+    pub split: &'static str,
+    pub auc: Option<f64>,
+    pub logloss: f64,
+    pub ne: f64,
+    pub samples: usize,
+}
+
+/// What a run ends with (`summary.json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub auc: Option<f64>,
+    pub logloss: f64,
+    pub ne: f64,
+    pub train_samples_per_sec: f64,
+    pub steps: u64,
+    pub model: ModelKind,
+    pub params: usize,
+    pub train_samples: u64,
+    pub eval_samples: usize,
+    pub skipped_train_rows: u64,
+    pub skipped_eval_rows: u64,
+    /// True when the run stopped early at `stop_after` (a checkpoint to resume from was written).
+    pub stopped_early: bool,
+    /// On a cluster: the topology, and time and bytes per step by phase.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterReport>,
+}
+
+/// Receives progress as a run goes (the CLI draws a progress bar from it).
+pub trait Observer {
+    /// Called once before the first step. `total_steps` is known for synthetic data or
+    /// when `max_steps` is set.
+    fn on_start(&mut self, _params: usize, _total_steps: Option<u64>, _resumed_at: u64) {}
+    fn on_step(&mut self, _report: &StepReport) {}
+    fn on_eval(&mut self, _report: &EvalReport) {}
+}
+
+/// An observer that ignores everything.
+pub struct Silent;
+impl Observer for Silent {}
+
+/// Trains as `cfg` says in this process, writing into `opts.out_dir`.
+pub fn train(cfg: &Config, opts: &TrainOptions, observer: &mut dyn Observer) -> Result<Summary> {
+    let data_schema = schema(&cfg.data, &cfg.base_dir)?;
+    cfg.validate_against(&data_schema)?;
+    let tables = crate::cluster::table_specs(cfg, &data_schema)
+        .iter()
+        .fold(0u64, |a, t| a.saturating_add(t.bytes()));
+    MemoryNeed::of_run(cfg, &data_schema, 1, 1, tables).check("the run")?;
+    let model = Model::build(&cfg.model, &cfg.optimizer, &data_schema, cfg.train.seed)?;
+    train_model(cfg, opts, model, observer)
+}
+
+/// One optimizer step on a global batch: this rank's share of its mean loss (the sum
+/// over ranks is the global mean) after forward, backward and update. On a cluster,
+/// every rank calls it with the same global batch and trains on its slice.
+pub fn train_step(
+    model: &mut Model,
+    global: &Batch,
+    (dense_lr, sparse_lr): (f32, f32),
+    logits: &mut Vec<f32>,
+    grad: &mut Vec<f32>,
+) -> Result<f64> {
+    let (rank, world) = model.comm().map_or((0, 1), |c| (c.rank(), c.size()));
+    let batch = rank_slice(global, rank, world);
+    model.forward(&batch, logits)?;
+    grad.resize(logits.len(), 0.0);
+    let n = global.batch_size().max(1);
+    let loss_sum = bce_with_logits_sum(logits, &batch.labels, Some(grad));
+    if !loss_sum.is_finite() {
+        // Before the update: the parameters stay as they were, to be named.
+        return Err(Error::NonFinite {
+            what: format!("loss ({loss_sum})"),
+            place: "a training step".into(),
+            culprit: non_finite_culprit(model, Some(&batch)),
+        });
+    }
+    let scale = 1.0 / n as f32;
+    grad.iter_mut().for_each(|g| *g *= scale);
+    model.backward_update(&batch, logits, grad, dense_lr, sparse_lr)?;
+    Ok(loss_sum / n as f64)
+}

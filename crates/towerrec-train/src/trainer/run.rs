@@ -1,0 +1,396 @@
+//! One training run, start to end: start-up (resume, data check), the epochs and steps,
+//! periodic logs, evaluations and checkpoints, and the summary.
+//!
+//! Start-up ends once the model is built, the checkpoint applied and the data opened;
+//! only then is the run directory changed ([`crate::rundir::begin`]), so a run that
+//! fails at start-up leaves it as it was.
+
+use super::checks::{at, check_read, place};
+use super::evaluation::evaluate_aside;
+use super::log::{write_json, MetricsLog};
+use super::{train_step, EvalReport, Observer, Silent, StepReport, Summary, TrainOptions};
+use crate::checkpoint::{self, Checkpoint, DataFile, Progress};
+use crate::cluster::{global_sum, ClusterReport};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::model::Model;
+use crate::prefetch::{Prefetcher, ReadCounts};
+use crate::rundir::{self, METRICS_FILE, SUMMARY_FILE};
+use std::path::PathBuf;
+use std::time::Instant;
+use towerrec_comm::RankTraffic;
+use towerrec_data::{open, DataConfig, Part};
+
+/// Steps the run will take, where the data says how many samples it has.
+fn total_steps(cfg: &Config) -> Option<u64> {
+    let from_data = match &cfg.data {
+        DataConfig::Synthetic(s) if s.train_samples > 0 => {
+            Some(s.train_samples.div_ceil(cfg.train.batch_size as u64) * cfg.train.epochs as u64)
+        }
+        _ => None,
+    };
+    match (from_data, cfg.train.max_steps) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Whether a run of `cfg` that stands at `progress` has no step left to take.
+pub fn finished(cfg: &Config, progress: Progress) -> bool {
+    progress.epoch as usize >= cfg.train.epochs
+        || progress.step >= cfg.train.max_steps.unwrap_or(u64::MAX)
+}
+
+/// Failure injection for testing how a cluster goes down (docs/CLUSTER.md):
+/// `TOWERREC_FAIL_RANK=R` makes rank `R` return an error right after its step
+/// `TOWERREC_FAIL_STEP` (default 1) instead of going on.
+const FAIL_RANK_ENV: &str = "TOWERREC_FAIL_RANK";
+const FAIL_STEP_ENV: &str = "TOWERREC_FAIL_STEP";
+
+/// The rank and step `TOWERREC_FAIL_RANK` / `TOWERREC_FAIL_STEP` ask to fail, if set.
+fn injected_failure() -> Result<Option<(usize, u64)>> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let Some(rank) = var(FAIL_RANK_ENV) else {
+        return Ok(None);
+    };
+    let bad = |name: &str, v: &str| {
+        Error::Cluster(format!("{name}={v}: expected a non-negative integer"))
+    };
+    let rank = rank.trim().parse().map_err(|_| bad(FAIL_RANK_ENV, &rank))?;
+    let step = match var(FAIL_STEP_ENV) {
+        Some(s) => s.trim().parse().map_err(|_| bad(FAIL_STEP_ENV, &s))?,
+        None => 1,
+    };
+    Ok(Some((rank, step)))
+}
+
+/// Loss, steps and samples since the last report, and when the window started.
+struct Window {
+    loss: f64,
+    steps: u64,
+    samples: u64,
+    start: Instant,
+}
+
+impl Window {
+    fn new() -> Self {
+        Self {
+            loss: 0.0,
+            steps: 0,
+            samples: 0,
+            start: Instant::now(),
+        }
+    }
+}
+
+/// Why a pass over the training data ended.
+enum PassEnd {
+    /// The data ran out: the epoch is done.
+    Data,
+    /// `max_steps` was reached.
+    MaxSteps,
+    /// `stop_after` was reached: a checkpoint was written and the run stops.
+    StopAfter,
+}
+
+/// A run under way: the model, where it stands and what it has written.
+struct Run<'a> {
+    cfg: &'a Config,
+    opts: &'a TrainOptions,
+    model: Model,
+    observer: &'a mut dyn Observer,
+    progress: Progress,
+    log: MetricsLog,
+    ckpt_path: PathBuf,
+    data_files: Vec<DataFile>,
+    window: Window,
+    train_time: f64,
+    samples_run: u64,
+    skipped_train: u64,
+    skipped_eval: u64,
+    last_eval: Option<EvalReport>,
+    /// What evaluations send, kept out of the per-step figures.
+    eval_traffic: Option<RankTraffic>,
+    fail_at: Option<(usize, u64)>,
+}
+
+/// Trains `model` (whole, or this rank's part of a sharded one) as `cfg` says. On a
+/// cluster every rank calls it; only rank 0 writes files and calls `observer`.
+pub fn train_model(
+    cfg: &Config,
+    opts: &TrainOptions,
+    mut model: Model,
+    observer: &mut dyn Observer,
+) -> Result<Summary> {
+    let out = &opts.out_dir;
+    let root = model.comm().is_none_or(|c| c.rank() == 0);
+    if root && !opts.resume {
+        rundir::check_new_run(out, opts.overwrite)?;
+    }
+    let mut silent = Silent;
+    let observer: &mut dyn Observer = if root { observer } else { &mut silent };
+    let ckpt_path = out.join(checkpoint::CHECKPOINT_FILE);
+    let mut progress = Progress::default();
+    if opts.resume {
+        let ckpt = Checkpoint::read(&ckpt_path)?;
+        if !opts.allow_data_change {
+            ckpt.check_data(cfg)?;
+        }
+        ckpt.apply(&mut model)?;
+        progress = ckpt.progress()?;
+    }
+    // The data must open before the directory is touched.
+    drop(open(
+        &cfg.data,
+        Part::Train,
+        cfg.train.bad_rows,
+        &cfg.base_dir,
+    )?);
+    drop(open(
+        &cfg.data,
+        Part::Eval,
+        cfg.train.bad_rows,
+        &cfg.base_dir,
+    )?);
+    let data_files = if root {
+        checkpoint::data_files(cfg)?
+    } else {
+        Vec::new()
+    };
+    if root {
+        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+        rundir::begin(out, cfg, opts.resume.then_some(progress.step))?;
+    }
+    let log = MetricsLog::open(out.join(METRICS_FILE), root)?;
+    let eval_traffic = model.comm().map(|c| {
+        let t = c.traffic();
+        t.since(&t)
+    });
+    let mut run = Run {
+        cfg,
+        opts,
+        model,
+        observer,
+        progress,
+        log,
+        ckpt_path,
+        data_files,
+        window: Window::new(),
+        train_time: 0.0,
+        samples_run: 0,
+        skipped_train: 0,
+        skipped_eval: 0,
+        last_eval: None,
+        eval_traffic,
+        fail_at: injected_failure()?,
+    };
+    run.go(root)
+}
+
+impl Run<'_> {
+    /// The epochs, the final evaluation and the summary.
+    fn go(&mut self, root: bool) -> Result<Summary> {
+        let first_step = self.progress.step;
+        let traffic_start = self.model.comm().map(|c| c.traffic());
+        self.model.reset_times();
+        let params = self.model.param_count();
+        self.observer
+            .on_start(params, total_steps(self.cfg), self.progress.step);
+        let mut stopped_early = false;
+        while !finished(self.cfg, self.progress) && !stopped_early {
+            stopped_early = self.epoch()?;
+        }
+        let report = if stopped_early {
+            self.last_eval.clone()
+        } else {
+            Some(self.finish()?)
+        };
+        let cluster = match traffic_start {
+            Some(start) => Some(ClusterReport::gather(
+                &self.model,
+                &start,
+                self.eval_traffic.as_ref(),
+                self.progress.step - first_step,
+            )?),
+            None => None,
+        };
+        let summary = Summary {
+            auc: report.as_ref().and_then(|r| r.auc),
+            logloss: report.as_ref().map_or(f64::NAN, |r| r.logloss),
+            ne: report.as_ref().map_or(f64::NAN, |r| r.ne),
+            train_samples_per_sec: self.samples_run as f64 / self.train_time.max(1e-9),
+            steps: self.progress.step,
+            model: self.model.kind(),
+            params,
+            train_samples: self.progress.samples,
+            eval_samples: report.as_ref().map_or(0, |r| r.samples),
+            skipped_train_rows: self.skipped_train,
+            skipped_eval_rows: self.skipped_eval,
+            stopped_early,
+            cluster,
+        };
+        if !stopped_early && root {
+            write_json(&self.opts.out_dir.join(SUMMARY_FILE), &summary)?;
+        }
+        Ok(summary)
+    }
+
+    /// One pass over the training data (the rest of one, when resumed mid-epoch);
+    /// true when the run stopped early as asked.
+    fn epoch(&mut self) -> Result<bool> {
+        let cfg = self.cfg;
+        let stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir)?;
+        let from_start = self.progress.batch_in_epoch == 0;
+        let mut reader = Prefetcher::start(
+            stream,
+            cfg.train.batch_size,
+            self.progress.batch_in_epoch,
+            4,
+        );
+        let outcome = self.steps(&mut reader);
+        let read = reader.finish();
+        self.skipped_train += read.skipped;
+        match outcome? {
+            PassEnd::Data => {
+                self.check_train_read(read, from_start)?;
+                self.progress.epoch += 1;
+                self.progress.batch_in_epoch = 0;
+                Ok(false)
+            }
+            // Stopped partway: the epoch stays open, to be resumed where it stood.
+            PassEnd::MaxSteps => Ok(false),
+            PassEnd::StopAfter => Ok(true),
+        }
+    }
+
+    fn check_train_read(&self, read: ReadCounts, from_start: bool) -> Result<()> {
+        let cfg = self.cfg;
+        check_read(
+            "training",
+            read,
+            from_start,
+            cfg.train.max_bad_fraction,
+            &cfg.data.describe(Part::Train, &cfg.base_dir),
+        )
+    }
+
+    /// The steps of one pass, until the data or the run ends.
+    fn steps(&mut self, reader: &mut Prefetcher) -> Result<PassEnd> {
+        let cfg = self.cfg;
+        let (dense_lr, sparse_lr) = (cfg.optimizer.dense_lr, cfg.optimizer.sparse_lr);
+        let max_steps = cfg.train.max_steps.unwrap_or(u64::MAX);
+        let (mut logits, mut grad) = (Vec::new(), Vec::new());
+        let mut step_start = Instant::now();
+        while let Some(batch) = reader.next() {
+            let global = batch?;
+            let factor = cfg.optimizer.schedule.factor(self.progress.step);
+            let lrs = ((dense_lr * factor) as f32, (sparse_lr * factor) as f32);
+            let p = self.progress;
+            let loss = train_step(&mut self.model, &global, lrs, &mut logits, &mut grad)
+                .map_err(|e| at(e, place(p.step + 1, p.epoch, p.batch_in_epoch + 1)))?;
+            let b = global.batch_size() as u64;
+            self.progress.step += 1;
+            self.progress.batch_in_epoch += 1;
+            self.progress.samples += b;
+            self.inject_failure()?;
+            self.samples_run += b;
+            self.train_time += step_start.elapsed().as_secs_f64();
+            self.window.loss += loss;
+            self.window.steps += 1;
+            self.window.samples += b;
+            self.after_step(dense_lr * factor)?;
+            if self.opts.stop_after == Some(self.progress.step) {
+                return Ok(PassEnd::StopAfter);
+            }
+            if self.progress.step >= max_steps {
+                return Ok(PassEnd::MaxSteps);
+            }
+            step_start = Instant::now();
+        }
+        Ok(PassEnd::Data)
+    }
+
+    fn inject_failure(&self) -> Result<()> {
+        if let Some((rank, step)) = self.fail_at {
+            if self.progress.step == step && self.model.comm().map_or(0, |c| c.rank()) == rank {
+                return Err(Error::Cluster(format!(
+                    "injected failure on rank {rank} at step {step} ({FAIL_RANK_ENV})"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The step's log line, evaluation and checkpoint, where they are due.
+    fn after_step(&mut self, lr: f64) -> Result<()> {
+        let (cfg, step) = (self.cfg, self.progress.step);
+        if step % cfg.train.log_every == 0 {
+            self.log_window(lr)?;
+        }
+        if cfg.train.eval_every > 0 && step % cfg.train.eval_every == 0 {
+            self.evaluate()?;
+            self.window.start = Instant::now();
+        }
+        let at_stop = self.opts.stop_after == Some(step);
+        if at_stop || (cfg.train.checkpoint_every > 0 && step % cfg.train.checkpoint_every == 0) {
+            self.save()?;
+            self.window.start = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// Logs the mean loss and speed since the last line.
+    fn log_window(&mut self, lr: f64) -> Result<()> {
+        let w = &self.window;
+        let loss = global_sum(&self.model, w.loss)? / w.steps as f64;
+        let report = StepReport {
+            step: self.progress.step,
+            loss,
+            samples_per_sec: w.samples as f64 / w.start.elapsed().as_secs_f64().max(1e-9),
+            lr,
+        };
+        self.log.write(&report)?;
+        self.observer.on_step(&report);
+        self.window = Window::new();
+        Ok(())
+    }
+
+    fn evaluate(&mut self) -> Result<EvalReport> {
+        let (report, skipped) = evaluate_aside(
+            &mut self.model,
+            self.cfg,
+            self.progress.step,
+            &mut self.eval_traffic,
+        )?;
+        self.skipped_eval = skipped;
+        self.log.write(&report)?;
+        self.observer.on_eval(&report);
+        self.last_eval = Some(report.clone());
+        Ok(report)
+    }
+
+    fn save(&mut self) -> Result<()> {
+        checkpoint::save(
+            &self.ckpt_path,
+            &mut self.model,
+            self.cfg,
+            self.progress,
+            &self.data_files,
+        )
+    }
+
+    /// The last log line, the final checkpoint and the final evaluation.
+    fn finish(&mut self) -> Result<EvalReport> {
+        let cfg = self.cfg;
+        if !self.progress.step.is_multiple_of(cfg.train.log_every) && self.window.steps > 0 {
+            let lr = cfg.optimizer.dense_lr
+                * cfg
+                    .optimizer
+                    .schedule
+                    .factor(self.progress.step.saturating_sub(1));
+            self.log_window(lr)?;
+        }
+        self.save()?;
+        self.evaluate()
+    }
+}

@@ -1,0 +1,409 @@
+//! `towerrec train`: a run from a config or resumed from a checkpoint, in this process,
+//! on an in-process cluster or as one rank of an MPI job; the run directory claimed
+//! (locked, never over another run by accident) before anything is built.
+
+use crate::commands::{absolute, check_threads, load_config, set_threads, Backend, BadRowsArg};
+use crate::progress::Bar;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use towerrec_data::BadRows;
+use towerrec_train::checkpoint::{self, Checkpoint};
+use towerrec_train::rundir::{Claim, RunDir, SUMMARY_FILE};
+use towerrec_train::{Config, TrainOptions};
+
+#[derive(Args)]
+pub struct TrainArgs {
+    /// Run config (TOML). Without it: the embedded quickstart (synthetic Criteo-like data).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Override a config key: `--set train.batch_size=512 --set 'data.split={kind="tail",eval_rows=2000}'`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Run directory for metrics, checkpoints and the summary [default: runs/<config name>].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Continue the run in this directory from its checkpoint, with the checkpoint's
+    /// config. A resume may change only how long and where the run goes: --max-steps,
+    /// --stop-after, --threads, --hosts, --ranks-per-host, --plan, --backend,
+    /// --max-bad-fraction, --data/--eval-data (same content, checked), and --set on
+    /// train.max_steps, train.epochs, train.threads, train.log_every, train.eval_every,
+    /// train.checkpoint_every, train.eval_batch_size, train.max_bad_fraction and
+    /// cluster.*; anything else is refused by name.
+    #[arg(long, conflicts_with = "config")]
+    resume: Option<PathBuf>,
+    /// Replace the run already in --out (its checkpoint, metrics and summary) instead of
+    /// refusing; they are removed only once the new run has started.
+    #[arg(long, conflicts_with = "resume")]
+    overwrite: bool,
+    /// With --resume: accept data files whose content changed since the checkpoint.
+    #[arg(long, requires = "resume")]
+    allow_data_change: bool,
+    /// Training data file, overriding the config's.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Evaluation data file, overriding the config's (evaluates on the whole file).
+    #[arg(long)]
+    eval_data: Option<PathBuf>,
+    /// Whether malformed rows stop the run or are skipped and counted [default: the config's, else fail].
+    #[arg(long, value_enum)]
+    bad_rows: Option<BadRowsArg>,
+    /// With --bad-rows skip: the largest share of malformed rows in a pass over the
+    /// data before the run fails [default: the config's train.max_bad_fraction, else 0.01].
+    #[arg(long, value_name = "FRACTION")]
+    max_bad_fraction: Option<f64>,
+    /// Stop after this many steps (overrides train.max_steps).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_steps: Option<u64>,
+    /// Write a checkpoint and stop after this many steps; `--resume` continues from it.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    stop_after: Option<u64>,
+    /// Worker threads [default: the config's train.threads, else one per core]; on a
+    /// cluster, shared among its ranks.
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Hosts of an in-process cluster (overrides cluster.hosts).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..4097))]
+    hosts: Option<u64>,
+    /// Ranks per host of an in-process cluster (overrides cluster.ranks_per_host).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..4097))]
+    ranks_per_host: Option<u64>,
+    /// Sharding plan (JSON from `towerrec plan`) [default: the config's cluster.plan, else greedy].
+    #[arg(long)]
+    plan: Option<PathBuf>,
+    /// Where the ranks run: threads of this process, or MPI processes (launch with
+    /// `mpirun`; hosts and ranks per host come from the launcher; needs a build with
+    /// `--features mpi`).
+    #[arg(long, value_enum, default_value_t = Backend::InProcess)]
+    backend: Backend,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// What the arguments ask to run: the config, the run directory, and the checkpoint
+/// when resuming.
+struct Resolved {
+    cfg: Config,
+    out: PathBuf,
+    resume: Option<Checkpoint>,
+}
+
+/// The config of a resumed run: the checkpoint's, with only the changes a resume
+/// allows.
+fn resume_config(a: &TrainArgs, ckpt: &Checkpoint) -> Result<Config> {
+    let base = ckpt.config()?;
+    if let Some(b) = a.bad_rows {
+        if BadRows::from(b) != base.train.bad_rows {
+            bail!(
+                "--bad-rows cannot change when resuming: the run read its data with bad_rows = {:?}, \
+                 and skipping other rows would shift every later batch",
+                base.train.bad_rows
+            );
+        }
+    }
+    Ok(base.with_resume_overrides(&a.set)?)
+}
+
+fn resolve(a: &TrainArgs) -> Result<Resolved> {
+    let (mut cfg, out, resume) = match &a.resume {
+        Some(dir) => {
+            if a.out.is_some() {
+                bail!(
+                    "--out cannot be combined with --resume: a run continues in its own directory"
+                );
+            }
+            let ckpt = Checkpoint::read(&checkpoint::resolve(dir))
+                .with_context(|| format!("resuming from {}", dir.display()))?;
+            (resume_config(a, &ckpt)?, dir.clone(), Some(ckpt))
+        }
+        None => {
+            let cfg = load_config(a.config.as_deref(), &a.set)?;
+            let name = a.config.as_ref().and_then(|p| p.file_stem()).map_or_else(
+                || "quickstart".to_string(),
+                |s| s.to_string_lossy().into_owned(),
+            );
+            let out = a
+                .out
+                .clone()
+                .unwrap_or_else(|| Path::new("runs").join(name));
+            (cfg, out, None)
+        }
+    };
+    cfg.override_data(absolute(a.data.clone())?, absolute(a.eval_data.clone())?);
+    if let Some(b) = a.bad_rows {
+        cfg.train.bad_rows = b.into();
+    }
+    if let Some(f) = a.max_bad_fraction {
+        if !(0.0..=1.0).contains(&f) {
+            bail!("--max-bad-fraction: must be between 0 and 1, got {f}");
+        }
+        cfg.train.max_bad_fraction = f;
+    }
+    if let Some(n) = a.max_steps {
+        cfg.train.max_steps = Some(n);
+    }
+    if let Some(h) = a.hosts {
+        cfg.cluster.hosts = h as usize;
+    }
+    if let Some(r) = a.ranks_per_host {
+        cfg.cluster.ranks_per_host = r as usize;
+    }
+    if let Some(p) = absolute(a.plan.clone())? {
+        cfg.cluster.plan = Some(p);
+    }
+    if cfg.cluster.world_size() > towerrec_train::config::MAX_WORLD_SIZE {
+        bail!(
+            "--hosts × --ranks-per-host must be at most {}",
+            towerrec_train::config::MAX_WORLD_SIZE
+        );
+    }
+    Ok(Resolved { cfg, out, resume })
+}
+
+/// Whether `r` resumes a run that has already finished (summary written, no step
+/// left); says so.
+fn already_finished(r: &Resolved) -> Result<bool> {
+    let Some(ckpt) = &r.resume else {
+        return Ok(false);
+    };
+    let progress = ckpt.progress()?;
+    if !r.out.join(SUMMARY_FILE).exists() || !towerrec_train::trainer::finished(&r.cfg, progress) {
+        return Ok(false);
+    }
+    println!(
+        "the run in {} already finished at step {}; nothing to do (its results: {}; to \
+         train further, resume with a larger --max-steps or --set train.epochs=N)",
+        r.out.display(),
+        progress.step,
+        r.out.join(SUMMARY_FILE).display()
+    );
+    Ok(true)
+}
+
+pub fn train(a: TrainArgs) -> Result<()> {
+    let resolved = resolve(&a)?;
+    if already_finished(&resolved)? {
+        return Ok(());
+    }
+    let Resolved { cfg, out, resume } = resolved;
+    let mpi = if a.backend == Backend::Mpi {
+        Some(mpi::start()?)
+    } else {
+        None
+    };
+    let result = train_on(&a, cfg, out, resume.is_some(), mpi.as_ref());
+    if let (Err(e), Some(session)) = (&result, &mpi) {
+        // Returning would leave the other ranks blocked in a collective and this one in
+        // MPI_Finalize: end the whole job instead.
+        eprintln!(
+            "error: rank {} of {}: {e:#}; calling MPI_Abort to stop the job",
+            session.rank(),
+            session.size()
+        );
+        session.abort(1);
+    }
+    result
+}
+
+/// The rest of `train`, once MPI (if asked for) is up.
+fn train_on(
+    a: &TrainArgs,
+    mut cfg: Config,
+    out: PathBuf,
+    resume: bool,
+    mpi: Option<&mpi::Session>,
+) -> Result<()> {
+    if let Some(session) = mpi {
+        let t = session.topology();
+        if a.hosts.is_some() || a.ranks_per_host.is_some() {
+            bail!("with --backend mpi the launcher sets the hosts and ranks ({t}): drop --hosts and --ranks-per-host");
+        }
+        cfg.cluster.hosts = t.hosts;
+        cfg.cluster.ranks_per_host = t.ranks_per_host;
+    }
+    let threads = match a.threads {
+        Some(n) => check_threads(n, "--threads")?,
+        None => check_threads(cfg.train.threads, "train.threads")?,
+    };
+    let threads = match (mpi, threads) {
+        // One pool per process: share the host's cores among its ranks.
+        (Some(s), 0) => (crate::commands::num_cores() / s.topology().ranks_per_host).max(1),
+        _ => threads,
+    };
+    set_threads(threads)?;
+    let opts = TrainOptions {
+        out_dir: out.clone(),
+        resume,
+        stop_after: a.stop_after,
+        overwrite: a.overwrite,
+        allow_data_change: a.allow_data_change,
+    };
+    let root = mpi.is_none_or(|s| s.rank() == 0);
+    // Held until the run ends: a second run in the same directory is refused.
+    let _dir = if root {
+        let claim = if resume {
+            Claim::Resume
+        } else {
+            Claim::New {
+                overwrite: a.overwrite,
+            }
+        };
+        Some(RunDir::claim(&out, claim)?)
+    } else {
+        None
+    };
+    let mut bar = Bar::new(a.quiet || !root);
+    let started = Instant::now();
+    let threads = if threads == 0 {
+        rayon::current_num_threads()
+    } else {
+        threads
+    };
+    let summary = match mpi {
+        Some(session) => mpi::train(session, &cfg, &opts, &mut bar)?,
+        None => towerrec_train::cluster::train_configured(&cfg, &opts, threads, &mut bar)?,
+    };
+    bar.finish();
+    if !root {
+        return Ok(());
+    }
+    let auc = summary
+        .auc
+        .map_or_else(|| "n/a (one class only)".into(), |v| format!("{v:.4}"));
+    if summary.stopped_early {
+        println!(
+            "stopped at step {} as asked; checkpoint in {} (continue with --resume {})",
+            summary.steps,
+            out.display(),
+            out.display()
+        );
+        return Ok(());
+    }
+    if summary.skipped_train_rows + summary.skipped_eval_rows > 0 {
+        println!(
+            "skipped malformed rows: {} in training data, {} in evaluation data",
+            summary.skipped_train_rows, summary.skipped_eval_rows
+        );
+    }
+    if let Some(c) = &summary.cluster {
+        print_cluster(c);
+    }
+    println!(
+        "final eval: auc {auc} logloss {:.5} ne {:.5} | {} steps, {:.0} train samples/s, {:.1}s | run in {}",
+        summary.logloss,
+        summary.ne,
+        summary.steps,
+        summary.train_samples_per_sec,
+        started.elapsed().as_secs_f64(),
+        out.display()
+    );
+    Ok(())
+}
+
+/// `--backend mpi`: present only in builds with the `mpi` feature.
+mod mpi {
+    use anyhow::Result;
+    use towerrec_train::{Config, Summary, TrainOptions};
+
+    #[cfg(feature = "mpi")]
+    pub use towerrec_comm::mpi::MpiSession as Session;
+
+    /// Stands in for an MPI session in builds without MPI; never constructed.
+    #[cfg(not(feature = "mpi"))]
+    pub enum Session {}
+
+    #[cfg(not(feature = "mpi"))]
+    impl Session {
+        pub fn topology(&self) -> towerrec_comm::Topology {
+            match *self {}
+        }
+        pub fn rank(&self) -> usize {
+            match *self {}
+        }
+        pub fn size(&self) -> usize {
+            match *self {}
+        }
+        pub fn abort(&self, _code: i32) -> ! {
+            match *self {}
+        }
+    }
+
+    #[cfg(feature = "mpi")]
+    pub fn start() -> Result<Session> {
+        Ok(towerrec_comm::mpi::init_mpi()?)
+    }
+
+    #[cfg(not(feature = "mpi"))]
+    pub fn start() -> Result<Session> {
+        anyhow::bail!(
+            "this towerrec was built without MPI: install OpenMPI (apt-get install -y \
+             libopenmpi-dev openmpi-bin libclang-dev) and build with \
+             `cargo build --release --features mpi`"
+        )
+    }
+
+    /// This process's rank of an MPI run.
+    #[cfg(feature = "mpi")]
+    pub fn train(
+        session: &Session,
+        cfg: &Config,
+        opts: &TrainOptions,
+        observer: &mut dyn towerrec_train::Observer,
+    ) -> Result<Summary> {
+        let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir)?;
+        let plan = cfg.plan_path().map(towerrec_plan::Plan::load).transpose()?;
+        let plan = towerrec_train::cluster::resolve_plan(cfg, &schema, session.topology(), plan)?;
+        let comm = session.world()?;
+        towerrec_train::cluster::check_run_fits(cfg, &schema, &plan, comm.size(), [comm.rank()])?;
+        Ok(towerrec_train::cluster::train_rank(
+            cfg, opts, comm, &plan, observer,
+        )?)
+    }
+
+    #[cfg(not(feature = "mpi"))]
+    pub fn train(
+        session: &Session,
+        _: &Config,
+        _: &TrainOptions,
+        _: &mut dyn towerrec_train::Observer,
+    ) -> Result<Summary> {
+        match *session {}
+    }
+}
+
+/// The per-step traffic and phase times of a cluster run.
+fn print_cluster(c: &towerrec_train::cluster::ClusterReport) {
+    println!(
+        "cluster {} hosts × {} ranks: bytes per step (all ranks)   intra-host    cross-host",
+        c.hosts, c.ranks_per_host
+    );
+    for p in &c.bytes_per_step {
+        if p.intra_host + p.cross_host > 0.0 {
+            println!(
+                "  {:<44} {:>12} {:>13}",
+                p.phase,
+                human_bytes(p.intra_host),
+                human_bytes(p.cross_host)
+            );
+        }
+    }
+    let phases: Vec<String> = c
+        .phase_ms_per_step
+        .iter()
+        .filter(|(_, ms)| *ms > 0.0)
+        .map(|(name, ms)| format!("{name} {ms:.2}"))
+        .collect();
+    println!("  rank 0 ms per step: {}", phases.join(", "));
+}
+
+fn human_bytes(b: f64) -> String {
+    if b >= 1e6 {
+        format!("{:.2} MB", b / 1e6)
+    } else if b >= 1e3 {
+        format!("{:.1} kB", b / 1e3)
+    } else {
+        format!("{b:.0} B")
+    }
+}
