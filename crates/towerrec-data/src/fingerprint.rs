@@ -29,7 +29,7 @@ pub struct FileFingerprint {
     pub size: u64,
     /// Modification time, nanoseconds since the Unix epoch, where the system has it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub modified_ns: Option<u128>,
+    pub modified_ns: Option<u64>,
     /// xxh3-64 of the content (or of the sampled blocks), hexadecimal.
     pub hash: String,
     /// Whether `hash` covers sampled blocks only.
@@ -47,7 +47,7 @@ impl FileFingerprint {
             .modified()
             .ok()
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map(|d| d.as_nanos());
+            .and_then(|d| u64::try_from(d.as_nanos()).ok());
         let mut hasher = Xxh3::new();
         hasher.update(&size.to_le_bytes());
         let sampled = size > WHOLE_HASH_LIMIT;

@@ -11,9 +11,10 @@ pub enum Error {
     /// A plan-wide problem (missing tables, memory budget, topology).
     #[error("plan: {0}")]
     Plan(String),
-    /// The JSON could not be read.
+    /// The JSON could not be read (not a source: the message includes it, and a chain
+    /// printer would print it twice).
     #[error("plan JSON: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
     /// A table of the model that no plan can hold (no rows, no columns, a name used
     /// twice, a pooling factor that is not a number).
     #[error("model table '{table}': {reason}")]
@@ -23,17 +24,24 @@ pub enum Error {
     #[error("planning request: {0}")]
     Request(String),
     /// A plan file could not be read or written.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        // Not named `source`: the message already includes it.
+        error: std::io::Error,
     },
     /// A plan file is not valid plan JSON.
-    #[error("plan JSON in {}: {source}", path.display())]
+    #[error("plan JSON in {}: {error}", path.display())]
     JsonFile {
         path: PathBuf,
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Self {
+        Error::Json(e)
+    }
 }
 
 /// This crate's result.

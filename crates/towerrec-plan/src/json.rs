@@ -48,13 +48,13 @@ impl Plan {
     /// Reads a plan file (see [`Plan::from_json`]); errors name the file.
     pub fn load(path: impl AsRef<Path>) -> Result<Plan> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        let text = std::fs::read_to_string(path).map_err(|error| Error::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
-        serde_json::from_str(&text).map_err(|source| Error::JsonFile {
+        serde_json::from_str(&text).map_err(|error| Error::JsonFile {
             path: path.to_path_buf(),
-            source,
+            error,
         })
     }
 
@@ -62,12 +62,12 @@ impl Plan {
     /// temporary file renamed into place); errors name the file.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        towerrec_core::fsio::write_atomic(path, self.to_json_pretty().as_bytes()).map_err(
-            |source| Error::Io {
+        towerrec_core::fsio::write_atomic(path, self.to_json_pretty().as_bytes()).map_err(|error| {
+            Error::Io {
                 path: path.to_path_buf(),
-                source,
-            },
-        )
+                error,
+            }
+        })
     }
 }
 

@@ -16,16 +16,18 @@ pub enum Error {
         known: String,
     },
     /// A TOML file that does not parse as a hardware description.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Toml {
         path: PathBuf,
-        source: Box<toml::de::Error>,
+        // Not named `source`: the message already includes it, and a chain printer
+        // (anyhow's `{:#}`) would print it twice.
+        error: Box<toml::de::Error>,
     },
     /// A file that could not be read or written.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A plot that could not be drawn.
     #[error("plot {}: {reason}", path.display())]

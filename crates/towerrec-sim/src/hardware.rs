@@ -136,9 +136,9 @@ impl Hardware {
                 known: format!("{}; nor is it a file", Self::preset_names().join(", ")),
             });
         }
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        let text = std::fs::read_to_string(path).map_err(|error| Error::Io {
             path: path.into(),
-            source,
+            error,
         })?;
         Self::from_toml(&text, path)
     }
@@ -147,7 +147,7 @@ impl Hardware {
     pub fn from_toml(text: &str, origin: &Path) -> Result<Self> {
         let hw: Hardware = toml::from_str(text).map_err(|e| Error::Toml {
             path: origin.into(),
-            source: Box::new(e),
+            error: Box::new(e),
         })?;
         hw.validate()?;
         Ok(hw)
@@ -162,11 +162,11 @@ impl Hardware {
     pub fn save(&self, path: &Path) -> Result<()> {
         let text = self.to_toml().map_err(|e| Error::Io {
             path: path.into(),
-            source: std::io::Error::other(e),
+            error: std::io::Error::other(e),
         })?;
-        towerrec_core::fsio::write_atomic(path, text.as_bytes()).map_err(|source| Error::Io {
+        towerrec_core::fsio::write_atomic(path, text.as_bytes()).map_err(|error| Error::Io {
             path: path.into(),
-            source,
+            error,
         })
     }
 

@@ -74,7 +74,7 @@ impl DramTiming {
                 })?;
         toml::from_str(text).map_err(|e| Error::Toml {
             path: format!("<built-in {name}>").into(),
-            source: Box::new(e),
+            error: Box::new(e),
         })
     }
 

@@ -39,11 +39,32 @@ pub enum Claim {
     Resume,
 }
 
-/// A run directory with its lock held; dropping it releases the lock.
+/// A run directory with its lock held; dropping it releases the lock, and removes the
+/// directory again if the claim created it and nothing but the lock was written.
 #[derive(Debug)]
 pub struct RunDir {
     path: PathBuf,
-    _lock: File,
+    lock: Option<File>,
+    created: bool,
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        drop(self.lock.take());
+        if !self.created {
+            return;
+        }
+        let only_lock = std::fs::read_dir(&self.path).is_ok_and(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .all(|e| e.file_name() == LOCK_FILE)
+        });
+        if only_lock {
+            // Best effort: a leftover empty directory is harmless.
+            let _ = std::fs::remove_file(self.path.join(LOCK_FILE));
+            let _ = std::fs::remove_dir(&self.path);
+        }
+    }
 }
 
 /// The run files `dir` holds.
@@ -87,6 +108,7 @@ impl RunDir {
                 "holds no {CHECKPOINT_FILE} to resume from"
             )));
         }
+        let created = !path.exists();
         std::fs::create_dir_all(path).map_err(|e| Error::io(path, e))?;
         let lock_path = path.join(LOCK_FILE);
         let mut lock = OpenOptions::new()
@@ -96,6 +118,11 @@ impl RunDir {
             .write(true)
             .open(&lock_path)
             .map_err(|e| Error::io(&lock_path, e))?;
+        let mut dir = Self {
+            path: path.to_path_buf(),
+            lock: None,
+            created,
+        };
         if !try_lock(&lock) {
             let holder = std::fs::read_to_string(&lock_path).unwrap_or_default();
             return Err(dir_error(format!(
@@ -109,13 +136,11 @@ impl RunDir {
         // Who holds it, for the message above; the lock is the flock, not this text.
         let _ = lock.set_len(0);
         let _ = writeln!(lock, "{}", std::process::id());
+        dir.lock = Some(lock);
         if let Claim::New { overwrite } = claim {
             check_new_run(path, overwrite)?;
         }
-        Ok(Self {
-            path: path.to_path_buf(),
-            _lock: lock,
-        })
+        Ok(dir)
     }
 
     /// The directory.
@@ -200,6 +225,7 @@ mod tests {
     #[test]
     fn a_directory_is_claimed_once_and_another_run_is_refused() {
         let d = scratch("claim");
+        std::fs::create_dir_all(&d).unwrap();
         let first = RunDir::claim(&d, Claim::New { overwrite: false }).unwrap();
         let e = RunDir::claim(&d, Claim::New { overwrite: true }).unwrap_err();
         assert!(
@@ -216,6 +242,18 @@ mod tests {
         assert!(RunDir::claim(&d, Claim::New { overwrite: true }).is_ok());
         let e = RunDir::claim(&d, Claim::Resume).unwrap_err();
         assert!(e.to_string().contains("no checkpoint.safetensors"), "{e}");
+        std::fs::remove_dir_all(d).ok();
+    }
+
+    #[test]
+    fn a_directory_the_claim_created_goes_when_nothing_was_written() {
+        let d = scratch("created");
+        drop(RunDir::claim(&d, Claim::New { overwrite: false }).unwrap());
+        assert!(!d.exists());
+        let kept = RunDir::claim(&d, Claim::New { overwrite: false }).unwrap();
+        std::fs::write(d.join(METRICS_FILE), "").unwrap();
+        drop(kept);
+        assert!(d.join(METRICS_FILE).exists());
         std::fs::remove_dir_all(d).ok();
     }
 

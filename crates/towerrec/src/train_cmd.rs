@@ -4,7 +4,7 @@
 
 use crate::commands::{absolute, check_threads, load_config, set_threads, Backend, BadRowsArg};
 use crate::progress::Bar;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -114,8 +114,10 @@ fn resolve(a: &TrainArgs) -> Result<Resolved> {
                     "--out cannot be combined with --resume: a run continues in its own directory"
                 );
             }
-            let ckpt = Checkpoint::read(&checkpoint::resolve(dir))
-                .with_context(|| format!("resuming from {}", dir.display()))?;
+            if !dir.exists() {
+                bail!("--resume {}: no such run directory", dir.display());
+            }
+            let ckpt = Checkpoint::read(&checkpoint::resolve(dir))?;
             (resume_config(a, &ckpt)?, dir.clone(), Some(ckpt))
         }
         None => {

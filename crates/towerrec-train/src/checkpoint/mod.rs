@@ -392,3 +392,6 @@ impl Checkpoint {
         model.load_whole_tables(&whole)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -43,9 +43,14 @@ pub(crate) fn non_finite_culprit(model: &mut Model, batch: Option<&Batch>) -> St
             );
         }
     }
+    let mut largest = (0.0f32, String::new());
     for p in model.dense_params() {
         if let Some(x) = p.value.iter().find(|x| !x.is_finite()) {
             return format!("dense parameter '{}' holds {x}", p.name);
+        }
+        let top = p.value.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+        if top > largest.0 {
+            largest = (top, p.name.to_string());
         }
     }
     let names: Vec<String> = model.table_descs().iter().map(|d| d.name.clone()).collect();
@@ -65,7 +70,11 @@ pub(crate) fn non_finite_culprit(model: &mut Model, batch: Option<&Batch>) -> St
             "embedding table '{}' holds non-finite weights",
             names.get(i).map_or("?", String::as_str)
         ),
-        None => "every parameter is finite: the forward pass overflowed".into(),
+        None => format!(
+            "every parameter is finite but the forward pass overflowed (largest dense weight \
+             {:e}, in '{}')",
+            largest.0, largest.1
+        ),
     }
 }
 

@@ -64,6 +64,24 @@ fn injected_failure() -> Result<Option<(usize, u64)>> {
     Ok(Some((rank, step)))
 }
 
+/// Fails where `part` of the data yields no sample (reading up to its first).
+fn check_has_samples(cfg: &Config, part: Part) -> Result<()> {
+    let mut stream = open(&cfg.data, part, cfg.train.bad_rows, &cfg.base_dir)?;
+    if stream.next_record()?.is_some() {
+        return Ok(());
+    }
+    let name = match part {
+        Part::Train => "training",
+        Part::Eval => "evaluation",
+    };
+    let read = ReadCounts {
+        rows: 0,
+        skipped: stream.skipped(),
+    };
+    let source = cfg.data.describe(part, &cfg.base_dir);
+    check_read(name, read, true, cfg.train.max_bad_fraction, &source)
+}
+
 /// Loss, steps and samples since the last report, and when the window started.
 struct Window {
     loss: f64,
@@ -139,19 +157,10 @@ pub fn train_model(
         ckpt.apply(&mut model)?;
         progress = ckpt.progress()?;
     }
-    // The data must open before the directory is touched.
-    drop(open(
-        &cfg.data,
-        Part::Train,
-        cfg.train.bad_rows,
-        &cfg.base_dir,
-    )?);
-    drop(open(
-        &cfg.data,
-        Part::Eval,
-        cfg.train.bad_rows,
-        &cfg.base_dir,
-    )?);
+    // The data must open, and hold a sample of each part, before the directory is
+    // touched: an empty evaluation part found after hours of training is no use.
+    check_has_samples(cfg, Part::Train)?;
+    check_has_samples(cfg, Part::Eval)?;
     let data_files = if root {
         checkpoint::data_files(cfg)?
     } else {

@@ -36,3 +36,43 @@ pub fn tmp(suite: &str, name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// Runs the built `towerrec` with `args` from `dir`.
+pub fn towerrec_in(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_towerrec"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("the binary runs")
+}
+
+/// The quickstart shrunk to about a second: 2,000 training and 500 evaluation samples
+/// of small tables, one process (`--hosts` and `--ranks-per-host` override it).
+pub const TINY: [&str; 12] = [
+    "--set",
+    "data.train_samples=2000",
+    "--set",
+    "data.eval_samples=500",
+    "--set",
+    "data.tables=[{ rows = 200, zipf_exponent = 1.05, pooling = 1, count = 8 }]",
+    "--set",
+    "train.eval_every=0",
+    "--set",
+    "cluster.hosts=1",
+    "--set",
+    "cluster.ranks_per_host=1",
+];
+
+/// Asserts that `o` failed with status 1 and that its stderr holds every one of
+/// `needles` and reads well (no doubled prefixes); returns stderr.
+pub fn assert_fails_with(o: &Output, needles: &[&str]) -> String {
+    let (_, err) = text(o);
+    assert_eq!(o.status.code(), Some(1), "{}", describe(o));
+    for n in needles {
+        assert!(err.contains(n), "expected {n:?} in:\n{}", describe(o));
+    }
+    for double in ["error: error:", "config config", "Error: error"] {
+        assert!(!err.contains(double), "{double:?} in:\n{err}");
+    }
+    err
+}
