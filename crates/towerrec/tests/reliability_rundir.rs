@@ -248,6 +248,53 @@ fn outputs_never_replace_inputs() {
 }
 
 #[test]
+fn predictions_never_replace_the_data_they_score() {
+    let dir = tmp("predictions");
+    let out = dir.join("run");
+    assert!(train(&out, &[]).status.success());
+    let data = dir.join("eval.bin");
+    let gen = ["datagen", "--part", "eval", "--out", data.to_str().unwrap()];
+    let mut gen = gen.to_vec();
+    gen.extend([
+        "--set",
+        "data.train_samples=2000",
+        "--set",
+        "data.eval_samples=500",
+    ]);
+    gen.extend([
+        "--set",
+        "data.tables=[{ rows = 200, zipf_exponent = 1.05, pooling = 1, count = 8 }]",
+    ]);
+    assert!(towerrec(&gen).status.success());
+    let before = std::fs::read(&data).unwrap();
+    let d = data.to_str().unwrap();
+    let o = towerrec(&[
+        "eval",
+        "--checkpoint",
+        out.to_str().unwrap(),
+        "--data",
+        d,
+        "--predictions",
+        d,
+    ]);
+    assert_fails_with(&o, &["--predictions", "would destroy the input"]);
+    assert_eq!(std::fs::read(&data).unwrap(), before);
+    let p = dir.join("p.txt");
+    let o = towerrec(&[
+        "eval",
+        "--checkpoint",
+        out.to_str().unwrap(),
+        "--data",
+        d,
+        "--predictions",
+        p.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", describe(&o));
+    assert_eq!(std::fs::read_to_string(&p).unwrap().lines().count(), 500);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
 fn datagen_refuses_what_the_disk_cannot_hold_and_cleans_up_when_stopped() {
     let dir = tmp("datagen");
     let out = dir.join("big.bin");
