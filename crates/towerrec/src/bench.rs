@@ -85,7 +85,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
 }
 
 fn model(a: ModelArgs) -> Result<()> {
-    crate::commands::set_threads(a.threads.unwrap_or(0))?;
+    crate::commands::set_threads(crate::commands::check_threads(
+        a.threads.unwrap_or(0),
+        "--threads",
+    )?)?;
     let cfg = match &a.config {
         Some(p) => Config::load(p, &a.set)?,
         None => Config::quickstart(&a.set)?,
@@ -106,6 +109,12 @@ fn model(a: ModelArgs) -> Result<()> {
             .max(1),
     };
     let (hosts, ranks) = (a.hosts.unwrap_or(1), a.ranks_per_host.unwrap_or(1));
+    let max = towerrec_train::cluster::MAX_IN_PROCESS_RANKS;
+    if hosts.checked_mul(ranks).is_none_or(|w| w > max || w == 0) {
+        anyhow::bail!(
+            "--hosts × --ranks-per-host must be between 1 and {max} (the ranks are threads of this process)"
+        );
+    }
     let r = if hosts * ranks == 1 && a.plan.is_none() {
         bench_model(&cfg, &batches, mode, timing)?
     } else {

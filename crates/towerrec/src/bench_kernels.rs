@@ -82,7 +82,7 @@ pub fn run(a: KernelsArgs) -> Result<()> {
     if threads == 0 {
         bail!("--threads must be at least 1");
     }
-    crate::commands::set_threads(threads)?;
+    crate::commands::set_threads(crate::commands::check_threads(threads, "--threads")?)?;
     let pooling: Vec<usize> = match a.pooling.len() {
         1 => vec![a.pooling[0]; a.dims.len()],
         n if n == a.dims.len() => a.pooling.clone(),
