@@ -53,7 +53,7 @@ impl Watchdog {
                     "watchdog",
                     format!(
                         "the collective timeout must be a finite number of seconds greater \
-                         than 0, not {timeout_secs}"
+                         than 0, not {timeout_secs:?}"
                     ),
                 )
             })?;

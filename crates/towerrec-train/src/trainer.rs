@@ -33,6 +33,9 @@ pub struct TrainOptions {
     pub resume: bool,
     /// Write a checkpoint and stop after this many steps (to test or split a run).
     pub stop_after: Option<u64>,
+    /// On a cluster: how long a collective may make no progress before the run fails
+    /// (in-process; under MPI the session's watchdog, set at `init_mpi_with`, applies).
+    pub watchdog: towerrec_comm::Watchdog,
 }
 
 /// One logged training step.
@@ -283,6 +286,7 @@ pub fn train_model(
     let mut last_eval: Option<EvalReport> = None;
     let mut stopped_early = false;
     let fail_at = injected_failure()?;
+    let stall_at = crate::inject::stall_at()?;
 
     'epochs: while (progress.epoch as usize) < cfg.train.epochs && progress.step < max_steps {
         let stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir)?;
@@ -293,6 +297,9 @@ pub fn train_model(
             let global = batch?;
             let factor = cfg.optimizer.schedule.factor(progress.step);
             let lrs = ((dense_lr * factor) as f32, (sparse_lr * factor) as f32);
+            if let Some(comm) = model.comm() {
+                comm.set_step(progress.step + 1);
+            }
             let loss = train_step(&mut model, &global, lrs, &mut logits, &mut grad)?;
             let b = global.batch_size() as u64;
             progress.step += 1;
@@ -303,6 +310,7 @@ pub fn train_model(
                     )));
                 }
             }
+            crate::inject::stall_if_asked(stall_at, &model, progress.step);
             progress.batch_in_epoch += 1;
             progress.samples += b;
             train_samples_run += b;

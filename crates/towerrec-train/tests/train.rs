@@ -48,6 +48,7 @@ fn run(cfg: &Config, out: &Path, resume: bool, stop_after: Option<u64>) -> tower
         out_dir: out.to_path_buf(),
         resume,
         stop_after,
+        ..Default::default()
     };
     train(cfg, &opts, &mut Silent).expect("training runs")
 }
@@ -200,6 +201,7 @@ fn missing_checkpoint_is_an_error_naming_the_file() {
         out_dir: out.clone(),
         resume: true,
         stop_after: None,
+        ..Default::default()
     };
     let err = train(&cfg, &opts, &mut Silent).expect_err("no checkpoint to resume");
     assert!(err.to_string().contains(CHECKPOINT_FILE), "{err}");
