@@ -142,7 +142,8 @@ impl InProcess {
             g.cv.notify_all();
             return Ok(Arc::clone(&round.last));
         }
-        let waiting_since = Instant::now();
+        // Read the clock only once the wait outlasts a poll: most rounds complete before.
+        let mut waiting_since: Option<Instant> = None;
         loop {
             let (r, _) =
                 g.cv.wait_timeout(round, FAILURE_POLL)
@@ -157,7 +158,8 @@ impl InProcess {
                 }
                 // The closing round is not watched: every rank reaching it is only
                 // copying, and leaving it early would free a buffer others still read.
-                if waiting_since.elapsed() >= self.world.watchdog.timeout() {
+                let since = *waiting_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= self.world.watchdog.timeout() {
                     self.world.stall(self.stall_report(&round));
                     return Err(self.world.failure());
                 }
