@@ -186,7 +186,10 @@ const PHASE_SHIFT: u32 = 8;
 const SEQ_SHIFT: u32 = 16;
 
 /// One rank's collectives and step, shared by all its groups and read by the watchdog.
+/// A cache line of its own: in-process, the ranks' records are written by different
+/// threads at every collective.
 #[derive(Debug, Default)]
+#[repr(align(64))]
 pub(crate) struct Activity {
     current: AtomicU64,
     step: AtomicU64,
