@@ -76,12 +76,13 @@ fn a_blocked_rank_fails_the_others_collective_naming_it() {
 
 /// Runs `op` on `group` ("world", "intra_host" or "peers") of a 2 × 2 cluster in which
 /// rank 1 blocks after the groups are made, until another rank's collective fails (at
-/// most 30 s). Returns the run's stall.
+/// most 30 s). Returns the run's stall. The timeout, 0.4 s, leaves a thread slow to
+/// start on a loaded machine time to join the groups' creation, which is watched too.
 fn stall_of(op: &str, group: &str) -> Stall {
     let released = AtomicBool::new(false);
     let out = run_in_process_with(
         two_by_two(),
-        Watchdog::new(0.25).unwrap(),
+        Watchdog::new(0.4).unwrap(),
         |comm: Comm| -> Result<(), Error> {
             comm.set_step(3);
             let sub = match group {
