@@ -22,7 +22,7 @@ fn main() -> ExitCode {
         return rank_main();
     }
     type Test = fn() -> Result<Option<String>, String>;
-    let tests: [(&str, Test); 6] = [
+    let tests: [(&str, Test); 7] = [
         (
             "mpirun_2x2_matches_in_process",
             mpirun_2x2_matches_in_process,
@@ -35,6 +35,10 @@ fn main() -> ExitCode {
         (
             "stopped_rank_is_named_by_the_watchdog",
             stopped_rank_is_named_by_the_watchdog,
+        ),
+        (
+            "busy_rank_answers_the_watchdog",
+            busy_rank_answers_the_watchdog,
         ),
         (
             "emulated_cluster_2x2_matches_in_process",
@@ -88,17 +92,22 @@ fn main() -> ExitCode {
     }
 }
 
-/// The watchdog's timeout in the "stall" mode, seconds.
+/// The watchdog's timeout in the "stall" and "busy" modes, seconds.
 const STALL_TIMEOUT: f64 = 1.0;
 
 /// The "stall" mode: rank 1 stops itself (SIGSTOP) at step 5 while rank 0, on its
 /// host, waits for it in an AllReduce of the intra-host group and the other host's
-/// ranks, done with theirs, wait in a barrier of the world.
-fn stall(world: &Comm) -> towerrec_comm::Result<String> {
+/// ranks, done with theirs, wait in a barrier of the world. The "busy" mode: the same,
+/// but rank 1 stays alive (its thread sleeps), so its watchdog answers.
+fn stall(world: &Comm, stop: bool) -> towerrec_comm::Result<String> {
     world.set_step(5);
     let host = world.intra_host()?;
     if world.rank() == 1 {
-        world.hang();
+        if stop {
+            world.hang();
+        } else {
+            std::thread::sleep(Duration::from_secs(60));
+        }
     }
     let mut v = [1.0f32; 8];
     host.all_reduce(&mut v, Phase::Control)?;
@@ -110,7 +119,7 @@ fn stall(world: &Comm) -> towerrec_comm::Result<String> {
 fn rank_main() -> ExitCode {
     let mode = std::env::var(MODE_ENV).unwrap_or_else(|_| "selftest".into());
     let session = match mode.as_str() {
-        "stall" => Watchdog::new(STALL_TIMEOUT).and_then(init_mpi_with),
+        "stall" | "busy" => Watchdog::new(STALL_TIMEOUT).and_then(init_mpi_with),
         _ => init_mpi(),
     };
     let session = match session {
@@ -133,7 +142,8 @@ fn rank_main() -> ExitCode {
             world.barrier()?;
             Ok(String::from("barrier passed without rank 1"))
         }
-        "stall" => stall(&world),
+        "stall" => stall(&world, true),
+        "busy" => stall(&world, false),
         _ => Ok(format!(
             "{} topology {}",
             selftest(&world)?,
@@ -264,12 +274,22 @@ fn panicking_rank_aborts_the_job() -> Result<Option<String>, String> {
 }
 
 fn stopped_rank_is_named_by_the_watchdog() -> Result<Option<String>, String> {
+    watchdog_reports("stall", "ranks not heard from: [1]; calling MPI_Abort")
+}
+
+fn busy_rank_answers_the_watchdog() -> Result<Option<String>, String> {
+    watchdog_reports(
+        "busy",
+        "ranks not heard from: [] (alive: rank 1 outside any collective at step 5); \
+         calling MPI_Abort",
+    )
+}
+
+/// Runs `mode` ("stall" or "busy") on 2 × 2 and checks that mpirun fails by itself
+/// with watchdog reports from the waiting ranks that all contain `silent`.
+fn watchdog_reports(mode: &str, silent: &str) -> Result<Option<String>, String> {
     let start = Instant::now();
-    let out = mpirun(
-        4,
-        &[(MODE_ENV, "stall"), ("TOWERREC_RANKS_PER_HOST", "2")],
-        60,
-    )?;
+    let out = mpirun(4, &[(MODE_ENV, mode), ("TOWERREC_RANKS_PER_HOST", "2")], 60)?;
     let elapsed = start.elapsed();
     let text = describe(&out);
     if out.status.success() || out.status.code() == Some(124) || out.status.code() == Some(137) {
@@ -279,12 +299,12 @@ fn stopped_rank_is_named_by_the_watchdog() -> Result<Option<String>, String> {
         ));
     }
     // Rank 0 waits in the host's AllReduce, ranks 2 and 3 in the world's barrier: the
-    // first watchdog to fire ends the job, and every report names rank 1 alone (or, if
-    // the library lacks MPI_THREAD_MULTIPLE, says it cannot tell).
+    // first watchdog to fire ends the job (if the library lacks MPI_THREAD_MULTIPLE,
+    // the reports say they cannot tell who is missing).
     let silent = if text.contains("MPI without MPI_THREAD_MULTIPLE") {
         "ranks not heard from: unknown"
     } else {
-        "ranks not heard from: [1]; calling MPI_Abort"
+        silent
     };
     let expected = [
         "rank 0: collective all_reduce (phase control) at step 5",
@@ -302,7 +322,7 @@ fn stopped_rank_is_named_by_the_watchdog() -> Result<Option<String>, String> {
     };
     if reports.is_empty() || !reports.iter().all(named) {
         return Err(format!(
-            "expected watchdog reports naming rank 1 alone, got {reports:?}\n{text}"
+            "expected watchdog reports with {silent:?}, got {reports:?}\n{text}"
         ));
     }
     println!("    the job went down in {elapsed:?}: {}", reports[0]);
