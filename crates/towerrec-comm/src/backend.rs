@@ -71,4 +71,9 @@ pub trait Backend: Send {
     /// Splits the group: ranks calling with the same `color` form one new group,
     /// ordered by `(key, current rank)`. Collective over this group.
     fn split(&self, color: usize, key: usize) -> Result<Box<dyn Backend>>;
+    /// Failure injection: hang as a stuck rank would (see [`crate::Comm::hang`]). By
+    /// default the calling thread sleeps for an hour.
+    fn hang(&self) {
+        std::thread::sleep(std::time::Duration::from_secs(3600));
+    }
 }

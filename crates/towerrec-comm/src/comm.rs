@@ -10,6 +10,7 @@ use crate::backend::{Backend, RecvBuf};
 use crate::error::{Error, Result};
 use crate::topology::Topology;
 use crate::traffic::{Phase, RankTraffic};
+use crate::watchdog::{Activity, Op};
 use std::sync::{Arc, Mutex};
 
 /// A value collectives can move and sum: plain numbers.
@@ -27,17 +28,28 @@ impl Element for i64 {}
 /// A group of ranks (the world, a host, a peer group) that this rank belongs to.
 ///
 /// Every method is collective: all ranks of the group call it, in the same order,
-/// with arguments that agree (counts, roots). Sub-groups made by [`Comm::split`] share
-/// their parent's traffic counters.
+/// with arguments that agree (counts, roots), and a rank runs one collective at a time.
+/// Sub-groups made by [`Comm::split`] share their parent's traffic counters and the
+/// rank's watchdog activity (see [`crate::Watchdog`]).
 pub struct Comm {
     backend: Box<dyn Backend>,
     topology: Topology,
     traffic: Arc<Mutex<RankTraffic>>,
+    activity: Arc<Activity>,
 }
 
 impl Comm {
     /// The world communicator of a backend whose ranks are laid out as `topology`.
     pub fn new(backend: Box<dyn Backend>, topology: Topology) -> Result<Self> {
+        Self::watched(backend, topology, Arc::default())
+    }
+
+    /// [`Comm::new`] reporting its collectives to `activity`, which a watchdog reads.
+    pub(crate) fn watched(
+        backend: Box<dyn Backend>,
+        topology: Topology,
+        activity: Arc<Activity>,
+    ) -> Result<Self> {
         if backend.size() != topology.world_size() {
             return Err(Error::Topology(format!(
                 "topology {topology} has {} ranks but the backend has {}",
@@ -50,7 +62,21 @@ impl Comm {
             backend,
             topology,
             traffic: Arc::new(Mutex::new(RankTraffic::new(topology, me))),
+            activity,
         })
+    }
+
+    /// Tells the watchdog which training step this rank is in, for its report (one
+    /// relaxed store: call it every step).
+    pub fn set_step(&self, step: u64) {
+        self.activity.set_step(step);
+    }
+
+    /// Failure injection (`TOWERREC_STALL_RANK`): makes this rank hang as a stuck one
+    /// would, outside any collective. An MPI process stops itself with `SIGSTOP`; an
+    /// in-process rank blocks its thread for an hour. Returns if it is ever resumed.
+    pub fn hang(&self) {
+        self.backend.hang();
     }
 
     /// This rank's index in the group.
@@ -105,6 +131,7 @@ impl Comm {
         recv: &mut Vec<T>,
         phase: Phase,
     ) -> Result<Vec<usize>> {
+        let _watch = self.activity.enter(Op::AllToAllV, Some(phase));
         let p = self.size();
         crate::backend::check_counts(counts, p, send.len(), "elements")?;
         let size = std::mem::size_of::<T>();
@@ -138,6 +165,7 @@ impl Comm {
         recv: &mut Vec<T>,
         phase: Phase,
     ) -> Result<Vec<usize>> {
+        let _watch = self.activity.enter(Op::AllGather, Some(phase));
         let size = std::mem::size_of::<T>();
         {
             let mut t = self.traffic.lock().expect("traffic lock");
@@ -178,6 +206,7 @@ impl Comm {
         out: &mut Vec<T>,
         phase: Phase,
     ) -> Result<()> {
+        let _watch = self.activity.enter(Op::ReduceScatter, Some(phase));
         let from = self.all_to_all_v_into(send, counts, scratch, phase)?;
         let mine = counts.get(self.rank()).copied().unwrap_or(0);
         if from.iter().any(|&c| c != mine) {
@@ -213,6 +242,7 @@ impl Comm {
         if p == 1 {
             return Ok(());
         }
+        let _watch = self.activity.enter(Op::AllReduce, Some(phase));
         let counts = even_split(buf.len(), p);
         let (arrived, mine) = scratch;
         self.reduce_scatter_into(buf, &counts, arrived, mine, phase)?;
@@ -242,6 +272,7 @@ impl Comm {
 
     /// Copies `root`'s `buf` to every rank (resizing theirs).
     pub fn broadcast<T: Element>(&self, buf: &mut Vec<T>, root: usize, phase: Phase) -> Result<()> {
+        let _watch = self.activity.enter(Op::Broadcast, Some(phase));
         let p = self.size();
         if root >= p {
             return Err(Error::usage(
@@ -265,15 +296,18 @@ impl Comm {
 
     /// Returns once every rank of the group has called it.
     pub fn barrier(&self) -> Result<()> {
+        let _watch = self.activity.enter(Op::Barrier, None);
         self.backend.barrier()
     }
 
     /// Splits the group by `color`, ordering each new group by `(key, rank)`.
     pub fn split(&self, color: usize, key: usize) -> Result<Comm> {
+        let _watch = self.activity.enter(Op::Split, None);
         Ok(Comm {
             backend: self.backend.split(color, key)?,
             topology: self.topology,
             traffic: Arc::clone(&self.traffic),
+            activity: Arc::clone(&self.activity),
         })
     }
 
@@ -293,6 +327,7 @@ impl Comm {
     /// Fails on every rank, naming the ranks, unless all ranks pass the same `value`
     /// (say, a hash of their configuration; `what` names it in the error).
     pub fn check_same(&self, what: &str, value: u64) -> Result<()> {
+        let _watch = self.activity.enter(Op::CheckSame, Some(Phase::Control));
         let (all, _) = self.all_gather(&[value], Phase::Control)?;
         let differ: Vec<usize> = (0..all.len())
             .filter(|&r| all[r] != all[0])

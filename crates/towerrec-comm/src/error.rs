@@ -19,6 +19,9 @@ pub enum Error {
     /// The MPI backend reported an error.
     #[error("MPI: {0}")]
     Mpi(String),
+    /// A collective made no progress for the watchdog's timeout (see [`crate::Watchdog`]).
+    #[error("{0}")]
+    Stalled(crate::watchdog::Stall),
 }
 
 impl Error {

@@ -7,18 +7,25 @@
 //! rank to arrive. Waits poll a world-wide failure flag, so a panicking or failing
 //! worker releases the others with [`Error::PeerFailed`] instead of a hang.
 //!
+//! The same polls are the watchdog ([`Watchdog`]): a rank that has waited for a round
+//! for the timeout fails the world with [`Error::Stalled`], naming the ranks of its
+//! group that have not arrived and where each one is (every rank's [`Activity`] is
+//! visible here), and the others are released with the same error.
+//!
 //! An exchange copies each byte once: a rank publishes the address of its send buffer,
 //! the receivers copy their parts straight into their own buffers, and a closing round
 //! keeps every sender inside the call (its buffer alive) until all have copied.
 
+mod run;
+
 use crate::backend::{Backend, RecvBuf};
-use crate::comm::Comm;
 use crate::error::{Error, Result};
-use crate::topology::Topology;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::watchdog::{Op, Stall};
+use run::World;
+pub use run::{run_in_process, run_in_process_with, WorkerFailure};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often a waiting rank checks whether another one has failed.
 const FAILURE_POLL: Duration = Duration::from_millis(20);
@@ -68,32 +75,6 @@ impl Payload {
 /// A rank's message: its payload and the byte count for each destination (`None`: the
 /// whole payload for every rank).
 type Msg = Arc<(Payload, Option<Vec<usize>>)>;
-
-/// What all ranks of one in-process cluster share.
-#[derive(Default)]
-struct World {
-    failed: AtomicBool,
-    failure: Mutex<Option<(usize, String)>>,
-    /// Groups made by splits, by (parent group, parent's split count, color).
-    groups: Mutex<HashMap<(u64, u64, usize), Arc<Group>>>,
-    next_group: AtomicU64,
-}
-
-impl World {
-    fn fail(&self, rank: usize, reason: String) {
-        let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
-        if f.is_none() {
-            *f = Some((rank, reason));
-        }
-        self.failed.store(true, Ordering::SeqCst);
-    }
-
-    fn failure(&self) -> Error {
-        let f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
-        let (rank, reason) = f.clone().unwrap_or((usize::MAX, "unknown".into()));
-        Error::PeerFailed { rank, reason }
-    }
-}
 
 struct Round {
     generation: u64,
@@ -161,6 +142,8 @@ impl InProcess {
             g.cv.notify_all();
             return Ok(Arc::clone(&round.last));
         }
+        // Read the clock only once the wait outlasts a poll: most rounds complete before.
+        let mut waiting_since: Option<Instant> = None;
         loop {
             let (r, _) =
                 g.cv.wait_timeout(round, FAILURE_POLL)
@@ -169,9 +152,43 @@ impl InProcess {
             if round.generation != generation {
                 return Ok(Arc::clone(&round.last));
             }
-            if abandon_on_failure && self.world.failed.load(Ordering::SeqCst) {
-                return Err(self.world.failure());
+            if abandon_on_failure {
+                if self.world.failed.load(Ordering::SeqCst) {
+                    return Err(self.world.failure());
+                }
+                // The closing round is not watched: every rank reaching it is only
+                // copying, and leaving it early would free a buffer others still read.
+                let since = *waiting_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= self.world.watchdog.timeout() {
+                    self.world.stall(self.stall_report(&round));
+                    return Err(self.world.failure());
+                }
             }
+        }
+    }
+
+    /// The watchdog's report for a round that has waited too long: this rank's
+    /// collective and step, and the group's ranks that have not arrived.
+    fn stall_report(&self, round: &Round) -> Stall {
+        let members = &self.group.members;
+        let me = self.world.activity[members[self.rank]].snapshot();
+        let missing: Vec<usize> = (0..members.len())
+            .filter(|&r| round.slots[r].is_none())
+            .map(|r| members[r])
+            .collect();
+        let note = missing
+            .iter()
+            .map(|&w| format!("rank {w} {}", self.world.activity[w].snapshot().describe()))
+            .collect::<Vec<_>>()
+            .join("; ");
+        Stall {
+            rank: members[self.rank],
+            collective: me.op.map_or("exchange", Op::name),
+            phase: me.phase,
+            step: me.step,
+            timeout: self.world.watchdog.timeout(),
+            silent: Some(missing),
+            note: Some(note),
         }
     }
 
@@ -305,125 +322,5 @@ impl Backend for InProcess {
             rank,
             splits: AtomicU64::new(0),
         }))
-    }
-}
-
-/// Why an in-process cluster failed: the first worker to fail, and how.
-#[derive(Debug)]
-pub enum WorkerFailure<E> {
-    /// The worker returned this error.
-    Error { rank: usize, error: E },
-    /// The worker panicked with this message.
-    Panic { rank: usize, message: String },
-}
-
-impl<E: std::fmt::Display> std::fmt::Display for WorkerFailure<E> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            WorkerFailure::Error { rank, error } => write!(f, "rank {rank} failed: {error}"),
-            WorkerFailure::Panic { rank, message } => write!(f, "rank {rank} panicked: {message}"),
-        }
-    }
-}
-
-impl<E: std::fmt::Debug + std::fmt::Display> std::error::Error for WorkerFailure<E> {}
-
-/// Runs `worker` once per rank of `topology`, each on its own thread with the world
-/// [`Comm`], and returns the results in rank order.
-///
-/// If a worker returns an error or panics, the collectives the others are blocked in
-/// fail with [`Error::PeerFailed`] and the first failure is returned.
-pub fn run_in_process<R, E, F>(
-    topology: Topology,
-    worker: F,
-) -> std::result::Result<Vec<R>, WorkerFailure<E>>
-where
-    R: Send,
-    E: Send + std::fmt::Display,
-    F: Fn(Comm) -> std::result::Result<R, E> + Sync,
-{
-    let n = topology.world_size();
-    let world = Arc::new(World::default());
-    let root = Arc::new(Group::new(
-        world.next_group.fetch_add(1, Ordering::SeqCst),
-        (0..n).collect(),
-    ));
-    let outcomes: Vec<std::thread::Result<std::result::Result<R, E>>> =
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..n)
-                .map(|rank| {
-                    let backend = InProcess {
-                        world: Arc::clone(&world),
-                        group: Arc::clone(&root),
-                        rank,
-                        splits: AtomicU64::new(0),
-                    };
-                    let (world, worker) = (Arc::clone(&world), &worker);
-                    std::thread::Builder::new()
-                        .name(format!("rank-{rank}"))
-                        .spawn_scoped(scope, move || {
-                            let comm = Comm::new(Box::new(backend), topology)
-                                .expect("the backend has the topology's size");
-                            let out =
-                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                    worker(comm)
-                                }));
-                            match &out {
-                                Ok(Ok(_)) => {}
-                                Ok(Err(e)) => world.fail(rank, e.to_string()),
-                                Err(p) => world.fail(rank, panic_message(p.as_ref())),
-                            }
-                            out
-                        })
-                        .expect("spawning a worker thread")
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(Err))
-                .collect()
-        });
-    let first = world
-        .failure
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()
-        .map(|(rank, _)| *rank);
-    let mut results = Vec::with_capacity(n);
-    for (rank, out) in outcomes.into_iter().enumerate() {
-        match out {
-            Ok(Ok(r)) => results.push(r),
-            Ok(Err(error)) if first == Some(rank) => {
-                return Err(WorkerFailure::Error { rank, error })
-            }
-            Err(p) if first == Some(rank) => {
-                return Err(WorkerFailure::Panic {
-                    rank,
-                    message: panic_message(p.as_ref()),
-                })
-            }
-            _ => {}
-        }
-    }
-    if let Some(rank) = first {
-        let message = world
-            .failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .map(|f| f.1)
-            .unwrap_or_default();
-        return Err(WorkerFailure::Panic { rank, message });
-    }
-    Ok(results)
-}
-
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic with a non-string payload".into()
     }
 }

@@ -10,6 +10,9 @@
 //!   intra-host or cross-host.
 //! - [`selftest`]: a deterministic run of every collective, to compare backends and
 //!   check a cluster (`examples/comm_selftest.rs`).
+//! - [`Watchdog`]: a collective that makes no progress for a set time ends the job
+//!   with [`Error::Stalled`] ([`Stall`]: the collective, the step, the ranks not heard
+//!   from) instead of a hang, on both backends.
 
 mod backend;
 mod comm;
@@ -17,16 +20,20 @@ mod error;
 mod inprocess;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+#[cfg(feature = "mpi")]
+mod mpi_watchdog;
 mod selftest;
 mod topology;
 mod traffic;
+mod watchdog;
 
 #[cfg(feature = "mpi")]
-pub use self::mpi::{init_mpi, MpiBackend, MpiSession, RANKS_PER_HOST_ENV};
+pub use self::mpi::{init_mpi, init_mpi_with, MpiBackend, MpiSession, RANKS_PER_HOST_ENV};
 pub use backend::{Backend, RecvBuf};
 pub use comm::{even_split, Comm, Element};
 pub use error::{Error, Result};
-pub use inprocess::{run_in_process, InProcess, WorkerFailure};
+pub use inprocess::{run_in_process, run_in_process_with, InProcess, WorkerFailure};
 pub use selftest::{selftest, SelfTestReport};
 pub use topology::Topology;
 pub use traffic::{Bytes, ClusterTraffic, Phase, RankTraffic};
+pub use watchdog::{Stall, Watchdog, DEFAULT_COLLECTIVE_TIMEOUT};

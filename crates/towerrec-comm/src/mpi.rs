@@ -27,6 +27,10 @@
 //!   [`MpiSession::abort`], as the `towerrec` CLI does.
 //! - A message larger than `i32::MAX` bytes (MPI counts and displacements are C
 //!   `int`s) is refused with [`Error::Mpi`] on every rank of the exchange.
+//! - A collective that makes no progress for the watchdog's timeout (a stopped or
+//!   blocked rank; [`init_mpi_with`]) ends the job: a thread per process prints which
+//!   collective, at which step, and which ranks did not answer it, then calls
+//!   `MPI_Abort` (see `mpi_watchdog.rs`).
 //!
 //! # Threads
 //!
@@ -38,7 +42,9 @@
 use crate::backend::{Backend, RecvBuf};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
+use crate::mpi_watchdog::MpiWatchdog;
 use crate::topology::Topology;
+use crate::watchdog::{Activity, Watchdog};
 use ::mpi::collective::SystemOperation;
 use ::mpi::datatype::{Partition, PartitionMut};
 use ::mpi::environment::Universe;
@@ -47,7 +53,7 @@ use ::mpi::traits::*;
 use ::mpi::Threading;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The environment variable that overrides the detected number of ranks per host.
 pub const RANKS_PER_HOST_ENV: &str = "TOWERREC_RANKS_PER_HOST";
@@ -87,17 +93,34 @@ pub struct MpiSession {
     topology: Topology,
     rank: usize,
     threading: Threading,
+    /// This process's collectives, shared by every `Comm` of the session.
+    activity: Arc<Activity>,
+    watchdog: MpiWatchdog,
     // Last: finalizes MPI when dropped.
     _universe: Universe,
 }
 
-/// Initializes MPI, installs the abort-on-panic hook and finds the [`Topology`] (see
-/// the [module documentation](self)). Collective: every rank of the job calls it once.
+impl Drop for MpiSession {
+    fn drop(&mut self) {
+        // Before the universe finalizes MPI: the thread frees its communicator.
+        self.watchdog.stop();
+    }
+}
+
+/// [`init_mpi_with`] the default [`Watchdog`] (a timeout of
+/// [`crate::DEFAULT_COLLECTIVE_TIMEOUT`]).
+pub fn init_mpi() -> Result<MpiSession> {
+    init_mpi_with(Watchdog::default())
+}
+
+/// Initializes MPI, installs the abort-on-panic hook, finds the [`Topology`] (see the
+/// [module documentation](self)) and starts `watchdog`'s thread. Collective: every
+/// rank of the job calls it once.
 ///
 /// Fails if MPI is already initialized in this process, if `TOWERREC_RANKS_PER_HOST`
 /// is invalid or differs between ranks, or if the ranks are not laid out host-major
 /// with the same number on every host; every rank returns the same error.
-pub fn init_mpi() -> Result<MpiSession> {
+pub fn init_mpi_with(watchdog: Watchdog) -> Result<MpiSession> {
     let (universe, threading) = ::mpi::initialize_with_threading(Threading::Multiple)
         .ok_or_else(|| Error::Mpi("MPI is already initialized in this process".into()))?;
     SERIALIZE.store(threading != Threading::Multiple, Ordering::SeqCst);
@@ -105,10 +128,15 @@ pub fn init_mpi() -> Result<MpiSession> {
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     install_abort_on_panic(rank, size);
     let topology = detect_topology(&world)?;
+    let activity = Arc::new(Activity::default());
+    let multiple = threading == Threading::Multiple;
+    let watchdog = MpiWatchdog::start(&world, Arc::clone(&activity), watchdog, multiple)?;
     Ok(MpiSession {
         topology,
         rank,
         threading,
+        activity,
+        watchdog,
         _universe: universe,
     })
 }
@@ -147,7 +175,11 @@ impl MpiSession {
     /// The world communicator, with its own traffic counters. Call it once and split
     /// the result for sub-groups.
     pub fn world(&self) -> Result<Comm> {
-        Comm::new(Box::new(self.world_backend()), self.topology)
+        Comm::watched(
+            Box::new(self.world_backend()),
+            self.topology,
+            Arc::clone(&self.activity),
+        )
     }
 
     /// Ends the whole job: `MPI_Abort` on the world with `code` (the launcher kills the
@@ -381,5 +413,13 @@ impl Backend for MpiBackend {
             comm: ManuallyDrop::new(comm),
             members: members.into_iter().map(|m| m as usize).collect(),
         }))
+    }
+
+    /// Stops the whole process, as a hung machine would: its watchdog stops too.
+    fn hang(&self) {
+        // SAFETY: raise only sends a signal to this process.
+        unsafe {
+            libc::raise(libc::SIGSTOP);
+        }
     }
 }

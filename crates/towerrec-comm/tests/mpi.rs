@@ -3,13 +3,16 @@
 //! A test without libtest's harness: run plainly, it launches itself under `mpirun`
 //! (directly, and through `scripts/emulated-cluster.sh` when running as root with
 //! `ip`/`tc`), and compares the ranks' self-test lines, byte counts included, with the
-//! same self-test on the in-process backend. Started by `mpirun` (OpenMPI sets
-//! `OMPI_COMM_WORLD_RANK`), it is one rank, doing what `TOWERREC_MPI_TEST_MODE` says.
+//! same self-test on the in-process backend; and that a panicking or a stopped rank
+//! brings the job down. Started by `mpirun` (OpenMPI sets `OMPI_COMM_WORLD_RANK`), it
+//! is one rank, doing what `TOWERREC_MPI_TEST_MODE` says.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Output};
 use std::time::{Duration, Instant};
-use towerrec_comm::{init_mpi, run_in_process, selftest, Topology};
+use towerrec_comm::{
+    init_mpi, init_mpi_with, run_in_process, selftest, Comm, Phase, Topology, Watchdog,
+};
 
 const MODE_ENV: &str = "TOWERREC_MPI_TEST_MODE";
 
@@ -19,7 +22,7 @@ fn main() -> ExitCode {
         return rank_main();
     }
     type Test = fn() -> Result<Option<String>, String>;
-    let tests: [(&str, Test); 5] = [
+    let tests: [(&str, Test); 7] = [
         (
             "mpirun_2x2_matches_in_process",
             mpirun_2x2_matches_in_process,
@@ -28,6 +31,14 @@ fn main() -> ExitCode {
         (
             "panicking_rank_aborts_the_job",
             panicking_rank_aborts_the_job,
+        ),
+        (
+            "stopped_rank_is_named_by_the_watchdog",
+            stopped_rank_is_named_by_the_watchdog,
+        ),
+        (
+            "busy_rank_answers_the_watchdog",
+            busy_rank_answers_the_watchdog,
         ),
         (
             "emulated_cluster_2x2_matches_in_process",
@@ -81,16 +92,46 @@ fn main() -> ExitCode {
     }
 }
 
+/// The watchdog's timeout in the "stall" and "busy" modes, seconds.
+const STALL_TIMEOUT: f64 = 1.0;
+
+/// The "stall" mode: rank 1 stops itself (SIGSTOP) at step 5 while rank 0, on its
+/// host, waits for it in an AllReduce of the intra-host group and the other host's
+/// ranks, done with theirs, wait in a barrier of the world. The "busy" mode: the same,
+/// but rank 1 stays alive (its thread sleeps), so its watchdog answers.
+fn stall(world: &Comm, stop: bool) -> towerrec_comm::Result<String> {
+    world.set_step(5);
+    let host = world.intra_host()?;
+    if world.rank() == 1 {
+        if stop {
+            world.hang();
+        } else {
+            std::thread::sleep(Duration::from_secs(60));
+        }
+    }
+    let mut v = [1.0f32; 8];
+    host.all_reduce(&mut v, Phase::Control)?;
+    world.barrier()?;
+    Ok(String::from("passed the collectives without rank 1"))
+}
+
 /// One MPI rank.
 fn rank_main() -> ExitCode {
-    let session = match init_mpi() {
+    let mode = std::env::var(MODE_ENV).unwrap_or_else(|_| "selftest".into());
+    let session = match mode.as_str() {
+        "stall" | "busy" => Watchdog::new(STALL_TIMEOUT).and_then(init_mpi_with),
+        _ => init_mpi(),
+    };
+    let session = match session {
         Ok(s) => s,
         Err(e) => {
             eprintln!("MPI set-up failed: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let mode = std::env::var(MODE_ENV).unwrap_or_else(|_| "selftest".into());
+    if !session.thread_multiple() {
+        eprintln!("rank {}: MPI without MPI_THREAD_MULTIPLE", session.rank());
+    }
     let out = session.world().and_then(|world| match mode.as_str() {
         "panic" => {
             if world.rank() == 1 {
@@ -101,6 +142,8 @@ fn rank_main() -> ExitCode {
             world.barrier()?;
             Ok(String::from("barrier passed without rank 1"))
         }
+        "stall" => stall(&world, true),
+        "busy" => stall(&world, false),
         _ => Ok(format!(
             "{} topology {}",
             selftest(&world)?,
@@ -227,6 +270,62 @@ fn panicking_rank_aborts_the_job() -> Result<Option<String>, String> {
             "the output does not name the panicking rank\n{text}"
         ));
     }
+    Ok(None)
+}
+
+fn stopped_rank_is_named_by_the_watchdog() -> Result<Option<String>, String> {
+    watchdog_reports("stall", "ranks not heard from: [1]; calling MPI_Abort")
+}
+
+fn busy_rank_answers_the_watchdog() -> Result<Option<String>, String> {
+    watchdog_reports(
+        "busy",
+        "ranks not heard from: [] (alive: rank 1 outside any collective at step 5); \
+         calling MPI_Abort",
+    )
+}
+
+/// Runs `mode` ("stall" or "busy") on 2 × 2 and checks that mpirun fails by itself
+/// with watchdog reports from the waiting ranks that all contain `silent`.
+fn watchdog_reports(mode: &str, silent: &str) -> Result<Option<String>, String> {
+    let start = Instant::now();
+    let out = mpirun(4, &[(MODE_ENV, mode), ("TOWERREC_RANKS_PER_HOST", "2")], 60)?;
+    let elapsed = start.elapsed();
+    let text = describe(&out);
+    if out.status.success() || out.status.code() == Some(124) || out.status.code() == Some(137) {
+        return Err(format!(
+            "expected mpirun to fail by itself, got {} after {elapsed:?}\n{text}",
+            out.status
+        ));
+    }
+    // Rank 0 waits in the host's AllReduce, ranks 2 and 3 in the world's barrier: the
+    // first watchdog to fire ends the job (if the library lacks MPI_THREAD_MULTIPLE,
+    // the reports say they cannot tell who is missing).
+    let silent = if text.contains("MPI without MPI_THREAD_MULTIPLE") {
+        "ranks not heard from: unknown"
+    } else {
+        silent
+    };
+    let expected = [
+        "rank 0: collective all_reduce (phase control) at step 5",
+        "rank 2: collective barrier at step 5",
+        "rank 3: collective barrier at step 5",
+    ];
+    let reports: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("made no progress"))
+        .collect();
+    let named = |l: &&str| {
+        expected.iter().any(|e| l.contains(e))
+            && l.contains("made no progress for 1 s")
+            && l.contains(silent)
+    };
+    if reports.is_empty() || !reports.iter().all(named) {
+        return Err(format!(
+            "expected watchdog reports with {silent:?}, got {reports:?}\n{text}"
+        ));
+    }
+    println!("    the job went down in {elapsed:?}: {}", reports[0]);
     Ok(None)
 }
 

@@ -20,7 +20,7 @@ use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use towerrec_comm::{
-    even_split, run_in_process, ClusterTraffic, Comm, Phase, RankTraffic, Topology,
+    even_split, run_in_process_with, ClusterTraffic, Comm, Phase, RankTraffic, Topology, Watchdog,
 };
 use towerrec_core::embedding::SparseOptimizer;
 use towerrec_core::Batch;
@@ -162,7 +162,17 @@ pub fn run_ranks<R: Send>(
     threads_per_rank: usize,
     rank: impl Fn(Comm) -> Result<R> + Sync,
 ) -> Result<Vec<R>> {
-    run_in_process(topology, |comm: Comm| -> Result<R> {
+    run_ranks_with(topology, threads_per_rank, Watchdog::default(), rank)
+}
+
+/// [`run_ranks`] with `watchdog` watching the collectives.
+pub fn run_ranks_with<R: Send>(
+    topology: Topology,
+    threads_per_rank: usize,
+    watchdog: Watchdog,
+    rank: impl Fn(Comm) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    run_in_process_with(topology, watchdog, |comm: Comm| -> Result<R> {
         let r = comm.rank();
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads_per_rank.max(1))
@@ -196,7 +206,7 @@ pub fn train_in_process(
         0..topology.world_size(),
     )?;
     let observer = Mutex::new(Some(observer));
-    let results = run_ranks(topology, threads_per_rank, |comm: Comm| {
+    let results = run_ranks_with(topology, threads_per_rank, opts.watchdog, |comm: Comm| {
         if comm.rank() == 0 {
             let mut guard = observer.lock().unwrap_or_else(|e| e.into_inner());
             let obs = guard.take().expect("rank 0 takes the observer once");

@@ -11,6 +11,7 @@ pub mod error;
 pub mod evaluate;
 pub mod forward;
 mod init;
+mod inject;
 pub mod memory;
 pub mod model;
 mod prefetch;

@@ -7,7 +7,8 @@ use crate::progress::Bar;
 use anyhow::{bail, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+use towerrec_comm::Watchdog;
 use towerrec_data::BadRows;
 use towerrec_train::checkpoint::{self, Checkpoint};
 use towerrec_train::rundir::{Claim, RunDir, SUMMARY_FILE};
@@ -77,9 +78,36 @@ pub struct TrainArgs {
     /// `--features mpi`).
     #[arg(long, value_enum, default_value_t = Backend::InProcess)]
     backend: Backend,
+    /// On a cluster: seconds a collective may make no progress (a rank stopped, hung or
+    /// blocked) before the run ends with an error naming the collective, the step and
+    /// the ranks not heard from. MPI: the job ends by MPI_Abort. In-process: the run
+    /// fails, and the process exits if a blocked rank's thread is still not back 2 s
+    /// later.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value = "300",
+        value_parser = parse_collective_timeout,
+        allow_negative_numbers = true
+    )]
+    collective_timeout: Watchdog,
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
+}
+
+/// How long an in-process run waits, after its watchdog fired, for the blocked ranks'
+/// threads before exiting the process (they may never come back).
+const STALL_EXIT_GRACE: Duration = Duration::from_secs(2);
+
+fn parse_collective_timeout(s: &str) -> std::result::Result<Watchdog, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected a number of seconds, not {s:?}"))?;
+    Watchdog::new(secs)
+        .map(|w| w.exit_process_after(STALL_EXIT_GRACE))
+        .map_err(|e| e.to_string())
 }
 
 /// What the arguments ask to run: the config, the run directory, and the checkpoint
@@ -191,7 +219,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
     }
     let Resolved { cfg, out, resume } = resolved;
     let mpi = if a.backend == Backend::Mpi {
-        Some(mpi::start()?)
+        Some(mpi::start(a.collective_timeout)?)
     } else {
         None
     };
@@ -241,6 +269,7 @@ fn train_on(
         stop_after: a.stop_after,
         overwrite: a.overwrite,
         allow_data_change: a.allow_data_change,
+        watchdog: a.collective_timeout,
     };
     let root = mpi.is_none_or(|s| s.rank() == 0);
     // Held until the run ends: a second run in the same directory is refused.
@@ -333,12 +362,12 @@ mod mpi {
     }
 
     #[cfg(feature = "mpi")]
-    pub fn start() -> Result<Session> {
-        Ok(towerrec_comm::mpi::init_mpi()?)
+    pub fn start(watchdog: towerrec_comm::Watchdog) -> Result<Session> {
+        Ok(towerrec_comm::mpi::init_mpi_with(watchdog)?)
     }
 
     #[cfg(not(feature = "mpi"))]
-    pub fn start() -> Result<Session> {
+    pub fn start(_: towerrec_comm::Watchdog) -> Result<Session> {
         anyhow::bail!(
             "this towerrec was built without MPI: install OpenMPI (apt-get install -y \
              libopenmpi-dev openmpi-bin libclang-dev) and build with \

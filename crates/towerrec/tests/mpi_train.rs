@@ -1,6 +1,6 @@
 //! `towerrec train --backend mpi` end to end (feature `mpi`; needs OpenMPI's `mpirun`):
-//! the MPI ranks train exactly as the in-process cluster does, a failing rank brings
-//! the job down, and on the emulated cluster (as root, with iproute2) the bytes on the
+//! the MPI ranks train exactly as the in-process cluster does, a failing or a stopped
+//! rank brings the job down, and on the emulated cluster (as root, with iproute2) the bytes on the
 //! wire match the traffic accounting. See docs/CLUSTER.md, "Training on MPI and on the
 //! emulated cluster".
 //!
@@ -19,8 +19,18 @@ const BIN: &str = env!("CARGO_BIN_EXE_towerrec");
 const FAIL_RANK: &str = "TOWERREC_FAIL_RANK";
 const FAIL_STEP: &str = "TOWERREC_FAIL_STEP";
 
+/// The variables of the stall-injection knob (see docs/CLUSTER.md).
+const STALL_RANK: &str = "TOWERREC_STALL_RANK";
+const STALL_STEP: &str = "TOWERREC_STALL_STEP";
+
 /// Every variable the tests set, removed from what they inherit.
-const OURS: [&str; 3] = [FAIL_RANK, FAIL_STEP, "TOWERREC_RANKS_PER_HOST"];
+const OURS: [&str; 5] = [
+    FAIL_RANK,
+    FAIL_STEP,
+    STALL_RANK,
+    STALL_STEP,
+    "TOWERREC_RANKS_PER_HOST",
+];
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -306,6 +316,63 @@ fn a_failing_mpi_rank_brings_the_job_down() {
         stderr.contains("TOWERREC_FAIL_RANK=one: expected a non-negative integer"),
         "{stderr}"
     );
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn a_stopped_mpi_rank_is_named_by_the_watchdog() {
+    let _serial = serial();
+    let dir = tmp("stall");
+    // Rank 1 stops itself (SIGSTOP) after step 3; the others wait for it in step 4.
+    let stall = [(STALL_RANK, "1"), (STALL_STEP, "3")];
+    let mut args: Vec<String> = ["train", "--backend", "mpi", "--collective-timeout", "2"]
+        .map(String::from)
+        .into();
+    args.extend(small_args());
+    args.extend(["--out".into(), dir.join("mpi").to_str().unwrap().into()]);
+    let start = Instant::now();
+    let o = mpirun(&args, &stall, 120);
+    let elapsed = start.elapsed();
+    let text = describe(&o);
+    assert!(
+        !o.status.success() && !matches!(o.status.code(), Some(124) | Some(137)),
+        "expected mpirun to fail by itself, got {} after {elapsed:?}\n{text}",
+        o.status
+    );
+    assert!(
+        elapsed < Duration::from_secs(60),
+        "the job took {elapsed:?} to go down\n{text}"
+    );
+    assert!(
+        text.contains("rank 1: hanging after step 3 as asked (TOWERREC_STALL_RANK)"),
+        "{text}"
+    );
+    // Every rank whose watchdog fired before the abort reports, each naming rank 1.
+    let reports: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("made no progress"))
+        .collect();
+    assert!(!reports.is_empty(), "no watchdog report\n{text}");
+    for report in &reports {
+        assert!(
+            report.starts_with("error: rank ")
+                && report.ends_with(
+                    " at step 4 made no progress for 2 s; ranks not heard from: [1]; \
+                     calling MPI_Abort to stop the job"
+                ),
+            "{report}\n{text}"
+        );
+        let collective = report
+            .split("collective ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .unwrap_or_default();
+        assert!(
+            ["all_to_all_v", "all_gather", "all_reduce", "reduce_scatter"].contains(&collective),
+            "{report}"
+        );
+    }
+    println!("mpirun went down in {elapsed:?}, {}: {reports:?}", o.status);
     std::fs::remove_dir_all(dir).ok();
 }
 

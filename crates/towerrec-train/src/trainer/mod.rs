@@ -40,6 +40,9 @@ pub struct TrainOptions {
     pub overwrite: bool,
     /// A resumed run may read data files whose content changed since the checkpoint.
     pub allow_data_change: bool,
+    /// On a cluster: how long a collective may make no progress before the run fails
+    /// (in-process; under MPI the session's watchdog, set at `init_mpi_with`, applies).
+    pub watchdog: towerrec_comm::Watchdog,
 }
 
 /// One logged training step.

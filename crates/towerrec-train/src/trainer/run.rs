@@ -41,29 +41,6 @@ pub fn finished(cfg: &Config, progress: Progress) -> bool {
         || progress.step >= cfg.train.max_steps.unwrap_or(u64::MAX)
 }
 
-/// Failure injection for testing how a cluster goes down (docs/CLUSTER.md):
-/// `TOWERREC_FAIL_RANK=R` makes rank `R` return an error right after its step
-/// `TOWERREC_FAIL_STEP` (default 1) instead of going on.
-const FAIL_RANK_ENV: &str = "TOWERREC_FAIL_RANK";
-const FAIL_STEP_ENV: &str = "TOWERREC_FAIL_STEP";
-
-/// The rank and step `TOWERREC_FAIL_RANK` / `TOWERREC_FAIL_STEP` ask to fail, if set.
-fn injected_failure() -> Result<Option<(usize, u64)>> {
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    let Some(rank) = var(FAIL_RANK_ENV) else {
-        return Ok(None);
-    };
-    let bad = |name: &str, v: &str| {
-        Error::Cluster(format!("{name}={v}: expected a non-negative integer"))
-    };
-    let rank = rank.trim().parse().map_err(|_| bad(FAIL_RANK_ENV, &rank))?;
-    let step = match var(FAIL_STEP_ENV) {
-        Some(s) => s.trim().parse().map_err(|_| bad(FAIL_STEP_ENV, &s))?,
-        None => 1,
-    };
-    Ok(Some((rank, step)))
-}
-
 /// Fails where `part` of the data yields no sample (reading up to its first).
 fn check_has_samples(cfg: &Config, part: Part) -> Result<()> {
     let mut stream = open(&cfg.data, part, cfg.train.bad_rows, &cfg.base_dir)?;
@@ -130,6 +107,7 @@ struct Run<'a> {
     /// What evaluations send, kept out of the per-step figures.
     eval_traffic: Option<RankTraffic>,
     fail_at: Option<(usize, u64)>,
+    stall_at: Option<(usize, u64)>,
 }
 
 /// Trains `model` (whole, or this rank's part of a sharded one) as `cfg` says. On a
@@ -191,7 +169,8 @@ pub fn train_model(
         skipped_eval: 0,
         last_eval: None,
         eval_traffic,
-        fail_at: injected_failure()?,
+        fail_at: crate::inject::failure_at()?,
+        stall_at: crate::inject::stall_at()?,
     };
     run.go(root)
 }
@@ -295,6 +274,9 @@ impl Run<'_> {
             let factor = cfg.optimizer.schedule.factor(self.progress.step);
             let lrs = ((dense_lr * factor) as f32, (sparse_lr * factor) as f32);
             let p = self.progress;
+            if let Some(comm) = self.model.comm() {
+                comm.set_step(p.step + 1);
+            }
             let loss = train_step(&mut self.model, &global, lrs, &mut logits, &mut grad)
                 .map_err(|e| at(e, place(p.step + 1, p.epoch, p.batch_in_epoch + 1)))?;
             let b = global.batch_size() as u64;
@@ -302,6 +284,7 @@ impl Run<'_> {
             self.progress.batch_in_epoch += 1;
             self.progress.samples += b;
             self.inject_failure()?;
+            crate::inject::stall_if_asked(self.stall_at, &self.model, self.progress.step);
             self.samples_run += b;
             self.train_time += step_start.elapsed().as_secs_f64();
             self.window.loss += loss;
@@ -323,7 +306,8 @@ impl Run<'_> {
         if let Some((rank, step)) = self.fail_at {
             if self.progress.step == step && self.model.comm().map_or(0, |c| c.rank()) == rank {
                 return Err(Error::Cluster(format!(
-                    "injected failure on rank {rank} at step {step} ({FAIL_RANK_ENV})"
+                    "injected failure on rank {rank} at step {step} ({})",
+                    crate::inject::FAIL_RANK_ENV
                 )));
             }
         }
