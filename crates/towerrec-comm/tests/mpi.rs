@@ -315,12 +315,16 @@ fn watchdog_reports(mode: &str, silent: &str) -> Result<Option<String>, String> 
         .lines()
         .filter(|l| l.contains("made no progress"))
         .collect();
+    // A stopped rank is resumed (SIGCONT, then SIGTERM) by the launcher once the first
+    // report has called MPI_Abort, and may answer a later report's grace second: those
+    // name it as alive where it stopped. The first report is exact.
+    let resumed = "(alive: rank 1 outside any collective at step 5)";
     let named = |l: &&str| {
         expected.iter().any(|e| l.contains(e))
             && l.contains("made no progress for 1 s")
-            && l.contains(silent)
+            && (l.contains(silent) || (mode == "stall" && l.contains(resumed)))
     };
-    if reports.is_empty() || !reports.iter().all(named) {
+    if !reports.iter().any(|l| l.contains(silent)) || !reports.iter().all(named) {
         return Err(format!(
             "expected watchdog reports with {silent:?}, got {reports:?}\n{text}"
         ));
