@@ -27,8 +27,9 @@ pub enum Error {
     Plan(String),
     /// A run needs more memory than the machine has available; `what` names the parts.
     #[error(
-        "{what} need {:.2} GiB, more than the {:.2} GiB this machine has available; use \
-         fewer rows or narrower layers, smaller batches, or shard the tables over more hosts",
+        "not enough memory for {what}: {:.2} GiB needed, {:.2} GiB available on this \
+         machine; use fewer rows or narrower layers, smaller batches, or shard the tables \
+         over more hosts",
         *need as f64 / GIB,
         *available as f64 / GIB
     )]
