@@ -10,11 +10,14 @@
 //! the delimiter and `""` for a quote; a quoted field cannot span lines (rows are lines).
 //! With a header, a column may be named as written or, for typed headers such as
 //! RecBole's `user_id:token`, by the part before the `:`.
+//! Blank lines, and lines of only whitespace that is not the delimiter, are skipped
+//! (see [`crate::lines`]).
 
 use crate::error::{quote_found, Error, Result};
 use crate::hash::fnv1a64;
+use crate::lines::Lines;
 use crate::record::{BadRows, Record, RecordStream, Schema, SparseFeature};
-use crate::text::{Lines, RowCursor, RowSelect};
+use crate::text::{RowCursor, RowSelect};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -207,7 +210,8 @@ pub struct CsvReader {
 impl CsvReader {
     /// Opens `path`, reads the header if any, and checks that every column exists.
     pub fn open(path: &Path, csv: &CsvSchema, bad_rows: BadRows) -> Result<Self> {
-        Self::with_lines(Lines::open(path)?, csv, bad_rows)
+        csv.validate()?;
+        Self::with_lines(Lines::open(path, csv.delimiter as u8)?, csv, bad_rows)
     }
 
     /// Reads from any buffered reader; `name` is the file name shown in errors.
@@ -217,7 +221,9 @@ impl CsvReader {
         csv: &CsvSchema,
         bad_rows: BadRows,
     ) -> Result<Self> {
-        Self::with_lines(Lines::new(Box::new(reader), name), csv, bad_rows)
+        csv.validate()?;
+        let lines = Lines::new(Box::new(reader), name, csv.delimiter as u8);
+        Self::with_lines(lines, csv, bad_rows)
     }
 
     /// Yields only the rows `select` picks (a train or eval split).
@@ -235,6 +241,9 @@ impl CsvReader {
                     file: lines.name.clone(),
                     message: "empty file: expected a header line (or set header = false)".into(),
                 });
+            }
+            if lines.too_long {
+                return Err(lines.too_long_error("header"));
             }
             let mut spans = Vec::new();
             split_fields(&lines.buf, delimiter, &mut spans)

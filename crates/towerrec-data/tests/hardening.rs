@@ -1,0 +1,117 @@
+//! Inputs that used to exhaust memory, hang or mislead: over-long and endless lines,
+//! and whitespace-only lines.
+
+mod common;
+
+use common::{criteo_row, drain, TempDir};
+use std::io::{BufReader, Read};
+use std::path::Path;
+use towerrec_data::lines::MAX_LINE_BYTES;
+use towerrec_data::{
+    open, BadRows, CriteoReader, CsvReader, CsvSchema, DataConfig, Error, Part, RecordStream, Split,
+};
+
+/// An endless line of NUL bytes, as `/dev/zero` reads.
+fn endless_zeros() -> BufReader<std::io::Take<std::io::Repeat>> {
+    BufReader::with_capacity(1 << 16, std::io::repeat(0).take(u64::MAX))
+}
+
+fn criteo_endless(bad: BadRows) -> CriteoReader {
+    CriteoReader::from_reader(endless_zeros(), Path::new("/dev/zero"), &[10], bad).unwrap()
+}
+
+#[test]
+fn an_endless_line_fails_at_line_1_instead_of_exhausting_memory() {
+    let e = criteo_endless(BadRows::Fail).next_record().unwrap_err();
+    assert!(matches!(e, Error::Parse { line: 1, .. }), "{e}");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "/dev/zero:1: row: expected a line of at most {MAX_LINE_BYTES} bytes, \
+             found a line of more than {MAX_LINE_BYTES} bytes"
+        )
+    );
+    // Skipping gives up on a file whose line never ends, with an error skip does not pass.
+    let mut r = criteo_endless(BadRows::Skip);
+    let e = r.next_record().unwrap_err();
+    assert!(matches!(e, Error::Format { .. }), "{e}");
+    assert!(e.to_string().contains("line 1 runs on"), "{e}");
+    assert_eq!(r.skipped(), 1);
+}
+
+#[test]
+fn an_over_long_line_is_a_bad_row_that_skip_passes() {
+    let dir = TempDir::new("hard-long");
+    let text = format!(
+        "{}\n{}\n{}\n",
+        criteo_row(0),
+        "7".repeat(MAX_LINE_BYTES + 10),
+        criteo_row(2)
+    );
+    let path = dir.file("long.txt", text);
+    let mut r = CriteoReader::open(&path, &[10], BadRows::Fail).unwrap();
+    assert!(r.next_record().unwrap().is_some());
+    let e = r.next_record().unwrap_err();
+    assert!(matches!(e, Error::Parse { line: 2, .. }), "{e}");
+    let want = format!("{}:2: row: expected a line of at most", path.display());
+    assert!(e.to_string().starts_with(&want), "{e}");
+
+    let mut r = CriteoReader::open(&path, &[10], BadRows::Skip).unwrap();
+    assert_eq!(drain(&mut r).len(), 2);
+    assert_eq!(r.skipped(), 1);
+}
+
+#[test]
+fn a_tail_split_over_an_over_long_line_fails_while_counting() {
+    let dir = TempDir::new("hard-count");
+    let long = "1".repeat(MAX_LINE_BYTES + 1);
+    let path = dir.file(
+        "t.txt",
+        format!("{}\n{long}\n{}\n", criteo_row(0), criteo_row(1)),
+    );
+    let cfg = |bad| {
+        let c = DataConfig::Criteo {
+            path: path.clone(),
+            eval_path: None,
+            table_rows: vec![10],
+            split: Split::Tail {
+                eval_rows: Some(1),
+                eval_fraction: None,
+            },
+        };
+        open(&c, Part::Train, bad, dir.path())
+    };
+    let e = cfg(BadRows::Fail).err().unwrap();
+    assert!(matches!(e, Error::Parse { line: 2, .. }), "{e}");
+    // Skipped, the long line is still a row: train is rows 0..2, of which 1 is good.
+    let mut train = cfg(BadRows::Skip).unwrap();
+    assert_eq!(drain(&mut *train).len(), 1);
+    assert_eq!(train.skipped(), 1);
+}
+
+#[test]
+fn whitespace_lines_are_blank_but_a_line_of_tabs_is_a_criteo_row() {
+    let dir = TempDir::new("hard-blank");
+    let text = format!("{}\n   \r\n \n{}\n", criteo_row(0), criteo_row(1));
+    let path = dir.file("ws.txt", text);
+    let mut r = CriteoReader::open(&path, &[10], BadRows::Fail).unwrap();
+    assert_eq!(drain(&mut r).len(), 2);
+
+    let tabs = "\t".repeat(39);
+    let path = dir.file("tabs.txt", format!("{}\n{tabs}\n", criteo_row(0)));
+    let mut r = CriteoReader::open(&path, &[10], BadRows::Fail).unwrap();
+    assert!(r.next_record().unwrap().is_some());
+    let e = r.next_record().unwrap_err().to_string();
+    assert!(e.contains(":2: field 0 (label): expected 0 or 1"), "{e}");
+
+    let s: CsvSchema = toml::from_str(
+        r#"
+label = { column = "y" }
+sparse = [{ column = "c", rows = 10 }]
+"#,
+    )
+    .unwrap();
+    let path = dir.file("ws.csv", "y,c\n1,a\n \t \n\t\r\n0,b\n");
+    let mut r = CsvReader::open(&path, &s, BadRows::Fail).unwrap();
+    assert_eq!(drain(&mut r).len(), 2);
+}
