@@ -9,7 +9,8 @@
 //! Fields are trimmed of surrounding ASCII whitespace. Double-quoted fields may contain
 //! the delimiter and `""` for a quote; a quoted field cannot span lines (rows are lines).
 //! With a header, a column may be named as written or, for typed headers such as
-//! RecBole's `user_id:token`, by the part before the `:`.
+//! RecBole's `user_id:token`, by the part before the `:`; a header that names two
+//! columns alike is an error (empty names, which no schema can pick, may repeat).
 //! Blank lines, and lines of only whitespace that is not the delimiter, are skipped
 //! (see [`crate::lines`]).
 
@@ -20,7 +21,7 @@ use crate::record::{BadRows, Record, RecordStream, Schema, SparseFeature};
 use crate::text::{RowCursor, RowSelect};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::BufRead;
 use std::path::Path;
 
@@ -260,6 +261,8 @@ impl CsvReader {
                 // A byte-order mark some spreadsheet exports put before the first name.
                 *first = first.trim_start_matches('\u{feff}').to_string();
             }
+            check_distinct(&names)
+                .map_err(|found| lines.error("header", "distinct column names", found))?;
             Some(names)
         } else {
             None
@@ -318,6 +321,22 @@ impl CsvReader {
             spans: Vec::new(),
         })
     }
+}
+
+/// Checks that no column name is used twice, so a name picks one column; unnamed
+/// (empty) columns, such as those of a trailing delimiter, cannot be picked and may
+/// repeat. On error returns what was found, for the message.
+fn check_distinct(names: &[String]) -> std::result::Result<(), String> {
+    let mut first = HashMap::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate().filter(|(_, n)| !n.is_empty()) {
+        if let Some(j) = first.insert(name.as_str(), i) {
+            return Err(format!(
+                "column {} twice (columns {j} and {i})",
+                quote_found(name.as_bytes())
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Finds a column's index: by header name (exact, else the part before a `:` type

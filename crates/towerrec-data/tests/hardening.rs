@@ -1,5 +1,5 @@
 //! Inputs that used to exhaust memory, hang or mislead: over-long and endless lines,
-//! and whitespace-only lines.
+//! whitespace-only lines, and duplicate header names.
 
 mod common;
 
@@ -114,4 +114,30 @@ sparse = [{ column = "c", rows = 10 }]
     let path = dir.file("ws.csv", "y,c\n1,a\n \t \n\t\r\n0,b\n");
     let mut r = CsvReader::open(&path, &s, BadRows::Fail).unwrap();
     assert_eq!(drain(&mut r).len(), 2);
+}
+
+#[test]
+fn duplicate_header_names_are_an_error_naming_the_column() {
+    let dir = TempDir::new("hard-dup");
+    let s: CsvSchema = toml::from_str(
+        r#"
+label = { column = "y" }
+sparse = [{ column = "c", rows = 10 }]
+"#,
+    )
+    .unwrap();
+    let path = dir.file("dup.csv", "y,c,x,c\n1,a,b,c\n");
+    let e = CsvReader::open(&path, &s, BadRows::Fail).err().unwrap();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{}:1: header: expected distinct column names, found column \"c\" twice \
+             (columns 1 and 3)",
+            path.display()
+        )
+    );
+    // Unnamed columns (trailing delimiters) may repeat.
+    let path = dir.file("empty.csv", "y,c,,\n1,a,,\n");
+    let mut r = CsvReader::open(&path, &s, BadRows::Fail).unwrap();
+    assert_eq!(drain(&mut r).len(), 1);
 }
