@@ -1,14 +1,18 @@
 //! Inputs that used to exhaust memory, hang or mislead: over-long and endless lines,
-//! whitespace-only lines, and duplicate header names.
+//! whitespace-only lines, duplicate header names, and ids outside their table in a
+//! preprocessed file.
 
 mod common;
 
 use common::{criteo_row, drain, TempDir};
 use std::io::{BufReader, Read};
+use std::ops::ControlFlow;
 use std::path::Path;
+use std::sync::Arc;
 use towerrec_data::lines::MAX_LINE_BYTES;
 use towerrec_data::{
-    open, BadRows, CriteoReader, CsvReader, CsvSchema, DataConfig, Error, Part, RecordStream, Split,
+    open, write_binary, BadRows, BinaryDataset, BinaryStream, CriteoReader, CsvReader, CsvSchema,
+    DataConfig, Error, Part, Record, RecordStream, Schema, SparseFeature, Split,
 };
 
 /// An endless line of NUL bytes, as `/dev/zero` reads.
@@ -140,4 +144,64 @@ sparse = [{ column = "c", rows = 10 }]
     let path = dir.file("empty.csv", "y,c,,\n1,a,,\n");
     let mut r = CsvReader::open(&path, &s, BadRows::Fail).unwrap();
     assert_eq!(drain(&mut r).len(), 1);
+}
+
+#[test]
+fn an_id_outside_its_table_names_file_row_feature_and_id() {
+    let dir = TempDir::new("hard-id");
+    let schema = Schema {
+        dense: vec![],
+        sparse: vec![SparseFeature {
+            name: "f".into(),
+            rows: 100,
+        }],
+    };
+    let records: Vec<Record> = [3u64, 7, 42]
+        .iter()
+        .map(|&id| Record {
+            label: 1.0,
+            dense: vec![],
+            sparse: vec![vec![id]],
+        })
+        .collect();
+    let path = dir.path().join("ids.bin");
+    let mut stream = VecStream(schema, records.into_iter());
+    write_binary(&mut stream, &path, |_| ControlFlow::Continue(())).unwrap();
+    // Shrink the table in the header, keeping its length: id 42 now lies outside.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = find(&bytes, b"\"rows\":100").unwrap();
+    bytes[at..at + 10].copy_from_slice(b"\"rows\":10 ");
+    std::fs::write(&path, bytes).unwrap();
+
+    let ds = Arc::new(BinaryDataset::open(&path).unwrap());
+    assert_eq!(ds.record(1).unwrap().sparse, vec![vec![7]]);
+    let want = format!(
+        "{}: row 2: feature 'f' id 42 out of range (table has 10 rows)",
+        path.display()
+    );
+    assert_eq!(ds.record(2).unwrap_err().to_string(), want);
+    assert_eq!(ds.batch(&[0, 2]).unwrap_err().to_string(), want);
+    let mut s = BinaryStream::new(ds, 0..3);
+    assert!(s.next_record().unwrap().is_some());
+    assert!(s.next_record().unwrap().is_some());
+    assert_eq!(s.next_record().unwrap_err().to_string(), want);
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Records from memory.
+struct VecStream(Schema, std::vec::IntoIter<Record>);
+
+impl RecordStream for VecStream {
+    fn schema(&self) -> &Schema {
+        &self.0
+    }
+    fn next_record(&mut self) -> towerrec_data::Result<Option<Record>> {
+        Ok(self.1.next())
+    }
+    fn skipped(&self) -> u64 {
+        0
+    }
 }

@@ -20,7 +20,9 @@
 //! it over `<path>`, so a reader never sees a half-written file.
 //!
 //! The reader checks the magic, the header and that the file size matches the header
-//! exactly; per-row offsets are checked when a row is read. Values are decoded with
+//! exactly, so no size the header claims is trusted before it is checked against the
+//! file; per-row offsets, and each id against its table's rows, are checked when a row
+//! is read (an error names the file, row, feature and id). Values are decoded with
 //! `from_le_bytes`, so no unsafe casts depend on alignment or host endianness.
 
 use crate::error::{Error, Result};
@@ -115,6 +117,13 @@ pub fn is_binary_file(path: &Path) -> Result<bool> {
     Ok(got == head.len() && &head == MAGIC)
 }
 
+fn too_short(path: &Path, len: u64) -> Error {
+    Error::format(
+        path,
+        format!("too short ({len} bytes) to be a towerrec binary file"),
+    )
+}
+
 fn le_u64(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
@@ -127,10 +136,27 @@ fn le_f32(b: &[u8], at: usize) -> f32 {
     f32::from_le_bytes(a)
 }
 
+/// The bytes of a data set: its file mapped read-only, or a copy in memory.
+enum Bytes {
+    Map(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Map(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
 /// A memory-mapped binary data set.
 pub struct BinaryDataset {
     path: PathBuf,
-    map: Mmap,
+    map: Bytes,
     header: Header,
     layout: Layout,
 }
@@ -147,17 +173,30 @@ impl std::fmt::Debug for BinaryDataset {
 impl BinaryDataset {
     /// Maps `path` and validates its header and size.
     pub fn open(path: &Path) -> Result<Self> {
-        let fail = |m: String| Err(Error::format(path, m));
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         if len < 16 {
-            return fail(format!(
-                "too short ({len} bytes) to be a towerrec binary file"
-            ));
+            return Err(too_short(path, len));
         }
         // Safety: the map is read-only; the one hazard, another process truncating the
         // file while it is mapped, is documented for users of preprocessed files.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        Self::parse(Bytes::Map(map), path)
+    }
+
+    /// Reads a file's bytes held in memory, checked as [`BinaryDataset::open`] checks a
+    /// file; `name` is the file name shown in errors. The fuzz tests' way in.
+    #[doc(hidden)]
+    pub fn from_bytes(bytes: Vec<u8>, name: &Path) -> Result<Self> {
+        Self::parse(Bytes::Owned(bytes), name)
+    }
+
+    fn parse(map: Bytes, path: &Path) -> Result<Self> {
+        let fail = |m: String| Err(Error::format(path, m));
+        let len = map.len() as u64;
+        if len < 16 {
+            return Err(too_short(path, len));
+        }
         if &map[..8] != MAGIC {
             return if map.starts_with(b"TRECBIN") {
                 fail("unsupported binary format version; re-run `towerrec preprocess`".into())
@@ -274,8 +313,23 @@ impl BinaryDataset {
         out.extend((0..d).map(|k| le_f32(&self.map, base + 4 * k)));
     }
 
-    fn push_values(&self, range: Range<usize>, out: &mut Vec<u64>) {
-        out.extend(range.step_by(8).map(|at| le_u64(&self.map, at)));
+    /// Appends the ids of row `i` of feature `f`, checked against the feature's table.
+    fn push_ids(&self, f: usize, i: usize, out: &mut Vec<u64>) -> Result<()> {
+        let feature = &self.header.schema.sparse[f];
+        for at in self.sparse_range(f, i)?.step_by(8) {
+            let id = le_u64(&self.map, at);
+            if id >= feature.rows {
+                return Err(Error::format(
+                    &self.path,
+                    format!(
+                        "row {i}: feature '{}' id {id} out of range (table has {} rows)",
+                        feature.name, feature.rows
+                    ),
+                ));
+            }
+            out.push(id);
+        }
+        Ok(())
     }
 
     /// Row `i`.
@@ -285,9 +339,8 @@ impl BinaryDataset {
         self.push_dense(i, &mut dense);
         let sparse = (0..self.header.nnz.len())
             .map(|f| {
-                let r = self.sparse_range(f, i)?;
-                let mut ids = Vec::with_capacity(r.len() / 8);
-                self.push_values(r, &mut ids);
+                let mut ids = Vec::new();
+                self.push_ids(f, i, &mut ids)?;
                 Ok(ids)
             })
             .collect::<Result<Vec<_>>>()?;
@@ -317,8 +370,7 @@ impl BinaryDataset {
         let mut values = Vec::new();
         for f in 0..self.header.nnz.len() {
             for &i in &idx {
-                let r = self.sparse_range(f, i)?;
-                self.push_values(r, &mut values);
+                self.push_ids(f, i, &mut values)?;
                 offsets.push(values.len());
             }
         }
