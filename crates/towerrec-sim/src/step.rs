@@ -222,10 +222,16 @@ pub fn simulate(workload: &Workload, hw: &Hardware, scenario: Scenario) -> Resul
     let row = workload.row_bytes() as f64;
     let towers = match scenario.exchange {
         Exchange::Dmt(t) => {
-            if !(t.compression >= 1.0 && t.dense_flops_factor > 0.0 && t.flops_per_sample >= 0.0) {
+            let ok = t.compression >= 1.0
+                && t.dense_flops_factor > 0.0
+                && t.flops_per_sample >= 0.0
+                && [t.compression, t.dense_flops_factor, t.flops_per_sample]
+                    .iter()
+                    .all(|x| x.is_finite());
+            if !ok {
                 return Err(Error::invalid(
                     "tower modules",
-                    "compression must be ≥ 1, the dense FLOPs factor > 0",
+                    "compression must be finite and ≥ 1, the dense FLOPs factor finite and > 0",
                 ));
             }
             Some(t)
