@@ -153,6 +153,12 @@ impl CsvSchema {
                 "data.schema.label.threshold: must be a finite number".into(),
             ));
         }
+        if let Some(d) = self.dense.iter().find(|d| !d.fill.is_finite()) {
+            return Err(Error::Config(format!(
+                "data.schema.dense: column \"{}\": fill must be a finite number, got {}",
+                d.column, d.fill
+            )));
+        }
         let mut names = HashSet::new();
         for s in &self.sparse {
             let name = s.name.as_deref().unwrap_or(&s.column);
@@ -525,7 +531,16 @@ fn parse_line(lines: &Lines, plan: &Plan, spans: &mut Vec<Span>) -> Result<Recor
             parse_number(&raw)
                 .ok_or_else(|| lines.error(label_of(i), "a number", quote_found(&raw)))?
         };
-        record.dense.push(transform.apply(x));
+        // Finite as an f64 is not enough: the model reads f32.
+        let value = transform.apply(x);
+        if !value.is_finite() {
+            return Err(lines.error(
+                label_of(i),
+                "a number within the range of f32 (about ±3.4e38)",
+                quote_found(&raw),
+            ));
+        }
+        record.dense.push(value);
     }
     for (i, rows, sep) in &plan.sparse {
         let raw = field(*i);

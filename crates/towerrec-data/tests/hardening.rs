@@ -1,6 +1,6 @@
 //! Inputs that used to exhaust memory, hang or mislead: over-long and endless lines,
-//! whitespace-only lines, duplicate header names, and ids outside their table in a
-//! preprocessed file.
+//! whitespace-only lines, duplicate header names, and ids outside their table, labels
+//! other than 0 or 1 and non-finite dense values in a preprocessed file.
 
 mod common;
 
@@ -185,6 +185,109 @@ fn an_id_outside_its_table_names_file_row_feature_and_id() {
     assert!(s.next_record().unwrap().is_some());
     assert!(s.next_record().unwrap().is_some());
     assert_eq!(s.next_record().unwrap_err().to_string(), want);
+}
+
+/// Found by fuzzing: a CSV number finite as an f64 but not as an f32 became an
+/// infinite dense value.
+#[test]
+fn csv_numbers_beyond_f32_are_bad_values() {
+    let dir = TempDir::new("hard-f32");
+    let s: CsvSchema = toml::from_str(
+        r#"
+label = { column = "y" }
+dense = [{ column = "x", transform = "none" }]
+sparse = [{ column = "c", rows = 10 }]
+"#,
+    )
+    .unwrap();
+    let path = dir.file("big.csv", "y,x,c\n1,3e38,a\n1,3.51e300,a\n");
+    let mut r = CsvReader::open(&path, &s, BadRows::Fail).unwrap();
+    assert_eq!(r.next_record().unwrap().unwrap().dense, vec![3e38]);
+    let e = r.next_record().unwrap_err().to_string();
+    assert!(
+        e.ends_with(":3: field 1 (x): expected a number within the range of f32 (about ±3.4e38), found \"3.51e300\""),
+        "{e}"
+    );
+    let nan_fill: CsvSchema = toml::from_str(
+        r#"
+label = { column = "y" }
+dense = [{ column = "x", fill = nan }]
+"#,
+    )
+    .unwrap();
+    let e = CsvReader::open(&path, &nan_fill, BadRows::Fail)
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string()
+            .contains("column \"x\": fill must be a finite number"),
+        "{e}"
+    );
+}
+
+/// Found by fuzzing: a damaged label or dense value used to be passed on as read.
+#[test]
+fn labels_other_than_0_or_1_and_non_finite_dense_values_are_refused() {
+    let dir = TempDir::new("hard-label");
+    let schema = Schema {
+        dense: vec!["d".into()],
+        sparse: vec![],
+    };
+    let good = Record {
+        label: 1.0,
+        dense: vec![0.5],
+        sparse: vec![],
+    };
+    let path = dir.path().join("l.bin");
+    write_binary(
+        &mut VecStream(schema.clone(), vec![good.clone(); 2].into_iter()),
+        &path,
+        |_| ControlFlow::Continue(()),
+    )
+    .unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    // The labels start at the first multiple of 8 after the header; then the dense values.
+    let header_len = u64::from_le_bytes(bytes[8..16].try_into().unwrap()) as usize;
+    let labels = (16 + header_len).next_multiple_of(8);
+    let dense = labels + 8;
+    for (at, value, want) in [
+        (labels + 4, 0.5f32, "row 1: label 0.5 is not 0 or 1"),
+        (
+            dense + 4,
+            f32::NAN,
+            "row 1: dense feature 'd' is NaN, not a finite number",
+        ),
+    ] {
+        let mut damaged = bytes.clone();
+        damaged[at..at + 4].copy_from_slice(&value.to_le_bytes());
+        let ds = BinaryDataset::from_bytes(damaged, Path::new("l.bin")).unwrap();
+        assert_eq!(ds.record(0).unwrap(), good);
+        assert_eq!(
+            ds.record(1).unwrap_err().to_string(),
+            format!("l.bin: {want}")
+        );
+        assert!(ds.batch(&[0, 1]).is_err());
+    }
+    // The writer refuses what the reader would.
+    let mut bad = good.clone();
+    bad.label = 2.0;
+    let mut s = VecStream(schema.clone(), vec![bad].into_iter());
+    let e = write_binary(&mut s, &dir.path().join("w.bin"), |_| {
+        ControlFlow::Continue(())
+    })
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("row 0: label 2 is not 0 or 1"),
+        "{e}"
+    );
+    let mut bad = good;
+    bad.dense[0] = f32::INFINITY;
+    let mut s = VecStream(schema, vec![bad].into_iter());
+    let e = write_binary(&mut s, &dir.path().join("w.bin"), |_| {
+        ControlFlow::Continue(())
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("dense feature 'd' is inf"), "{e}");
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {

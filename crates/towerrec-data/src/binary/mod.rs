@@ -21,8 +21,9 @@
 //!
 //! The reader checks the magic, the header and that the file size matches the header
 //! exactly, so no size the header claims is trusted before it is checked against the
-//! file; per-row offsets, and each id against its table's rows, are checked when a row
-//! is read (an error names the file, row, feature and id). Values are decoded with
+//! file; per-row offsets, labels (0 or 1), dense values (finite) and each id against
+//! its table's rows are checked when a row is read (an error names the file, the row
+//! and what is wrong), so a damaged file cannot pass on values no reader produces. Values are decoded with
 //! `from_le_bytes`, so no unsafe casts depend on alignment or host endianness.
 
 use crate::error::{Error, Result};
@@ -307,10 +308,36 @@ impl BinaryDataset {
         Ok(values + 8 * start as usize..values + 8 * end as usize)
     }
 
-    fn push_dense(&self, i: usize, out: &mut Vec<f32>) {
+    /// The label of row `i`, which must be 0 or 1.
+    fn label(&self, i: usize) -> Result<f32> {
+        let label = le_f32(&self.map, self.layout.labels + 4 * i);
+        if label != 0.0 && label != 1.0 {
+            return Err(Error::format(
+                &self.path,
+                format!("row {i}: label {label} is not 0 or 1"),
+            ));
+        }
+        Ok(label)
+    }
+
+    /// Appends the dense values of row `i`, which must be finite.
+    fn push_dense(&self, i: usize, out: &mut Vec<f32>) -> Result<()> {
         let d = self.header.num_dense as usize;
         let base = self.layout.dense + 4 * d * i;
-        out.extend((0..d).map(|k| le_f32(&self.map, base + 4 * k)));
+        for k in 0..d {
+            let x = le_f32(&self.map, base + 4 * k);
+            if !x.is_finite() {
+                return Err(Error::format(
+                    &self.path,
+                    format!(
+                        "row {i}: dense feature '{}' is {x}, not a finite number",
+                        self.header.schema.dense[k]
+                    ),
+                ));
+            }
+            out.push(x);
+        }
+        Ok(())
     }
 
     /// Appends the ids of row `i` of feature `f`, checked against the feature's table.
@@ -336,7 +363,7 @@ impl BinaryDataset {
     pub fn record(&self, i: u64) -> Result<Record> {
         let i = self.check_row(i)?;
         let mut dense = Vec::with_capacity(self.header.num_dense as usize);
-        self.push_dense(i, &mut dense);
+        self.push_dense(i, &mut dense)?;
         let sparse = (0..self.header.nnz.len())
             .map(|f| {
                 let mut ids = Vec::new();
@@ -345,7 +372,7 @@ impl BinaryDataset {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Record {
-            label: le_f32(&self.map, self.layout.labels + 4 * i),
+            label: self.label(i)?,
             dense,
             sparse,
         })
@@ -359,11 +386,11 @@ impl BinaryDataset {
             .collect::<Result<Vec<_>>>()?;
         let labels = idx
             .iter()
-            .map(|&i| le_f32(&self.map, self.layout.labels + 4 * i))
-            .collect();
+            .map(|&i| self.label(i))
+            .collect::<Result<Vec<_>>>()?;
         let mut dense = Vec::with_capacity(idx.len() * self.header.num_dense as usize);
         for &i in &idx {
-            self.push_dense(i, &mut dense);
+            self.push_dense(i, &mut dense)?;
         }
         let mut offsets = Vec::with_capacity(self.header.nnz.len() * idx.len() + 1);
         offsets.push(0);
