@@ -31,6 +31,8 @@ pub const HANG_MS: u32 = 10_000;
 /// `PROPTEST_CASES`) and a [`HANG_MS`] time limit per case. The limit makes proptest
 /// run the cases in a child process, which also turns a crash (an allocation refused
 /// by [`AllocGuard`], a stack overflow) into a failing case it reports and shrinks.
+/// proptest lets its environment variables override this, so `PROPTEST_TIMEOUT=0`
+/// would turn both off: a crash then ends the whole test binary.
 pub fn config() -> Config {
     Config {
         timeout: HANG_MS,
