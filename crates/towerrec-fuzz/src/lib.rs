@@ -21,7 +21,7 @@ mod mutate;
 pub use alloc::{AllocGuard, MAX_ALLOCATION, MAX_LIVE};
 pub use mutate::{apply, arbitrary, mutated, Edit, Pos};
 
-use proptest::test_runner::Config;
+use proptest::test_runner::{Config, FileFailurePersistence};
 
 /// Milliseconds one case may take before it counts as a hang: thousands of times what
 /// any case here needs, so that a loaded machine does not fail it.
@@ -33,9 +33,14 @@ pub const HANG_MS: u32 = 10_000;
 /// by [`AllocGuard`], a stack overflow) into a failing case it reports and shrinks.
 /// proptest lets its environment variables override this, so `PROPTEST_TIMEOUT=0`
 /// would turn both off: a crash then ends the whole test binary.
+/// Failures are kept beside each test file (`tests/fuzz.proptest-regressions`) and
+/// replayed first on every run; check them in.
 pub fn config() -> Config {
     Config {
         timeout: HANG_MS,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
         ..Config::default()
     }
 }
