@@ -404,6 +404,26 @@ all_to_all = { latency_us = 1.0, bandwidth_gbs = 1.0 }
         assert!(e.contains("memory.timing.banks"), "{e}");
     }
 
+    /// Found by fuzzing: `peak_tflops = 2e-322` passed as positive and predicted an
+    /// infinite step time.
+    #[test]
+    fn figures_too_extreme_together_give_no_prediction() {
+        use crate::{simulate, Exchange, Mode, Scenario, Sharding, Workload};
+        let text = Hardware::preset_toml("reference").unwrap();
+        let scenario = Scenario {
+            mode: Mode::Training,
+            sharding: Sharding::Unsharded,
+            exchange: Exchange::Flat,
+        };
+        let w = Workload::rm2(false);
+        let hw = Hardware::from_toml(text, Path::new("x.toml")).unwrap();
+        assert!(simulate(&w, &hw, scenario).unwrap().seconds > 0.0);
+        let tiny = text.replace("peak_tflops = 200.0", "peak_tflops = 2e-322");
+        let hw = Hardware::from_toml(&tiny, Path::new("x.toml")).unwrap();
+        let e = simulate(&w, &hw, scenario).unwrap_err().to_string();
+        assert!(e.contains("a step time of inf s"), "{e}");
+    }
+
     #[test]
     fn scaling_a_cluster_keeps_whole_hosts() {
         let hw = Hardware::preset("h100-cluster").unwrap();
