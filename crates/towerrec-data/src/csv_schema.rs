@@ -16,7 +16,7 @@
 
 use crate::error::{quote_found, Error, Result};
 use crate::hash::fnv1a64;
-use crate::lines::Lines;
+use crate::lines::{Lines, MAX_LINE_BYTES};
 use crate::record::{BadRows, Record, RecordStream, Schema, SparseFeature};
 use crate::text::{RowCursor, RowSelect};
 use serde::{Deserialize, Serialize};
@@ -199,8 +199,8 @@ struct Plan {
     /// With a header, rows must have exactly this many fields; without, at least.
     fields: usize,
     exact: bool,
-    /// Column names for error messages (header names, or indices).
-    names: Vec<String>,
+    /// Header names for error messages; without a header, columns go by index.
+    names: Option<Vec<String>>,
     label: (usize, LabelRule),
     dense: Vec<(usize, DenseTransform, f32)>,
     sparse: Vec<(usize, u64, Option<Vec<u8>>)>,
@@ -308,8 +308,8 @@ impl CsvReader {
             .max()
             .map_or(0, |m| m + 1);
         let (fields, exact, names) = match header {
-            Some(h) => (h.len(), true, h),
-            None => (needed, false, (0..needed).map(|i| i.to_string()).collect()),
+            Some(h) => (h.len(), true, Some(h)),
+            None => (needed, false, None),
         };
         let plan = Plan {
             delimiter,
@@ -349,11 +349,18 @@ fn check_distinct(names: &[String]) -> std::result::Result<(), String> {
 /// suffix), or by 0-based index without a header.
 fn resolve_column(column: &str, header: Option<&[String]>, key: &str, file: &str) -> Result<usize> {
     let Some(header) = header else {
-        return column.trim().parse::<usize>().map_err(|_| {
+        let i = column.trim().parse::<usize>().map_err(|_| {
             Error::Config(format!(
                 "data.schema.{key}: column \"{column}\" must be a 0-based index because header = false"
             ))
-        });
+        })?;
+        // A line of at most MAX_LINE_BYTES bytes has at most one more field than that.
+        if i > MAX_LINE_BYTES {
+            return Err(Error::Config(format!(
+                "data.schema.{key}: column {i} is beyond any row (a line holds at most {MAX_LINE_BYTES} bytes)"
+            )));
+        }
+        return Ok(i);
     };
     if let Some(i) = header.iter().position(|h| h == column) {
         return Ok(i);
@@ -502,7 +509,10 @@ fn parse_line(lines: &Lines, plan: &Plan, spans: &mut Vec<Span>) -> Result<Recor
         return Err(lines.error("row", expected, format!("{n} fields")));
     }
     let field = |i: usize| spans[i].get(line);
-    let label_of = |i: usize| format!("field {i} ({})", plan.names[i]);
+    let label_of = |i: usize| match &plan.names {
+        Some(names) => format!("field {i} ({})", names[i]),
+        None => format!("field {i}"),
+    };
     let (li, rule) = &plan.label;
     let raw = field(*li);
     let label = match rule {

@@ -225,6 +225,37 @@ dense = [{ column = "x", fill = nan }]
     );
 }
 
+/// Found by fuzzing: without a header, a column index such as 11111110 built a name
+/// for every column up to it (10^16 bytes for a bigger one).
+#[test]
+fn a_column_index_beyond_any_row_is_a_config_error() {
+    let dir = TempDir::new("hard-index");
+    let path = dir.file("n.csv", "1,a\n");
+    let schema = |column: &str| -> CsvSchema {
+        toml::from_str(&format!(
+            "header = false\nlabel = {{ column = \"0\" }}\nsparse = [{{ column = \"{column}\", rows = 3 }}]"
+        ))
+        .unwrap()
+    };
+    let e = CsvReader::open(&path, &schema("11111110"), BadRows::Fail)
+        .err()
+        .unwrap();
+    assert_eq!(
+        e.to_string(),
+        "invalid data configuration: data.schema.sparse: column 11111110 is beyond any row \
+         (a line holds at most 1048576 bytes)"
+    );
+    // The largest index a line can reach opens; a short row is then a bad row.
+    let mut r = CsvReader::open(&path, &schema("1048576"), BadRows::Fail).unwrap();
+    let e = r.next_record().unwrap_err().to_string();
+    assert!(
+        e.ends_with("row: expected at least 1048577 fields, found 2 fields"),
+        "{e}"
+    );
+    let mut r = CsvReader::open(&path, &schema("1"), BadRows::Fail).unwrap();
+    assert_eq!(drain(&mut r).len(), 1);
+}
+
 /// Found by fuzzing: a damaged label or dense value used to be passed on as read.
 #[test]
 fn labels_other_than_0_or_1_and_non_finite_dense_values_are_refused() {
