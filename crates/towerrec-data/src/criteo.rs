@@ -8,10 +8,14 @@
 //! - Sparse: the hex string parsed as a u64 (empty → 0), then `% rows` of its table.
 //!
 //! The reader holds one line at a time, so memory stays constant on the 1 TB data set.
+//! A line of only spaces is blank and skipped; a line with tabs is a row (of empty
+//! fields, which is malformed: the label cannot be empty). See [`crate::lines`] for
+//! blank and over-long lines.
 
 use crate::error::{quote_found, Error, Result};
+use crate::lines::Lines;
 use crate::record::{BadRows, Record, RecordStream, Schema, SparseFeature};
-use crate::text::{Lines, RowCursor, RowSelect};
+use crate::text::{RowCursor, RowSelect};
 use std::io::BufRead;
 use std::path::Path;
 
@@ -77,7 +81,7 @@ impl CriteoReader {
     pub fn open(path: &Path, table_rows: &[u64], bad_rows: BadRows) -> Result<Self> {
         let schema = criteo_schema(table_rows)?;
         Ok(Self {
-            rows: RowCursor::new(Lines::open(path)?, bad_rows),
+            rows: RowCursor::new(Lines::open(path, b'\t')?, bad_rows),
             schema,
         })
     }
@@ -91,7 +95,7 @@ impl CriteoReader {
     ) -> Result<Self> {
         let schema = criteo_schema(table_rows)?;
         Ok(Self {
-            rows: RowCursor::new(Lines::new(Box::new(reader), name), bad_rows),
+            rows: RowCursor::new(Lines::new(Box::new(reader), name, b'\t'), bad_rows),
             schema,
         })
     }

@@ -9,15 +9,19 @@
 //! Fields are trimmed of surrounding ASCII whitespace. Double-quoted fields may contain
 //! the delimiter and `""` for a quote; a quoted field cannot span lines (rows are lines).
 //! With a header, a column may be named as written or, for typed headers such as
-//! RecBole's `user_id:token`, by the part before the `:`.
+//! RecBole's `user_id:token`, by the part before the `:`; a header that names two
+//! columns alike is an error (empty names, which no schema can pick, may repeat).
+//! Blank lines, and lines of only whitespace that is not the delimiter, are skipped
+//! (see [`crate::lines`]).
 
 use crate::error::{quote_found, Error, Result};
 use crate::hash::fnv1a64;
+use crate::lines::{Lines, MAX_LINE_BYTES};
 use crate::record::{BadRows, Record, RecordStream, Schema, SparseFeature};
-use crate::text::{Lines, RowCursor, RowSelect};
+use crate::text::{RowCursor, RowSelect};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::BufRead;
 use std::path::Path;
 
@@ -149,6 +153,12 @@ impl CsvSchema {
                 "data.schema.label.threshold: must be a finite number".into(),
             ));
         }
+        if let Some(d) = self.dense.iter().find(|d| !d.fill.is_finite()) {
+            return Err(Error::Config(format!(
+                "data.schema.dense: column \"{}\": fill must be a finite number, got {}",
+                d.column, d.fill
+            )));
+        }
         let mut names = HashSet::new();
         for s in &self.sparse {
             let name = s.name.as_deref().unwrap_or(&s.column);
@@ -189,8 +199,8 @@ struct Plan {
     /// With a header, rows must have exactly this many fields; without, at least.
     fields: usize,
     exact: bool,
-    /// Column names for error messages (header names, or indices).
-    names: Vec<String>,
+    /// Header names for error messages; without a header, columns go by index.
+    names: Option<Vec<String>>,
     label: (usize, LabelRule),
     dense: Vec<(usize, DenseTransform, f32)>,
     sparse: Vec<(usize, u64, Option<Vec<u8>>)>,
@@ -207,7 +217,8 @@ pub struct CsvReader {
 impl CsvReader {
     /// Opens `path`, reads the header if any, and checks that every column exists.
     pub fn open(path: &Path, csv: &CsvSchema, bad_rows: BadRows) -> Result<Self> {
-        Self::with_lines(Lines::open(path)?, csv, bad_rows)
+        csv.validate()?;
+        Self::with_lines(Lines::open(path, csv.delimiter as u8)?, csv, bad_rows)
     }
 
     /// Reads from any buffered reader; `name` is the file name shown in errors.
@@ -217,7 +228,9 @@ impl CsvReader {
         csv: &CsvSchema,
         bad_rows: BadRows,
     ) -> Result<Self> {
-        Self::with_lines(Lines::new(Box::new(reader), name), csv, bad_rows)
+        csv.validate()?;
+        let lines = Lines::new(Box::new(reader), name, csv.delimiter as u8);
+        Self::with_lines(lines, csv, bad_rows)
     }
 
     /// Yields only the rows `select` picks (a train or eval split).
@@ -236,6 +249,9 @@ impl CsvReader {
                     message: "empty file: expected a header line (or set header = false)".into(),
                 });
             }
+            if lines.too_long {
+                return Err(lines.too_long_error("header"));
+            }
             let mut spans = Vec::new();
             split_fields(&lines.buf, delimiter, &mut spans)
                 .map_err(|(expected, found)| lines.error("header", expected, found))?;
@@ -251,6 +267,8 @@ impl CsvReader {
                 // A byte-order mark some spreadsheet exports put before the first name.
                 *first = first.trim_start_matches('\u{feff}').to_string();
             }
+            check_distinct(&names)
+                .map_err(|found| lines.error("header", "distinct column names", found))?;
             Some(names)
         } else {
             None
@@ -290,8 +308,8 @@ impl CsvReader {
             .max()
             .map_or(0, |m| m + 1);
         let (fields, exact, names) = match header {
-            Some(h) => (h.len(), true, h),
-            None => (needed, false, (0..needed).map(|i| i.to_string()).collect()),
+            Some(h) => (h.len(), true, Some(h)),
+            None => (needed, false, None),
         };
         let plan = Plan {
             delimiter,
@@ -311,15 +329,38 @@ impl CsvReader {
     }
 }
 
+/// Checks that no column name is used twice, so a name picks one column; unnamed
+/// (empty) columns, such as those of a trailing delimiter, cannot be picked and may
+/// repeat. On error returns what was found, for the message.
+fn check_distinct(names: &[String]) -> std::result::Result<(), String> {
+    let mut first = HashMap::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate().filter(|(_, n)| !n.is_empty()) {
+        if let Some(j) = first.insert(name.as_str(), i) {
+            return Err(format!(
+                "column {} twice (columns {j} and {i})",
+                quote_found(name.as_bytes())
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Finds a column's index: by header name (exact, else the part before a `:` type
 /// suffix), or by 0-based index without a header.
 fn resolve_column(column: &str, header: Option<&[String]>, key: &str, file: &str) -> Result<usize> {
     let Some(header) = header else {
-        return column.trim().parse::<usize>().map_err(|_| {
+        let i = column.trim().parse::<usize>().map_err(|_| {
             Error::Config(format!(
                 "data.schema.{key}: column \"{column}\" must be a 0-based index because header = false"
             ))
-        });
+        })?;
+        // A line of at most MAX_LINE_BYTES bytes has at most one more field than that.
+        if i > MAX_LINE_BYTES {
+            return Err(Error::Config(format!(
+                "data.schema.{key}: column {i} is beyond any row (a line holds at most {MAX_LINE_BYTES} bytes)"
+            )));
+        }
+        return Ok(i);
     };
     if let Some(i) = header.iter().position(|h| h == column) {
         return Ok(i);
@@ -468,7 +509,10 @@ fn parse_line(lines: &Lines, plan: &Plan, spans: &mut Vec<Span>) -> Result<Recor
         return Err(lines.error("row", expected, format!("{n} fields")));
     }
     let field = |i: usize| spans[i].get(line);
-    let label_of = |i: usize| format!("field {i} ({})", plan.names[i]);
+    let label_of = |i: usize| match &plan.names {
+        Some(names) => format!("field {i} ({})", names[i]),
+        None => format!("field {i}"),
+    };
     let (li, rule) = &plan.label;
     let raw = field(*li);
     let label = match rule {
@@ -497,7 +541,16 @@ fn parse_line(lines: &Lines, plan: &Plan, spans: &mut Vec<Span>) -> Result<Recor
             parse_number(&raw)
                 .ok_or_else(|| lines.error(label_of(i), "a number", quote_found(&raw)))?
         };
-        record.dense.push(transform.apply(x));
+        // Finite as an f64 is not enough: the model reads f32.
+        let value = transform.apply(x);
+        if !value.is_finite() {
+            return Err(lines.error(
+                label_of(i),
+                "a number within the range of f32 (about ±3.4e38)",
+                quote_found(&raw),
+            ));
+        }
+        record.dense.push(value);
     }
     for (i, rows, sep) in &plan.sparse {
         let raw = field(*i);

@@ -14,6 +14,7 @@ pub mod csv_schema;
 pub mod error;
 pub mod fingerprint;
 pub mod hash;
+pub mod lines;
 pub mod record;
 pub mod source;
 pub mod synthetic;

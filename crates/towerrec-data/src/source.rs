@@ -400,17 +400,24 @@ impl Split {
 
 /// Row counts of text files, so that re-opening a file for every evaluation does not
 /// re-count it; keyed by size and modification time so an edited file is recounted.
-fn cached_count(path: &Path, header: bool) -> Result<u64> {
-    type Key = (PathBuf, bool, u64, Option<SystemTime>);
+fn cached_count(path: &Path, header: bool, delimiter: u8, bad_rows: BadRows) -> Result<u64> {
+    type Key = (PathBuf, bool, u8, u64, Option<SystemTime>);
     static COUNTS: Mutex<Option<HashMap<Key, u64>>> = Mutex::new(None);
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-    let key = (path.to_path_buf(), header, meta.len(), meta.modified().ok());
+    // `bad_rows` only decides whether counting fails, so successful counts are shared.
+    let key = (
+        path.to_path_buf(),
+        header,
+        delimiter,
+        meta.len(),
+        meta.modified().ok(),
+    );
     if let Ok(guard) = COUNTS.lock() {
         if let Some(&n) = guard.as_ref().and_then(|m| m.get(&key)) {
             return Ok(n);
         }
     }
-    let n = count_rows(path, header)?;
+    let n = count_rows(path, header, delimiter, bad_rows)?;
     if let Ok(mut guard) = COUNTS.lock() {
         guard.get_or_insert_with(HashMap::new).insert(key, n);
     }
@@ -435,11 +442,15 @@ fn open_file(
         FileFormat::Binary => open_binary(path, split, part)?,
         _ if is_binary_file(path)? => open_binary(path, split, part)?,
         FileFormat::Criteo(rows) => {
-            let select = split.select(part, path, || cached_count(path, false))?;
+            let select = split.select(part, path, || cached_count(path, false, b'\t', bad_rows))?;
             Box::new(CriteoReader::open(path, rows, bad_rows)?.with_rows(select))
         }
         FileFormat::Csv(schema) => {
-            let select = split.select(part, path, || cached_count(path, schema.header))?;
+            // Before counting, which splits lines on the delimiter.
+            schema.validate()?;
+            let select = split.select(part, path, || {
+                cached_count(path, schema.header, schema.delimiter as u8, bad_rows)
+            })?;
             Box::new(CsvReader::open(path, schema, bad_rows)?.with_rows(select))
         }
     })

@@ -110,6 +110,16 @@ pub enum PoolingFactor {
     },
 }
 
+impl PoolingFactor {
+    /// Ids per sample on average.
+    fn mean(self) -> f64 {
+        match self {
+            PoolingFactor::Fixed(n) => f64::from(n),
+            PoolingFactor::Mean { mean } => mean,
+        }
+    }
+}
+
 impl Default for PoolingFactor {
     fn default() -> Self {
         PoolingFactor::Fixed(1)
@@ -175,6 +185,13 @@ impl SyntheticConfig {
         self.train_samples..self.train_samples.saturating_add(self.eval_samples)
     }
 }
+
+/// The most dense features, and the most tables, a synthetic data set may have: far
+/// beyond real models (Criteo has 13 and 26).
+pub const MAX_FEATURES: usize = 1 << 16;
+
+/// The most ids a sample may hold over all its tables, on average (2^22: 32 MiB).
+pub const MAX_IDS_PER_SAMPLE: f64 = (1u64 << 22) as f64;
 
 /// How one table draws its ids.
 #[derive(Debug, Clone)]
@@ -266,6 +283,36 @@ impl SyntheticGenerator {
                 format!("must be a number ≥ 0, got {}", cfg.signal),
             );
         }
+        // Checked before anything is built per feature: a typo such as `count = 1e9`
+        // would otherwise exhaust memory here.
+        if cfg.num_dense > MAX_FEATURES {
+            return bad(
+                "num_dense",
+                format!("must be at most {MAX_FEATURES}, got {}", cfg.num_dense),
+            );
+        }
+        let features = cfg
+            .tables
+            .iter()
+            .try_fold(0usize, |n, t| n.checked_add(t.count));
+        if features.is_none_or(|n| n > MAX_FEATURES) {
+            return bad(
+                "tables",
+                format!("at most {MAX_FEATURES} tables in all (the sum of the counts)"),
+            );
+        }
+        // Each table's pooling is bounded below, but not their sum over many tables.
+        let ids: f64 = cfg
+            .tables
+            .iter()
+            .map(|t| t.count as f64 * t.pooling.mean())
+            .sum();
+        if ids > MAX_IDS_PER_SAMPLE {
+            return bad(
+                "tables",
+                format!("at most {MAX_IDS_PER_SAMPLE} ids per sample over all tables (count × pooling), got {ids}"),
+            );
+        }
         let mut sparse = Vec::new();
         let mut tables = Vec::new();
         for (ti, t) in cfg.tables.iter().enumerate() {
@@ -281,10 +328,7 @@ impl SyntheticGenerator {
             }
             // Bags this large are a config typo, and would exhaust memory per sample.
             const MAX_POOLING: f64 = 100_000.0;
-            let pooling_size = match t.pooling {
-                PoolingFactor::Fixed(n) => f64::from(n),
-                PoolingFactor::Mean { mean } => mean,
-            };
+            let pooling_size = t.pooling.mean();
             if pooling_size > MAX_POOLING {
                 return bad(
                     &key,
@@ -562,5 +606,26 @@ mod tests {
         cfg.tables[0].pooling = PoolingFactor::Fixed(0);
         cfg.tables[0].rows = 0;
         assert!(cfg.schema().is_err());
+    }
+
+    /// Found by fuzzing: `count = 100000000` built a hundred million tables. The bound
+    /// on ids per sample closes the same hole for many tables of big bags.
+    #[test]
+    fn feature_counts_are_bounded_before_anything_is_built() {
+        let mut cfg = SyntheticConfig::criteo_like(10, MAX_FEATURES, PoolingFactor::Fixed(1), 0.0);
+        assert_eq!(cfg.schema().unwrap().num_sparse(), MAX_FEATURES);
+        cfg.tables[0].count = 100_000_000;
+        let e = cfg.schema().unwrap_err().to_string();
+        assert!(e.contains("data.tables: at most 65536 tables"), "{e}");
+        cfg.tables[0].count = usize::MAX;
+        assert!(cfg.schema().is_err());
+        cfg.tables[0].count = 60_000;
+        cfg.tables[0].pooling = PoolingFactor::Fixed(100_000);
+        let e = cfg.schema().unwrap_err().to_string();
+        assert!(e.contains("at most 4194304 ids per sample"), "{e}");
+        cfg.tables[0].count = 1;
+        cfg.num_dense = 1 << 40;
+        let e = cfg.schema().unwrap_err().to_string();
+        assert!(e.contains("data.num_dense: must be at most 65536"), "{e}");
     }
 }

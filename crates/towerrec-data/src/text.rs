@@ -1,14 +1,12 @@
-//! What the text readers share: reading lines as bytes with their line numbers, and
-//! [`RowSelect`], the rule that picks which data rows a stream yields (train/eval splits).
-//!
-//! Lines are read as bytes, not `String`s, so that invalid UTF-8 becomes a parse error
-//! at the field it occurs in rather than an I/O error for the whole file.
+//! What the text readers share: [`RowSelect`], the rule that picks which data rows a
+//! stream yields (train/eval splits), and the cursor that applies it and the
+//! [`BadRows`] policy over the lines of a file (read by [`crate::lines`], which also
+//! says what a blank or an over-long line is).
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::hash::{mix2, unit_f64};
+use crate::lines::Lines;
 use crate::record::BadRows;
-use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::ops::Range;
 use std::path::Path;
 
@@ -49,81 +47,6 @@ impl RowSelect {
         match self {
             RowSelect::Range(r) => r.end,
             RowSelect::All | RowSelect::Hashed { .. } => u64::MAX,
-        }
-    }
-}
-
-/// Buffered lines of a text file, with 1-based line numbers.
-pub(crate) struct Lines {
-    reader: Box<dyn BufRead + Send>,
-    /// The file name as shown in errors.
-    pub name: String,
-    path: std::path::PathBuf,
-    /// The current line, without its line terminator.
-    pub buf: Vec<u8>,
-    /// 1-based number of the current line.
-    pub line_no: u64,
-}
-
-impl Lines {
-    /// Opens `path` for reading.
-    pub fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        Ok(Self::new(
-            Box::new(BufReader::with_capacity(1 << 16, file)),
-            path,
-        ))
-    }
-
-    /// Reads from `reader`, naming `path` in errors.
-    pub fn new(reader: Box<dyn BufRead + Send>, path: &Path) -> Self {
-        Self {
-            reader,
-            name: path.display().to_string(),
-            path: path.to_path_buf(),
-            buf: Vec::new(),
-            line_no: 0,
-        }
-    }
-
-    /// Advances to the next non-blank line (in `self.buf`); false at the end of the file.
-    pub fn next_line(&mut self) -> Result<bool> {
-        loop {
-            self.buf.clear();
-            let n = self
-                .reader
-                .read_until(b'\n', &mut self.buf)
-                .map_err(|e| Error::io(&self.path, e))?;
-            if n == 0 {
-                return Ok(false);
-            }
-            self.line_no += 1;
-            if self.buf.last() == Some(&b'\n') {
-                self.buf.pop();
-            }
-            // Windows line endings.
-            if self.buf.last() == Some(&b'\r') {
-                self.buf.pop();
-            }
-            if !self.buf.is_empty() {
-                return Ok(true);
-            }
-        }
-    }
-
-    /// A parse error at the current line.
-    pub fn error(
-        &self,
-        field: impl Into<String>,
-        expected: impl Into<String>,
-        found: String,
-    ) -> Error {
-        Error::Parse {
-            file: self.name.clone(),
-            line: self.line_no,
-            field: field.into(),
-            expected: expected.into(),
-            found,
         }
     }
 }
@@ -171,7 +94,12 @@ impl RowCursor {
             if !self.select.contains(row) {
                 continue;
             }
-            match parse(&self.lines) {
+            let parsed = if self.lines.too_long {
+                Err(self.lines.too_long_error("row"))
+            } else {
+                parse(&self.lines)
+            };
+            match parsed {
                 Ok(t) => return Ok(Some(t)),
                 Err(e) if self.bad_rows == BadRows::Skip && e.is_bad_row() => self.skipped += 1,
                 Err(e) => return Err(e),
@@ -181,10 +109,16 @@ impl RowCursor {
 }
 
 /// Number of data rows in a text file: non-blank lines, less one header line if `header`.
-pub fn count_rows(path: &Path, header: bool) -> Result<u64> {
-    let mut lines = Lines::open(path)?;
+/// Under [`BadRows::Fail`] an over-long line is an error here already, as it would be
+/// when read; under `Skip` it counts as the malformed row it is.
+pub fn count_rows(path: &Path, header: bool, delimiter: u8, bad_rows: BadRows) -> Result<u64> {
+    let mut lines = Lines::open(path, delimiter)?;
     let mut n = 0u64;
     while lines.next_line()? {
+        if lines.too_long && bad_rows == BadRows::Fail {
+            let field = if header && n == 0 { "header" } else { "row" };
+            return Err(lines.too_long_error(field));
+        }
         n += 1;
     }
     Ok(if header { n.saturating_sub(1) } else { n })
@@ -193,20 +127,6 @@ pub fn count_rows(path: &Path, header: bool) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lines_skip_blank_and_strip_crlf() {
-        let data = b"a\r\n\nb\n\r\nc".to_vec();
-        let mut l = Lines::new(Box::new(std::io::Cursor::new(data)), Path::new("x"));
-        let mut got = Vec::new();
-        while l.next_line().unwrap() {
-            got.push((l.line_no, l.buf.clone()));
-        }
-        assert_eq!(
-            got,
-            vec![(1, b"a".to_vec()), (3, b"b".to_vec()), (5, b"c".to_vec())]
-        );
-    }
 
     #[test]
     fn hashed_selection_partitions_rows_by_fraction() {

@@ -8,7 +8,7 @@
 //! collective over `n` chips must move at least `bytes·(n−1)/n` through every chip
 //! (all-reduce: twice that); it takes `α + moved / β`.
 
-use crate::error::{non_negative, positive, Error, Result};
+use crate::error::{check_non_negative, check_positive, Error, Result};
 use serde::{Deserialize, Serialize};
 
 /// The collective operations of the model.
@@ -46,13 +46,8 @@ pub struct AlphaBeta {
 
 impl AlphaBeta {
     fn check(&self, what: &str) -> Result<()> {
-        if !non_negative(self.latency_us) {
-            return Err(Error::invalid(what, "latency_us must be a number ≥ 0"));
-        }
-        if !positive(self.bandwidth_gbs) {
-            return Err(Error::invalid(what, "bandwidth_gbs must be a number > 0"));
-        }
-        Ok(())
+        check_non_negative(&format!("{what}.latency_us"), self.latency_us)?;
+        check_positive(&format!("{what}.bandwidth_gbs"), self.bandwidth_gbs)
     }
 
     /// Seconds to move `moved` bytes through each chip.
@@ -154,14 +149,12 @@ impl Scaling {
     }
 
     fn check(&self) -> Result<()> {
-        let knee_ok = self.knee == f64::INFINITY || positive(self.knee);
-        if !knee_ok || !positive(self.exponent) || !non_negative(self.latency_per_log2) {
-            return Err(Error::invalid(
-                "cross_host.scaling",
-                "knee and exponent must be > 0 and latency_per_log2 ≥ 0",
-            ));
+        // An infinite knee (the default) is a network that does not degrade.
+        if self.knee != f64::INFINITY {
+            check_positive("cross_host.scaling.knee", self.knee)?;
         }
-        Ok(())
+        check_positive("cross_host.scaling.exponent", self.exponent)?;
+        check_non_negative("cross_host.scaling.latency_per_log2", self.latency_per_log2)
     }
 }
 

@@ -55,3 +55,44 @@ pub(crate) fn positive(x: f64) -> bool {
 pub(crate) fn non_negative(x: f64) -> bool {
     x >= 0.0 && x.is_finite()
 }
+
+/// `key` holds a finite number above zero (a rate, bandwidth, size or time).
+pub(crate) fn check_positive(key: &str, x: f64) -> Result<()> {
+    if positive(x) {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        key,
+        format!("must be a finite number > 0, got {x}"),
+    ))
+}
+
+/// `key` holds a finite number at or above zero (a latency or overhead that may be 0).
+pub(crate) fn check_non_negative(key: &str, x: f64) -> Result<()> {
+    if non_negative(x) {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        key,
+        format!("must be a finite number ≥ 0, got {x}"),
+    ))
+}
+
+/// `key` holds a fraction of a peak: in (0, 1].
+pub(crate) fn check_efficiency(key: &str, x: f64) -> Result<()> {
+    if x > 0.0 && x <= 1.0 {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        key,
+        format!("must be a fraction of the peak in (0, 1], got {x}"),
+    ))
+}
+
+/// `key` holds a share in [0, 1] (0 meaning none of it, e.g. no overlap).
+pub(crate) fn check_share(key: &str, x: f64) -> Result<()> {
+    if (0.0..=1.0).contains(&x) {
+        return Ok(());
+    }
+    Err(Error::invalid(key, format!("must be within 0..1, got {x}")))
+}

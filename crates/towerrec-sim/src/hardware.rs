@@ -4,7 +4,9 @@
 //! `towerrec calibrate` writes one for the machine it runs on.
 
 use crate::collective::Network;
-use crate::error::{non_negative, positive, Error, Result};
+use crate::error::{
+    check_efficiency, check_non_negative, check_positive, check_share, Error, Result,
+};
 use crate::memory::MemorySystem;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -89,6 +91,10 @@ pub struct Hardware {
     pub system: SystemTraits,
 }
 
+/// The most chips a description may have (2^20), far beyond any system modelled, so
+/// that sizes stay exact in every product the model forms.
+pub const MAX_CHIPS: usize = 1 << 20;
+
 /// The built-in presets: (name, TOML).
 const PRESETS: &[(&str, &str)] = &[
     ("recspeed", include_str!("../presets/recspeed.toml")),
@@ -149,7 +155,13 @@ impl Hardware {
             path: origin.into(),
             error: Box::new(e),
         })?;
-        hw.validate()?;
+        hw.validate().map_err(|e| match e {
+            Error::Invalid { what, reason } => Error::Invalid {
+                what: format!("{}: {what}", origin.display()),
+                reason,
+            },
+            e => e,
+        })?;
         Ok(hw)
     }
 
@@ -170,32 +182,34 @@ impl Hardware {
         })
     }
 
-    /// Checks every figure for sense.
+    /// Checks every figure for sense; an error names the key.
     pub fn validate(&self) -> Result<()> {
-        let what = format!("hardware '{}'", self.name);
-        if self.hosts == 0 || self.chips_per_host == 0 {
-            return Err(Error::invalid(
-                what,
-                "hosts and chips_per_host must be at least 1",
-            ));
+        for (key, n) in [
+            ("hosts", self.hosts),
+            ("chips_per_host", self.chips_per_host),
+        ] {
+            if n == 0 {
+                return Err(Error::invalid(key, "must be at least 1"));
+            }
         }
-        if !positive(self.compute.peak_tflops) || !positive(self.compute.efficiency) {
-            return Err(Error::invalid(
-                what + " compute",
-                "peak_tflops and efficiency must be > 0",
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.system.lookup_comm_overlap)
-            || !(0.0..=1.0).contains(&self.system.allreduce_overlap)
-            || !non_negative(self.system.step_overhead_us)
-            || !non_negative(self.system.lookup_overhead_ns)
-            || !non_negative(self.system.update_overhead_ns)
+        if self
+            .hosts
+            .checked_mul(self.chips_per_host)
+            .is_none_or(|n| n > MAX_CHIPS)
         {
             return Err(Error::invalid(
-                what + " system",
-                "lookup_comm_overlap and allreduce_overlap must be within 0..1, overheads ≥ 0",
+                "hosts",
+                format!("hosts × chips_per_host must be at most {MAX_CHIPS}"),
             ));
         }
+        check_positive("compute.peak_tflops", self.compute.peak_tflops)?;
+        check_efficiency("compute.efficiency", self.compute.efficiency)?;
+        let s = &self.system;
+        check_share("system.lookup_comm_overlap", s.lookup_comm_overlap)?;
+        check_share("system.allreduce_overlap", s.allreduce_overlap)?;
+        check_non_negative("system.lookup_overhead_ns", s.lookup_overhead_ns)?;
+        check_non_negative("system.update_overhead_ns", s.update_overhead_ns)?;
+        check_non_negative("system.step_overhead_us", s.step_overhead_us)?;
         self.memory.validate()?;
         self.network.check(self.hosts)
     }
@@ -209,8 +223,11 @@ impl Hardware {
     /// or fewer chips on one host.
     pub fn with_chips(&self, chips: usize) -> Result<Self> {
         let mut hw = self.clone();
-        if chips == 0 {
-            return Err(Error::invalid("--gpus", "a system needs at least one chip"));
+        if chips == 0 || chips > MAX_CHIPS {
+            return Err(Error::invalid(
+                "--gpus",
+                format!("a system needs 1 to {MAX_CHIPS} chips, not {chips}"),
+            ));
         }
         if chips <= self.chips_per_host {
             hw.hosts = 1;
@@ -272,6 +289,139 @@ mod tests {
             .to_string();
         assert!(e.contains("x.toml") && e.contains("warp_drive"), "{e}");
         assert!(Hardware::load("no-such-preset-or-file").is_err());
+    }
+
+    #[test]
+    fn figures_out_of_range_are_errors_naming_the_key() {
+        let text = Hardware::preset_toml("h100-cluster").unwrap();
+        let cases = [
+            (
+                "efficiency = 0.25",
+                "efficiency = 1.5",
+                "compute.efficiency",
+            ),
+            (
+                "efficiency = 0.25",
+                "efficiency = 0.0",
+                "compute.efficiency",
+            ),
+            (
+                "efficiency = 0.25",
+                "efficiency = nan",
+                "compute.efficiency",
+            ),
+            (
+                "peak_tflops = 989.0",
+                "peak_tflops = inf",
+                "compute.peak_tflops",
+            ),
+            ("units = 5", "units = 0", "memory.units"),
+            (
+                "data_rate_mts = 5200.0",
+                "data_rate_mts = -1.0",
+                "memory.data_rate_mts",
+            ),
+            (
+                "all_to_all = { latency_us = 10.0,",
+                "all_to_all = { latency_us = -1.0,",
+                "intra_host.all_to_all.latency_us",
+            ),
+            (
+                "bandwidth_gbs = 48.0 }\nall_reduce",
+                "bandwidth_gbs = 0.0 }\nall_reduce",
+                "cross_host.all_to_all.bandwidth_gbs",
+            ),
+            ("knee = 768.0", "knee = -768.0", "cross_host.scaling.knee"),
+            (
+                "exponent = 1.0",
+                "exponent = nan",
+                "cross_host.scaling.exponent",
+            ),
+            ("hosts = 8", "hosts = 1099511627776", "hosts"),
+        ];
+        for (from, to, key) in cases {
+            assert!(text.contains(from), "{from}");
+            let e = Hardware::from_toml(&text.replace(from, to), Path::new("hw.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(&format!("hw.toml: {key}")), "{to}: {e}");
+        }
+        let with_system = format!("{text}\n[system]\nallreduce_overlap = 1.01\n");
+        let e = Hardware::from_toml(&with_system, Path::new("hw.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("system.allreduce_overlap: must be within 0..1"),
+            "{e}"
+        );
+        // A DRAM table written out: its keys are named under memory.timing.
+        let ddr4 = r#"name = "x"
+hosts = 1
+chips_per_host = 1
+[compute]
+peak_tflops = 1.0
+[memory]
+model = "dram"
+units = 1
+[memory.timing]
+name = "DDR4"
+data_rate_mts = 3200.0
+clock_ratio = 2.0
+channel_bits = 64
+channels_per_unit = 1
+burst_length = 8
+banks = 16
+bank_groups = 4
+t_rcd = 13.75
+t_rp = 13.75
+t_ras = 32.5
+t_rtp = 7.5
+t_rrd_s = 2.5
+t_faw = 10.0
+t_ccd_l_nck = 8.0
+t_rfc = 350.0
+t_refi = 7800.0
+[network.intra_host]
+all_to_all = { latency_us = 1.0, bandwidth_gbs = 1.0 }
+"#;
+        Hardware::from_toml(ddr4, Path::new("hw.toml")).unwrap();
+        let e = Hardware::from_toml(
+            &ddr4.replace("t_rcd = 13.75", "t_rcd = 0.0"),
+            Path::new("hw.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("memory.timing.t_rcd (DRAM 'DDR4'): must be a finite number > 0"),
+            "{e}"
+        );
+        let e = Hardware::from_toml(
+            &ddr4.replace("banks = 16", "banks = 15"),
+            Path::new("hw.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("memory.timing.banks"), "{e}");
+    }
+
+    /// Found by fuzzing: `peak_tflops = 2e-322` passed as positive and predicted an
+    /// infinite step time.
+    #[test]
+    fn figures_too_extreme_together_give_no_prediction() {
+        use crate::{simulate, Exchange, Mode, Scenario, Sharding, Workload};
+        let text = Hardware::preset_toml("reference").unwrap();
+        let scenario = Scenario {
+            mode: Mode::Training,
+            sharding: Sharding::Unsharded,
+            exchange: Exchange::Flat,
+        };
+        let w = Workload::rm2(false);
+        let hw = Hardware::from_toml(text, Path::new("x.toml")).unwrap();
+        assert!(simulate(&w, &hw, scenario).unwrap().seconds > 0.0);
+        let tiny = text.replace("peak_tflops = 200.0", "peak_tflops = 2e-322");
+        let hw = Hardware::from_toml(&tiny, Path::new("x.toml")).unwrap();
+        let e = simulate(&w, &hw, scenario).unwrap_err().to_string();
+        assert!(e.contains("a step time of inf s"), "{e}");
     }
 
     #[test]

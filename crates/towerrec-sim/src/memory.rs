@@ -15,7 +15,7 @@
 //! channels / devices of `channels` channels each. Machines measured by
 //! `towerrec calibrate` give their measured random-read bandwidth by row size instead.
 
-use crate::error::{non_negative, positive, Error, Result};
+use crate::error::{check_non_negative, check_positive, Error, Result};
 use serde::{Deserialize, Serialize};
 
 /// Organisation and timing of one DRAM channel (HBM: one pseudo-channel), from a
@@ -78,47 +78,62 @@ impl DramTiming {
         })
     }
 
-    fn validate(&self) -> Result<()> {
-        let what = format!("DRAM '{}'", self.name);
-        let must_be_positive = [
-            self.data_rate_mts,
-            self.clock_ratio,
-            self.t_rcd,
-            self.t_rp,
-            self.t_ras,
-            self.t_rrd_s,
-            self.t_faw,
-            self.t_ccd_l_nck,
-            self.t_refi,
-        ];
-        if !must_be_positive.iter().all(|v| positive(*v))
-            || ![self.t_rtp, self.t_switch_nck, self.t_rfc]
-                .iter()
-                .all(|v| non_negative(*v))
-        {
-            return Err(Error::invalid(what, "timings must be finite and positive"));
+    /// Checks every figure; an error names the key, under `prefix` (where the table
+    /// sits in a hardware file).
+    fn validate(&self, prefix: &str) -> Result<()> {
+        let key = |k: &str| format!("{prefix}{k} (DRAM '{}')", self.name);
+        for (k, v) in [
+            ("data_rate_mts", self.data_rate_mts),
+            ("clock_ratio", self.clock_ratio),
+            ("t_rcd", self.t_rcd),
+            ("t_rp", self.t_rp),
+            ("t_ras", self.t_ras),
+            ("t_rrd_s", self.t_rrd_s),
+            ("t_faw", self.t_faw),
+            ("t_ccd_l_nck", self.t_ccd_l_nck),
+            ("t_refi", self.t_refi),
+        ] {
+            check_positive(&key(k), v)?;
         }
-        if self.channel_bits == 0
-            || self.channels_per_unit == 0
-            || self.burst_length == 0
-            || self.banks == 0
-            || self.bank_groups == 0
-            || !self.banks.is_multiple_of(self.bank_groups)
-        {
+        for (k, v) in [
+            ("t_rtp", self.t_rtp),
+            ("t_switch_nck", self.t_switch_nck),
+            ("t_rfc", self.t_rfc),
+        ] {
+            check_non_negative(&key(k), v)?;
+        }
+        for (k, v) in [
+            ("channel_bits", self.channel_bits),
+            ("channels_per_unit", self.channels_per_unit),
+            ("burst_length", self.burst_length),
+            ("banks", self.banks),
+            ("bank_groups", self.bank_groups),
+        ] {
+            if v == 0 {
+                return Err(Error::invalid(key(k), "must be at least 1"));
+            }
+        }
+        if !self.banks.is_multiple_of(self.bank_groups) {
             return Err(Error::invalid(
-                what,
-                "channel_bits, channels_per_unit, burst_length, banks and bank_groups must be ≥ 1, banks a multiple of bank_groups",
+                key("banks"),
+                format!(
+                    "must be a multiple of bank_groups ({}), got {}",
+                    self.bank_groups, self.banks
+                ),
             ));
         }
         if self.t_rfc >= self.t_refi {
-            return Err(Error::invalid(what, "t_rfc must be shorter than t_refi"));
+            return Err(Error::invalid(
+                key("t_rfc"),
+                format!("must be shorter than t_refi ({})", self.t_refi),
+            ));
         }
         Ok(())
     }
 
     /// Bytes one burst carries.
     pub fn burst_bytes(&self) -> f64 {
-        (self.channel_bits * self.burst_length) as f64 / 8.0
+        f64::from(self.channel_bits) * f64::from(self.burst_length) / 8.0
     }
 
     /// Peak bytes/s of one channel.
@@ -204,27 +219,43 @@ impl MemorySystem {
         }
     }
 
+    /// Checks every figure; an error names the key.
     pub(crate) fn validate(&self) -> Result<()> {
         match self {
-            MemorySystem::Dram { units, .. } => {
+            MemorySystem::Dram {
+                units,
+                timing,
+                data_rate_mts,
+            } => {
                 if *units == 0 {
                     return Err(Error::invalid("memory.units", "must be at least 1"));
                 }
-                self.timing()?.expect("dram has a timing").validate()
+                if let Some(rate) = data_rate_mts {
+                    check_positive("memory.data_rate_mts", *rate)?;
+                }
+                let prefix = match timing {
+                    TimingRef::Preset(_) => "memory: ",
+                    TimingRef::Custom(_) => "memory.timing.",
+                };
+                match self.timing()? {
+                    Some(t) => t.validate(prefix),
+                    None => Ok(()),
+                }
             }
             MemorySystem::Measured {
                 stream_gbs,
                 random_read,
             } => {
-                let ok_point = |p: &[f64; 2]| positive(p[0]) && positive(p[1]);
-                if !positive(*stream_gbs)
-                    || random_read.is_empty()
-                    || !random_read.iter().all(ok_point)
-                {
+                check_positive("memory.stream_gbs", *stream_gbs)?;
+                if random_read.is_empty() {
                     return Err(Error::invalid(
-                        "memory (measured)",
-                        "stream_gbs > 0 and at least one [row bytes, GB/s] point with both > 0",
+                        "memory.random_read",
+                        "needs at least one [row bytes, GB/s] point",
                     ));
+                }
+                for (i, p) in random_read.iter().enumerate() {
+                    check_positive(&format!("memory.random_read[{i}] row bytes"), p[0])?;
+                    check_positive(&format!("memory.random_read[{i}] GB/s"), p[1])?;
                 }
                 if random_read.windows(2).any(|w| w[0][0] >= w[1][0]) {
                     return Err(Error::invalid(
@@ -242,7 +273,7 @@ impl MemorySystem {
         match self {
             MemorySystem::Dram { units, .. } => {
                 let t = self.timing_or_panic();
-                t.channel_peak() * (t.channels_per_unit * units) as f64
+                t.channel_peak() * f64::from(t.channels_per_unit) * f64::from(*units)
             }
             MemorySystem::Measured { stream_gbs, .. } => stream_gbs * 1e9,
         }
@@ -253,7 +284,7 @@ impl MemorySystem {
         match self {
             MemorySystem::Dram { units, .. } => {
                 let t = self.timing_or_panic();
-                t.channel_random(row_bytes) * (t.channels_per_unit * units) as f64
+                t.channel_random(row_bytes) * f64::from(t.channels_per_unit) * f64::from(*units)
             }
             MemorySystem::Measured { random_read, .. } => interpolate(random_read, row_bytes) * 1e9,
         }
@@ -311,7 +342,7 @@ mod tests {
     fn every_timing_table_loads_and_is_sane() {
         for (name, _) in TIMINGS {
             let t = DramTiming::preset(name).unwrap();
-            t.validate().unwrap();
+            t.validate("").unwrap();
             // Random reads never beat the bus, and bigger rows use it better.
             let mut last = 0.0;
             for row in [32.0, 64.0, 128.0, 256.0, 512.0] {

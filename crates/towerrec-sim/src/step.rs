@@ -222,10 +222,16 @@ pub fn simulate(workload: &Workload, hw: &Hardware, scenario: Scenario) -> Resul
     let row = workload.row_bytes() as f64;
     let towers = match scenario.exchange {
         Exchange::Dmt(t) => {
-            if !(t.compression >= 1.0 && t.dense_flops_factor > 0.0 && t.flops_per_sample >= 0.0) {
+            let ok = t.compression >= 1.0
+                && t.dense_flops_factor > 0.0
+                && t.flops_per_sample >= 0.0
+                && [t.compression, t.dense_flops_factor, t.flops_per_sample]
+                    .iter()
+                    .all(|x| x.is_finite());
+            if !ok {
                 return Err(Error::invalid(
                     "tower modules",
-                    "compression must be ≥ 1, the dense FLOPs factor > 0",
+                    "compression must be finite and ≥ 1, the dense FLOPs factor finite and > 0",
                 ));
             }
             Some(t)
@@ -374,7 +380,17 @@ pub fn simulate(workload: &Workload, hw: &Hardware, scenario: Scenario) -> Resul
             hw.system.step_overhead_us * 1e-6,
         );
     }
-    let seconds = t.phases.iter().map(|p| p.exposed).sum();
+    let seconds: f64 = t.phases.iter().map(|p| p.exposed).sum();
+    // Figures each finite and positive can still be too extreme together (a peak of
+    // 1e-320 TFLOP/s): no prediction rather than an infinite or zero step time.
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return Err(Error::invalid(
+            format!("hardware '{}'", hw.name),
+            format!(
+                "its figures give a step time of {seconds} s; some figure is far outside any real system's range"
+            ),
+        ));
+    }
     Ok(Step {
         phases: t.phases,
         seconds,

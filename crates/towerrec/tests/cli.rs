@@ -241,3 +241,29 @@ fn config_and_file_errors_name_what_is_wrong() {
     assert!(stderr.contains("missing.tsv"), "{stderr}");
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// An endless line (`/dev/zero`) used to be read until memory ran out; now the row is
+/// refused once it passes the line bound, naming line 1.
+#[cfg(unix)]
+#[test]
+fn an_endless_data_file_fails_at_line_1() {
+    let dir = tmp_dir("devzero");
+    let out = dir.join("run");
+    let o = towerrec(&[
+        "train",
+        "--quiet",
+        "--config",
+        "examples/criteo.toml",
+        "--data",
+        "/dev/zero",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let (_, stderr) = text(&o);
+    assert!(!o.status.success());
+    assert!(
+        stderr.contains("/dev/zero:1: row: expected a line of at most 1048576 bytes"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -100,7 +100,7 @@ fn a_towerrec_config_simulates_at_several_sizes() {
 
 #[test]
 fn bad_requests_say_what_is_wrong() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 9] = [
         (
             &["simulate", "--hardware", "cray-1"],
             "unknown hardware preset 'cray-1'",
@@ -117,6 +117,22 @@ fn bad_requests_say_what_is_wrong() {
         (
             &["simulate", "--sharding", "sharded", "--compare", "dmt"],
             "unsharded tables only",
+        ),
+        (
+            &["simulate", "--compare", "dmt", "--compression", "NaN"],
+            "--compression: must be a finite number ≥ 1",
+        ),
+        (
+            &["simulate", "--compare", "dmt", "--compression", "inf"],
+            "--compression: must be a finite number ≥ 1",
+        ),
+        (
+            &["simulate", "--compare", "dmt", "--compression", "0.5"],
+            "--compression: must be a finite number ≥ 1",
+        ),
+        (
+            &["simulate", "--gpus", "4294967296"],
+            "--gpus: a system needs 1 to 1048576 chips",
         ),
     ];
     for (args, expect) in cases {

@@ -20,7 +20,10 @@
 //! it over `<path>`, so a reader never sees a half-written file.
 //!
 //! The reader checks the magic, the header and that the file size matches the header
-//! exactly; per-row offsets are checked when a row is read. Values are decoded with
+//! exactly, so no size the header claims is trusted before it is checked against the
+//! file; per-row offsets, labels (0 or 1), dense values (finite) and each id against
+//! its table's rows are checked when a row is read (an error names the file, the row
+//! and what is wrong), so a damaged file cannot pass on values no reader produces. Values are decoded with
 //! `from_le_bytes`, so no unsafe casts depend on alignment or host endianness.
 
 use crate::error::{Error, Result};
@@ -115,6 +118,13 @@ pub fn is_binary_file(path: &Path) -> Result<bool> {
     Ok(got == head.len() && &head == MAGIC)
 }
 
+fn too_short(path: &Path, len: u64) -> Error {
+    Error::format(
+        path,
+        format!("too short ({len} bytes) to be a towerrec binary file"),
+    )
+}
+
 fn le_u64(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
@@ -127,10 +137,27 @@ fn le_f32(b: &[u8], at: usize) -> f32 {
     f32::from_le_bytes(a)
 }
 
+/// The bytes of a data set: its file mapped read-only, or a copy in memory.
+enum Bytes {
+    Map(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Map(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
 /// A memory-mapped binary data set.
 pub struct BinaryDataset {
     path: PathBuf,
-    map: Mmap,
+    map: Bytes,
     header: Header,
     layout: Layout,
 }
@@ -147,17 +174,30 @@ impl std::fmt::Debug for BinaryDataset {
 impl BinaryDataset {
     /// Maps `path` and validates its header and size.
     pub fn open(path: &Path) -> Result<Self> {
-        let fail = |m: String| Err(Error::format(path, m));
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         if len < 16 {
-            return fail(format!(
-                "too short ({len} bytes) to be a towerrec binary file"
-            ));
+            return Err(too_short(path, len));
         }
         // Safety: the map is read-only; the one hazard, another process truncating the
         // file while it is mapped, is documented for users of preprocessed files.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        Self::parse(Bytes::Map(map), path)
+    }
+
+    /// Reads a file's bytes held in memory, checked as [`BinaryDataset::open`] checks a
+    /// file; `name` is the file name shown in errors. The fuzz tests' way in.
+    #[doc(hidden)]
+    pub fn from_bytes(bytes: Vec<u8>, name: &Path) -> Result<Self> {
+        Self::parse(Bytes::Owned(bytes), name)
+    }
+
+    fn parse(map: Bytes, path: &Path) -> Result<Self> {
+        let fail = |m: String| Err(Error::format(path, m));
+        let len = map.len() as u64;
+        if len < 16 {
+            return Err(too_short(path, len));
+        }
         if &map[..8] != MAGIC {
             return if map.starts_with(b"TRECBIN") {
                 fail("unsupported binary format version; re-run `towerrec preprocess`".into())
@@ -268,31 +308,71 @@ impl BinaryDataset {
         Ok(values + 8 * start as usize..values + 8 * end as usize)
     }
 
-    fn push_dense(&self, i: usize, out: &mut Vec<f32>) {
-        let d = self.header.num_dense as usize;
-        let base = self.layout.dense + 4 * d * i;
-        out.extend((0..d).map(|k| le_f32(&self.map, base + 4 * k)));
+    /// The label of row `i`, which must be 0 or 1.
+    fn label(&self, i: usize) -> Result<f32> {
+        let label = le_f32(&self.map, self.layout.labels + 4 * i);
+        if label != 0.0 && label != 1.0 {
+            return Err(Error::format(
+                &self.path,
+                format!("row {i}: label {label} is not 0 or 1"),
+            ));
+        }
+        Ok(label)
     }
 
-    fn push_values(&self, range: Range<usize>, out: &mut Vec<u64>) {
-        out.extend(range.step_by(8).map(|at| le_u64(&self.map, at)));
+    /// Appends the dense values of row `i`, which must be finite.
+    fn push_dense(&self, i: usize, out: &mut Vec<f32>) -> Result<()> {
+        let d = self.header.num_dense as usize;
+        let base = self.layout.dense + 4 * d * i;
+        for k in 0..d {
+            let x = le_f32(&self.map, base + 4 * k);
+            if !x.is_finite() {
+                return Err(Error::format(
+                    &self.path,
+                    format!(
+                        "row {i}: dense feature '{}' is {x}, not a finite number",
+                        self.header.schema.dense[k]
+                    ),
+                ));
+            }
+            out.push(x);
+        }
+        Ok(())
+    }
+
+    /// Appends the ids of row `i` of feature `f`, checked against the feature's table.
+    fn push_ids(&self, f: usize, i: usize, out: &mut Vec<u64>) -> Result<()> {
+        let feature = &self.header.schema.sparse[f];
+        for at in self.sparse_range(f, i)?.step_by(8) {
+            let id = le_u64(&self.map, at);
+            if id >= feature.rows {
+                return Err(Error::format(
+                    &self.path,
+                    format!(
+                        "row {i}: feature '{}' id {id} out of range (table has {} rows)",
+                        feature.name, feature.rows
+                    ),
+                ));
+            }
+            out.push(id);
+        }
+        Ok(())
     }
 
     /// Row `i`.
     pub fn record(&self, i: u64) -> Result<Record> {
         let i = self.check_row(i)?;
         let mut dense = Vec::with_capacity(self.header.num_dense as usize);
-        self.push_dense(i, &mut dense);
+        self.push_dense(i, &mut dense)?;
         let sparse = (0..self.header.nnz.len())
             .map(|f| {
-                let r = self.sparse_range(f, i)?;
-                let mut ids = Vec::with_capacity(r.len() / 8);
-                self.push_values(r, &mut ids);
+                let mut ids = Vec::new();
+                self.push_ids(f, i, &mut ids)?;
                 Ok(ids)
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Record {
-            label: le_f32(&self.map, self.layout.labels + 4 * i),
+            label: self.label(i)?,
             dense,
             sparse,
         })
@@ -306,19 +386,18 @@ impl BinaryDataset {
             .collect::<Result<Vec<_>>>()?;
         let labels = idx
             .iter()
-            .map(|&i| le_f32(&self.map, self.layout.labels + 4 * i))
-            .collect();
+            .map(|&i| self.label(i))
+            .collect::<Result<Vec<_>>>()?;
         let mut dense = Vec::with_capacity(idx.len() * self.header.num_dense as usize);
         for &i in &idx {
-            self.push_dense(i, &mut dense);
+            self.push_dense(i, &mut dense)?;
         }
         let mut offsets = Vec::with_capacity(self.header.nnz.len() * idx.len() + 1);
         offsets.push(0);
         let mut values = Vec::new();
         for f in 0..self.header.nnz.len() {
             for &i in &idx {
-                let r = self.sparse_range(f, i)?;
-                self.push_values(r, &mut values);
+                self.push_ids(f, i, &mut values)?;
                 offsets.push(values.len());
             }
         }

@@ -116,6 +116,22 @@ impl BinaryWriter {
             )
             .into());
         }
+        // What the reader checks, so that a file written is a file that reads.
+        if r.label != 0.0 && r.label != 1.0 {
+            return Err(Error::format(
+                &self.path,
+                format!("row {}: label {} is not 0 or 1", self.rows, r.label),
+            ));
+        }
+        if let Some(k) = r.dense.iter().position(|x| !x.is_finite()) {
+            return Err(Error::format(
+                &self.path,
+                format!(
+                    "row {}: dense feature '{}' is {}, not a finite number",
+                    self.rows, self.schema.dense[k], r.dense[k]
+                ),
+            ));
+        }
         for (f, ids) in r.sparse.iter().enumerate() {
             let feature = &self.schema.sparse[f];
             if let Some(&id) = ids.iter().find(|&&id| id >= feature.rows) {

@@ -76,6 +76,12 @@ enum Reproduce {
 }
 
 pub fn run(a: SimulateArgs) -> Result<()> {
+    if !(a.compression.is_finite() && a.compression >= 1.0) {
+        bail!(
+            "--compression: must be a finite number ≥ 1 (how many times smaller the towers' output is), got {}",
+            a.compression
+        );
+    }
     if let Some(dir) = &a.plots {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
