@@ -233,7 +233,14 @@ fn empty_data_is_an_error_saying_what_was_empty() {
 fn layers_too_large_for_the_machine_are_an_error_before_allocating() {
     let dir = tmp("memory");
     let o = train(&dir, &["--set", "model.bottom_mlp=[2147483648, 16]"]);
-    assert_fails_with(&o, &["not enough memory for the run", "GiB needed", "dense layers"]);
+    assert_fails_with(
+        &o,
+        &[
+            "not enough memory for the run",
+            "GiB needed",
+            "dense layers",
+        ],
+    );
     let o = train(
         &dir,
         &[
