@@ -4,14 +4,21 @@
 //! the problem; it never panics, hangs or allocates beyond the guard's limits. A
 //! config that loads also writes back (`to_toml`, as a run directory and a checkpoint
 //! keep it) to text that loads to the same config, and for synthetic data its schema
-//! and first records can be made. Run long with
-//! `PROPTEST_CASES=1000000 cargo test --release -p towerrec-train --test fuzz`.
+//! and first records can be made.
+//!
+//! Checkpoints: `Checkpoint::from_bytes` on arbitrary bytes and on a real checkpoint
+//! mutated, raw (the checksums catch the change) and resealed with matching checksums
+//! (so that the checks behind them see arbitrary contents); a checkpoint that reads is
+//! applied to a fresh model, which it fills or refuses, naming why. Run long with
+//! `PROPTEST_CASES=1000000 cargo test -p towerrec-train --test fuzz`.
 
 use proptest::prelude::*;
 use std::path::Path;
 use towerrec_data::{DataConfig, Part, RecordStream};
 use towerrec_fuzz::{arbitrary, config, mutated, AllocGuard};
+use towerrec_train::checkpoint::{reseal, save, Checkpoint, Progress};
 use towerrec_train::config::{with_overrides, Config, QUICKSTART_TOML};
+use towerrec_train::Model;
 
 #[global_allocator]
 static ALLOC: AllocGuard = AllocGuard;
@@ -164,5 +171,103 @@ proptest! {
         if let Ok(text) = with_overrides(EXAMPLES[example], "f.toml", &sets) {
             load(&text);
         }
+    }
+}
+
+/// A small quickstart model's config: 3 tables of 20 rows, narrow layers.
+fn small_config() -> Config {
+    let sets: Vec<String> = [
+        "data.tables=[{ rows = 20, count = 3 }]",
+        "data.num_dense=2",
+        "model.embedding_dim=4",
+        "model.bottom_mlp=[4]",
+        "model.top_mlp=[4, 1]",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    Config::quickstart(&sets).expect("the small config loads")
+}
+
+fn small_model(cfg: &Config) -> Model {
+    let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir).expect("synthetic schema");
+    Model::build(&cfg.model, &cfg.optimizer, &schema, 3).expect("the small model builds")
+}
+
+/// The bytes of a real checkpoint of the small model (Adam's state, as the quickstart).
+fn checkpoint_seed() -> Vec<u8> {
+    let cfg = small_config();
+    let mut model = small_model(&cfg);
+    let path = std::env::temp_dir().join(format!("towerrec-fuzz-ckpt-{}", std::process::id()));
+    save(&path, &mut model, &cfg, Progress::default(), &[]).expect("a checkpoint saves");
+    let bytes = std::fs::read(&path).expect("the checkpoint reads back");
+    let _ = std::fs::remove_file(&path);
+    bytes
+}
+
+/// Tokens of a safetensors header and of a checkpoint's metadata.
+const CKPT_TOKENS: &[&[u8]] = &[
+    b"{",
+    b"}",
+    b"\"",
+    b":",
+    b",",
+    b"[",
+    b"]",
+    b"\"dtype\"",
+    b"\"F32\"",
+    b"\"F64\"",
+    b"\"I64\"",
+    b"\"shape\"",
+    b"\"data_offsets\"",
+    b"\"__metadata__\"",
+    b"0",
+    b"1",
+    b"-1",
+    b"18446744073709551615",
+    b"4294967296",
+    b"\"step\"",
+    b"\"table_steps\"",
+    b"\"format\"",
+    b"\"config\"",
+    b"\\n",
+    b"nan",
+    b"\x00\x00\xc0\x7f",
+    b"\x00\x00\x80\x7f",
+];
+
+/// Reads `bytes` as a checkpoint and, where that works, applies it to a fresh model.
+fn read_and_apply(bytes: Vec<u8>) {
+    let Ok(ckpt) = Checkpoint::from_bytes("f.safetensors".into(), bytes) else {
+        return;
+    };
+    let _ = ckpt.progress();
+    let _ = ckpt.config();
+    let cfg = small_config();
+    let mut model = small_model(&cfg);
+    if ckpt.apply(&mut model).is_ok() {
+        for p in model.dense_params() {
+            assert!(
+                p.value.iter().all(|x| x.is_finite()),
+                "{} took a non-finite value",
+                p.name
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn checkpoint_from_bytes(
+        bytes in prop_oneof![
+            3 => mutated(vec![checkpoint_seed()], CKPT_TOKENS, 64),
+            1 => arbitrary(b"{}[]:,\"0123456789FSEIU_adtypeshofft", 400),
+        ],
+        resealed in any::<bool>(),
+    ) {
+        let bytes = if resealed { reseal(&bytes).unwrap_or(bytes) } else { bytes };
+        read_and_apply(bytes);
     }
 }

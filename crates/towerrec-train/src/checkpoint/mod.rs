@@ -191,6 +191,24 @@ pub fn save(
     towerrec_core::fsio::write_atomic(path, &bytes).map_err(|e| Error::io(path, e))
 }
 
+/// A checkpoint file's bytes with every checksum made to match what they hold, as if
+/// written so (`None` where safetensors cannot parse them). For fuzzing: it reaches the
+/// checks after the checksums with arbitrary contents.
+#[doc(hidden)]
+pub fn reseal(bytes: &[u8]) -> Option<Vec<u8>> {
+    let (_, header) = SafeTensors::read_metadata(bytes).ok()?;
+    let mut meta = header.metadata().clone().unwrap_or_default();
+    let st = SafeTensors::deserialize(bytes).ok()?;
+    let tensors: Vec<(String, TensorView<'_>)> = st.tensors();
+    let sums: BTreeMap<&str, String> = tensors
+        .iter()
+        .map(|(name, t)| (name.as_str(), checksum(t.data())))
+        .collect();
+    meta.insert(TENSOR_CHECKSUMS.into(), serde_json::to_string(&sums).ok()?);
+    meta.insert(META_CHECKSUM.into(), meta_checksum(&meta));
+    safetensors::tensor::serialize(tensors, Some(meta)).ok()
+}
+
 /// A checkpoint read from disk, not yet applied to a model.
 pub struct Checkpoint {
     path: PathBuf,
@@ -204,6 +222,12 @@ impl Checkpoint {
     pub fn read(path: &Path) -> Result<Self> {
         let path = resolve(path);
         let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+        Self::from_bytes(path, bytes)
+    }
+
+    /// [`Checkpoint::read`] of a file's bytes, already in memory; `path` names it in
+    /// errors.
+    pub fn from_bytes(path: PathBuf, bytes: Vec<u8>) -> Result<Self> {
         let bad = |message: String| Error::Checkpoint {
             path: path.clone(),
             message,

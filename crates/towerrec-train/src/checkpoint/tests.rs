@@ -34,12 +34,17 @@ fn saved(dir: &Path) -> (Config, Model, PathBuf) {
     (cfg, m, path)
 }
 
-/// Rewrites a checkpoint with `edit` applied to its tensors, checksums made to match,
-/// as a writer without the NaN check would.
-fn rewrite(path: &Path, edit: impl FnOnce(&mut Vec<(String, Vec<u8>)>)) {
+/// Rewrites a checkpoint with `edit` applied to its tensors and `meta` to its
+/// metadata, checksums made to match, as a writer without the checks would.
+fn rewrite(
+    path: &Path,
+    edit: impl FnOnce(&mut Vec<(String, Vec<u8>)>),
+    meta_edit: impl FnOnce(&mut HashMap<String, String>),
+) {
     let bytes = std::fs::read(path).unwrap();
     let (_, header) = SafeTensors::read_metadata(&bytes).unwrap();
     let mut meta = header.metadata().clone().unwrap();
+    meta_edit(&mut meta);
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let mut tensors: Vec<(String, Vec<u8>)> = st
         .tensors()
@@ -47,15 +52,6 @@ fn rewrite(path: &Path, edit: impl FnOnce(&mut Vec<(String, Vec<u8>)>)) {
         .map(|(n, t)| (n, t.data().to_vec()))
         .collect();
     edit(&mut tensors);
-    let sums: BTreeMap<&str, String> = tensors
-        .iter()
-        .map(|(n, b)| (n.as_str(), checksum(b)))
-        .collect();
-    meta.insert(
-        TENSOR_CHECKSUMS.into(),
-        serde_json::to_string(&sums).unwrap(),
-    );
-    meta.insert(META_CHECKSUM.into(), meta_checksum(&meta));
     let views: Vec<(String, TensorView<'_>)> = tensors
         .iter()
         .map(|(n, b)| {
@@ -63,11 +59,8 @@ fn rewrite(path: &Path, edit: impl FnOnce(&mut Vec<(String, Vec<u8>)>)) {
             (n.clone(), v)
         })
         .collect();
-    std::fs::write(
-        path,
-        safetensors::tensor::serialize(views, Some(meta)).unwrap(),
-    )
-    .unwrap();
+    let written = safetensors::tensor::serialize(views, Some(meta)).unwrap();
+    std::fs::write(path, reseal(&written).unwrap()).unwrap();
 }
 
 /// The byte offset of `name`'s data in the file at `path`.
@@ -134,13 +127,17 @@ fn nan_is_not_written_and_not_loaded() {
     );
 
     // A file holding NaN (from another writer) loads to a refusal naming the tensor.
-    rewrite(&path, |tensors| {
-        let (_, data) = tensors
-            .iter_mut()
-            .find(|(n, _)| n == "emb.C1.weight" || n.starts_with("emb."))
-            .unwrap();
-        data[8..12].copy_from_slice(&f32::INFINITY.to_le_bytes());
-    });
+    rewrite(
+        &path,
+        |tensors| {
+            let (_, data) = tensors
+                .iter_mut()
+                .find(|(n, _)| n.starts_with("emb."))
+                .unwrap();
+            data[8..12].copy_from_slice(&f32::INFINITY.to_le_bytes());
+        },
+        |_| {},
+    );
     let ckpt = Checkpoint::read(&path).unwrap();
     let (_, mut fresh) = model();
     let e = ckpt.apply(&mut fresh).unwrap_err().to_string();
@@ -173,5 +170,21 @@ fn changed_data_files_are_refused() {
         "{e}"
     );
     assert!(integrity::check_same_data(&dir, &then, &then).is_ok());
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn a_checkpoint_without_checksums_is_refused_by_format() {
+    let dir = scratch("v1");
+    let (_, _, path) = saved(&dir);
+    rewrite(
+        &path,
+        |_| {},
+        |meta| {
+            meta.insert("format".into(), "towerrec-checkpoint-v1".into());
+        },
+    );
+    let e = Checkpoint::read(&path).err().unwrap().to_string();
+    assert!(e.contains("format v1, without checksums"), "{e}");
     std::fs::remove_dir_all(dir).ok();
 }
