@@ -2,7 +2,7 @@
 //! measured rate is the model's, not the reader's (`towerrec bench model`), in one
 //! process or on an in-process cluster.
 
-use crate::cluster::{check_run_fits, rank_slice, resolve_plan, run_ranks};
+use crate::cluster::{prepare_in_process, rank_slice, run_ranks};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::forward::PipelinedForward;
@@ -109,16 +109,7 @@ pub fn bench_cluster(
     plan: Option<Plan>,
     threads_per_rank: usize,
 ) -> Result<BenchResult> {
-    let data_schema = schema(&cfg.data, &cfg.base_dir)?;
-    cfg.validate_against(&data_schema)?;
-    let plan = resolve_plan(cfg, &data_schema, topology, plan)?;
-    check_run_fits(
-        cfg,
-        &data_schema,
-        &plan,
-        topology.world_size(),
-        0..topology.world_size(),
-    )?;
+    let (data_schema, plan) = prepare_in_process(cfg, topology, plan)?;
     let results = run_ranks(topology, threads_per_rank, |comm: Comm| {
         let mut model = Model::build_sharded(
             &cfg.model,

@@ -184,6 +184,22 @@ pub fn run_ranks_with<R: Send>(
     .map_err(|failure| Error::Cluster(failure.to_string()))
 }
 
+/// What an in-process cluster run needs before its ranks start: the data's schema
+/// (checked against the config) and the plan (checked, or the greedy planner's), with
+/// the memory of all its ranks checked against the machine's.
+pub(crate) fn prepare_in_process(
+    cfg: &Config,
+    topology: Topology,
+    plan: Option<Plan>,
+) -> Result<(Schema, Plan)> {
+    let data_schema = schema(&cfg.data, &cfg.base_dir)?;
+    cfg.validate_against(&data_schema)?;
+    let plan = resolve_plan(cfg, &data_schema, topology, plan)?;
+    let world = topology.world_size();
+    check_run_fits(cfg, &data_schema, &plan, world, 0..world)?;
+    Ok((data_schema, plan))
+}
+
 /// Trains on an in-process cluster of `topology` (threads of this process), each rank
 /// with its own pool of `threads_per_rank` compute threads. Returns rank 0's summary;
 /// a failing rank stops all and its error is returned, naming it.
@@ -195,16 +211,7 @@ pub fn train_in_process(
     threads_per_rank: usize,
     observer: &mut (dyn Observer + Send),
 ) -> Result<Summary> {
-    let data_schema = schema(&cfg.data, &cfg.base_dir)?;
-    cfg.validate_against(&data_schema)?;
-    let plan = resolve_plan(cfg, &data_schema, topology, plan)?;
-    check_run_fits(
-        cfg,
-        &data_schema,
-        &plan,
-        topology.world_size(),
-        0..topology.world_size(),
-    )?;
+    let (_, plan) = prepare_in_process(cfg, topology, plan)?;
     let observer = Mutex::new(Some(observer));
     let results = run_ranks_with(topology, threads_per_rank, opts.watchdog, |comm: Comm| {
         if comm.rank() == 0 {

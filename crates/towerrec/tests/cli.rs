@@ -117,25 +117,14 @@ fn criteo_file(path: &Path, n: usize, bad: Option<(usize, &str)>) {
 
 fn criteo_config(dir: &Path, data: &Path) -> PathBuf {
     let cfg = format!(
-        r#"
-[model]
-kind = "dlrm"
-embedding_dim = 4
-bottom_mlp = [8, 4]
-top_mlp = [8, 1]
-[optimizer]
-dense = {{ kind = "sgd" }}
-dense_lr = 0.1
-sparse = {{ kind = "sgd" }}
-sparse_lr = 0.1
-[train]
-batch_size = 16
+        r#"{}
 [data]
 format = "criteo"
 path = "{}"
 table_rows = [100]
 split = {{ kind = "tail", eval_rows = 20 }}
 "#,
+        common::TINY_MODEL,
         data.file_name().unwrap().to_str().unwrap()
     );
     let path = dir.join("c.toml");

@@ -118,22 +118,10 @@ fn out_of_range_numbers_are_refused_naming_the_key() {
     std::fs::remove_dir_all(dir).ok();
 }
 
-/// A Criteo-like CSV config over `data`, its last `eval_rows` rows evaluating.
+/// A tiny DLRM over the CSV file `data`, divided by `split`.
 fn csv_config(dir: &Path, data: &str, split: &str) -> std::path::PathBuf {
     let cfg = format!(
-        r#"
-[model]
-kind = "dlrm"
-embedding_dim = 4
-bottom_mlp = [8, 4]
-top_mlp = [8, 1]
-[optimizer]
-dense = {{ kind = "adam" }}
-dense_lr = 0.01
-sparse = {{ kind = "sgd" }}
-sparse_lr = 0.01
-[train]
-batch_size = 16
+        r#"{}
 [data]
 format = "csv"
 path = "{data}"
@@ -142,7 +130,8 @@ split = {split}
 label = {{ column = "y", positive = ["1"] }}
 dense = [{{ column = "x" }}]
 sparse = [{{ column = "c", rows = 10 }}]
-"#
+"#,
+        common::TINY_MODEL
     );
     let p = dir.join("c.toml");
     std::fs::write(&p, cfg).unwrap();

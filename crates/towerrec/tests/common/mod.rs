@@ -76,3 +76,20 @@ pub fn assert_fails_with(o: &Output, needles: &[&str]) -> String {
     }
     err
 }
+
+/// `[model]`, `[optimizer]` and `[train]` of a tiny DLRM (dimension 4, batch 16) for
+/// tests that bring their own `[data]`.
+pub const TINY_MODEL: &str = r#"
+[model]
+kind = "dlrm"
+embedding_dim = 4
+bottom_mlp = [8, 4]
+top_mlp = [8, 1]
+[optimizer]
+dense = { kind = "sgd" }
+dense_lr = 0.1
+sparse = { kind = "sgd" }
+sparse_lr = 0.1
+[train]
+batch_size = 16
+"#;
