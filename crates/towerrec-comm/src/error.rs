@@ -21,7 +21,7 @@ pub enum Error {
     Mpi(String),
     /// A collective made no progress for the watchdog's timeout (see [`crate::Watchdog`]).
     #[error("{0}")]
-    Stalled(crate::watchdog::Stall),
+    Stalled(crate::stall::Stall),
 }
 
 impl Error {

@@ -22,7 +22,9 @@ mod inprocess;
 pub mod mpi;
 #[cfg(feature = "mpi")]
 mod mpi_watchdog;
+mod phase;
 mod selftest;
+mod stall;
 mod topology;
 mod traffic;
 mod watchdog;

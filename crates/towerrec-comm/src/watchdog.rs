@@ -17,7 +17,8 @@
 //!   whether they are alive, then calls `MPI_Abort` (see `mpi_watchdog.rs`).
 
 use crate::error::{Error, Result};
-use crate::traffic::Phase;
+use crate::phase::Phase;
+pub use crate::stall::Stall;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -89,49 +90,6 @@ impl Watchdog {
     #[cfg_attr(not(feature = "mpi"), allow(dead_code))] // the MPI watchdog's
     pub(crate) fn poll_interval(&self) -> Duration {
         (self.timeout / 20).clamp(Duration::from_millis(5), Duration::from_millis(250))
-    }
-}
-
-/// A collective that made no progress for the watchdog's timeout.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Stall {
-    /// The world rank that noticed.
-    pub rank: usize,
-    /// The collective it was in (`all_to_all_v`, `barrier`, …).
-    pub collective: &'static str,
-    /// The traffic phase the collective was called for, where it has one.
-    pub phase: Option<Phase>,
-    /// The training step that rank was in (0 before the first; see
-    /// [`crate::Comm::set_step`]).
-    pub step: u64,
-    /// The watchdog's timeout.
-    pub timeout: Duration,
-    /// World ranks not heard from; `None` where the backend cannot tell.
-    pub silent: Option<Vec<usize>>,
-    /// What is known of those ranks, if anything (in-process: where each one is).
-    pub note: Option<String>,
-}
-
-impl std::fmt::Display for Stall {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "rank {}: collective {}", self.rank, self.collective)?;
-        if let Some(p) = self.phase {
-            write!(f, " (phase {})", p.name())?;
-        }
-        write!(
-            f,
-            " at step {} made no progress for {} s; ranks not heard from: ",
-            self.step,
-            self.timeout.as_secs_f64()
-        )?;
-        match &self.silent {
-            Some(ranks) => write!(f, "{ranks:?}")?,
-            None => write!(f, "unknown")?,
-        }
-        if let Some(note) = &self.note {
-            write!(f, " ({note})")?;
-        }
-        Ok(())
     }
 }
 

@@ -2,11 +2,12 @@
 //! measured rate is the model's, not the reader's (`towerrec bench model`), in one
 //! process or on an in-process cluster.
 
-use crate::cluster::{prepare_in_process, rank_slice, run_ranks};
+use crate::cluster::{prepare_in_process, run_ranks};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::forward::PipelinedForward;
 use crate::model::Model;
+use crate::ranks::rank_slice;
 use crate::trainer::train_step;
 use serde::Serialize;
 use std::time::Instant;

@@ -10,74 +10,21 @@
 //! [`train_in_process`] runs the ranks as threads of this process (the default backend);
 //! an MPI launcher calls [`train_rank`] in every process with the MPI world.
 
+pub use crate::ranks::{global_sum, rank_slice};
+pub use crate::report::{ClusterReport, PhaseBytes};
+pub use crate::specs::table_specs;
+
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::memory::MemoryNeed;
-use crate::model::{table_descs, Model};
+use crate::model::Model;
 use crate::trainer::{train_model, Observer, Summary, TrainOptions};
-use serde::Serialize;
-use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
-use towerrec_comm::{
-    even_split, run_in_process_with, ClusterTraffic, Comm, Phase, RankTraffic, Topology, Watchdog,
-};
-use towerrec_core::embedding::SparseOptimizer;
-use towerrec_core::Batch;
+use towerrec_comm::{run_in_process_with, Comm, Topology, Watchdog};
 use towerrec_data::{schema, Schema};
 use towerrec_plan::planners::greedy;
-use towerrec_plan::{CostParams, Plan, TableSpec};
-
-/// Rank `rank`'s slice of a global batch (the whole batch on a single rank).
-pub fn rank_slice(batch: &Batch, rank: usize, world: usize) -> Cow<'_, Batch> {
-    if world == 1 {
-        return Cow::Borrowed(batch);
-    }
-    let counts = even_split(batch.batch_size(), world);
-    let start: usize = counts[..rank].iter().sum();
-    Cow::Owned(batch.slice(start, counts[rank]))
-}
-
-/// Sums `x` over the ranks of a sharded model (`x` itself otherwise).
-pub fn global_sum(model: &Model, x: f64) -> Result<f64> {
-    match model.comm() {
-        None => Ok(x),
-        Some(comm) => {
-            let mut v = [x];
-            comm.all_reduce(&mut v, Phase::Control)?;
-            Ok(v[0])
-        }
-    }
-}
-
-/// What the planner and the plan validator need to know about a model's tables.
-pub fn table_specs(cfg: &Config, schema: &Schema) -> Vec<TableSpec> {
-    table_specs_of(&cfg.model, cfg.optimizer.sparse, schema)
-}
-
-/// [`table_specs`] from the model's parts.
-pub(crate) fn table_specs_of(
-    model: &crate::config::ModelConfig,
-    sparse: SparseOptimizer,
-    schema: &Schema,
-) -> Vec<TableSpec> {
-    let dim = model.embedding_dim;
-    let state_per_row = match sparse {
-        SparseOptimizer::Sgd => 0,
-        SparseOptimizer::RowWiseAdagrad { .. } => 4,
-        SparseOptimizer::Adam { .. } => 8 * dim,
-    };
-    table_descs(model, schema)
-        .into_iter()
-        .map(|d| TableSpec {
-            name: d.name,
-            rows: d.rows,
-            dim,
-            bytes_per_row: 4 * dim + state_per_row,
-            pooling_factor: 1.0,
-        })
-        .collect()
-}
+use towerrec_plan::{CostParams, Plan};
 
 /// Refuses a run whose ranks `ranks` (those this process runs, of a world of
 /// `world`) would need more memory than the machine has available now: their tables
@@ -100,7 +47,8 @@ pub fn check_run_fits(
         [r] => format!("rank {r} of {world}"),
         _ => format!("the {} ranks of this process", ranks.len()),
     };
-    MemoryNeed::of_run(cfg, schema, world, ranks.len(), tables).check(&whose)
+    let group = crate::forward::DEFAULT_GROUP_SAMPLES;
+    MemoryNeed::of_run(cfg, schema, (world, ranks.len()), tables, group).check(&whose)
 }
 
 /// The plan to run: `plan` checked against the model and topology, or the greedy
@@ -230,71 +178,6 @@ fn fingerprint(text: &str) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     text.hash(&mut h);
     h.finish()
-}
-
-/// Bytes one phase moved per step, summed over all ranks.
-#[derive(Debug, Clone, Serialize)]
-pub struct PhaseBytes {
-    pub phase: &'static str,
-    pub intra_host: f64,
-    pub cross_host: f64,
-}
-
-/// What a cluster run adds to its summary.
-#[derive(Debug, Clone, Serialize)]
-pub struct ClusterReport {
-    pub hosts: usize,
-    pub ranks_per_host: usize,
-    /// Bytes sent per training step by all ranks together, by phase (evaluations left
-    /// out; checkpoints and loss reports are in `control`).
-    pub bytes_per_step: Vec<PhaseBytes>,
-    /// Rank 0's wall time per step in each phase of the model, in milliseconds.
-    pub phase_ms_per_step: Vec<(String, f64)>,
-}
-
-impl ClusterReport {
-    /// Gathers every rank's traffic since `start` less `excluded` (evaluations;
-    /// collective) and rank 0's phase times.
-    pub fn gather(
-        model: &Model,
-        start: &RankTraffic,
-        excluded: Option<&RankTraffic>,
-        steps: u64,
-    ) -> Result<Self> {
-        let comm = model.comm().ok_or_else(|| {
-            Error::Plan("a cluster report needs a model on a cluster".to_string())
-        })?;
-        let mut mine = comm.traffic().since(start);
-        if let Some(x) = excluded {
-            mine = mine.since(x);
-        }
-        let mine = mine.to_flat();
-        let (all, _) = comm.all_gather(&mine, Phase::Control)?;
-        let topology = comm.topology();
-        let traffic = ClusterTraffic::from_flat(topology, &all);
-        let per = steps.max(1) as f64;
-        Ok(Self {
-            hosts: topology.hosts,
-            ranks_per_host: topology.ranks_per_host,
-            bytes_per_step: Phase::ALL
-                .iter()
-                .map(|&p| {
-                    let b = traffic.phase(p);
-                    PhaseBytes {
-                        phase: p.name(),
-                        intra_host: b.intra_host as f64 / per,
-                        cross_host: b.cross_host as f64 / per,
-                    }
-                })
-                .collect(),
-            phase_ms_per_step: model
-                .phase_times()
-                .entries()
-                .iter()
-                .map(|(name, secs)| (name.to_string(), secs * 1e3 / per))
-                .collect(),
-        })
-    }
 }
 
 /// Most ranks of an in-process cluster: each is a thread with its own compute pool and

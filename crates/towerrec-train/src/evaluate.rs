@@ -1,10 +1,10 @@
 //! Scoring a data stream with a model: predictions and AUC, log loss, normalized entropy.
 
-use crate::cluster::rank_slice;
 use crate::error::Result;
 use crate::forward::{default_group, PipelinedForward};
 use crate::model::Model;
 use crate::prefetch::Prefetcher;
+use crate::ranks::rank_slice;
 use std::borrow::Cow;
 use towerrec_comm::{Comm, Phase};
 use towerrec_core::layers::activation::sigmoid;

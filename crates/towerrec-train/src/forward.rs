@@ -19,15 +19,11 @@
 //! arithmetic is unchanged, only its schedule moves.
 
 use crate::error::Result;
-use crate::model::{Embeddings, PhaseTimes};
-use crate::sharded::FeatureLayout;
+use crate::stages::StageTimes;
+use crate::times::PhaseTimes;
 use std::borrow::Cow;
-use std::time::Instant;
 use towerrec_comm::Comm;
-use towerrec_core::layers::crossnet::CrossNet;
-use towerrec_core::layers::interaction::DotInteraction;
-use towerrec_core::layers::mlp::Mlp;
-use towerrec_core::{Batch, Layer};
+use towerrec_core::Batch;
 
 /// Samples per group of [`PipelinedForward`] when the caller has no reason to choose.
 /// On the development machine the multi-hot benchmark (batch 1024) gains about 11%
@@ -39,141 +35,6 @@ pub const DEFAULT_GROUP_SAMPLES: usize = 8192;
 /// least one.
 pub fn default_group(batch_size: usize) -> usize {
     (DEFAULT_GROUP_SAMPLES / batch_size.max(1)).max(1)
-}
-
-/// What the front of a forward uses: the tables, and for DLRM the bottom MLP.
-pub(crate) struct Front<'a> {
-    pub embeddings: &'a mut Embeddings,
-    /// DLRM's bottom MLP; `None` for DCN, whose dense features go into the rows as
-    /// they are.
-    pub bottom: Option<&'a mut Mlp<f32>>,
-    pub layout: FeatureLayout,
-    pub dim: usize,
-    pub num_dense: usize,
-}
-
-/// The layer between the feature rows and the top MLP.
-pub(crate) enum BackInteraction<'a> {
-    Dot(&'a mut DotInteraction<f32>),
-    Cross(&'a mut CrossNet<f32>),
-}
-
-/// What the back of a forward uses: the interaction and the top MLP.
-pub(crate) struct Back<'a> {
-    pub interaction: BackInteraction<'a>,
-    /// The top MLP's input, `B × top_in`.
-    pub top_in: &'a mut Vec<f32>,
-    pub top: &'a mut Mlp<f32>,
-}
-
-/// Seconds spent in each phase of fronts or backs.
-#[derive(Default)]
-pub(crate) struct StageTimes {
-    embedding: f64,
-    bottom: f64,
-    interaction: f64,
-    top: f64,
-}
-
-impl StageTimes {
-    pub fn add_to(&self, times: &mut PhaseTimes) {
-        times.embedding_forward += self.embedding;
-        times.bottom_forward += self.bottom;
-        times.interaction_forward += self.interaction;
-        times.top_forward += self.top;
-    }
-}
-
-impl Front<'_> {
-    /// Fills `features[i]` (resized to `Bᵢ × width`) with the feature rows of
-    /// `batches[i]`: the bottom MLP's output (DLRM, through `bottom_outs[i]`) or the
-    /// dense features (DCN), then the pooled tables, looked up table by table over all
-    /// the batches. `features` and, for DLRM, `bottom_outs` have one buffer per batch.
-    ///
-    /// DLRM's lookups (memory-bound) and bottom MLP (compute-bound) are independent
-    /// and run side by side; their phase times then overlap.
-    pub fn run(
-        &mut self,
-        batches: &[&Batch],
-        features: &mut [Vec<f32>],
-        bottom_outs: &mut [Vec<f32>],
-    ) -> Result<StageTimes> {
-        let (layout, dim, nd) = (self.layout, self.dim, self.num_dense);
-        let width = layout.width;
-        for (rows, batch) in features.iter_mut().zip(batches) {
-            resize(rows, batch.batch_size() * width);
-        }
-        let embeddings = &mut *self.embeddings;
-        let mut times = StageTimes::default();
-        match &mut self.bottom {
-            Some(bottom) => {
-                let ((lookups, t_emb), ((), t_bottom)) = rayon::join(
-                    || timed(|| embeddings.forward_group(batches, features, layout)),
-                    || {
-                        timed(|| {
-                            for (out, batch) in bottom_outs.iter_mut().zip(batches) {
-                                let b = batch.batch_size();
-                                resize(out, b * dim);
-                                bottom.forward(&batch.dense, out, b);
-                            }
-                        })
-                    },
-                );
-                lookups?;
-                times.embedding = t_emb;
-                times.bottom = t_bottom;
-                let start = Instant::now();
-                for (rows, out) in features.iter_mut().zip(bottom_outs.iter()) {
-                    for (row, o) in rows.chunks_exact_mut(width).zip(out.chunks_exact(dim)) {
-                        row[..dim].copy_from_slice(o);
-                    }
-                }
-                times.interaction = start.elapsed().as_secs_f64();
-            }
-            None => {
-                let (lookups, t_emb) =
-                    timed(|| embeddings.forward_group(batches, features, layout));
-                lookups?;
-                times.embedding = t_emb;
-                let start = Instant::now();
-                for (rows, batch) in features.iter_mut().zip(batches) {
-                    for (row, dense) in rows
-                        .chunks_exact_mut(width)
-                        .zip(batch.dense.chunks_exact(nd.max(1)))
-                    {
-                        row[..nd].copy_from_slice(&dense[..nd]);
-                    }
-                }
-                times.interaction = start.elapsed().as_secs_f64();
-            }
-        }
-        Ok(times)
-    }
-}
-
-impl Back<'_> {
-    /// Computes `b` logits into `logits` (resized to `b`) from the feature rows of a
-    /// front.
-    pub fn run(&mut self, features: &[f32], b: usize, logits: &mut Vec<f32>) -> StageTimes {
-        let mut times = StageTimes::default();
-        let start = Instant::now();
-        match &mut self.interaction {
-            BackInteraction::Dot(dot) => {
-                resize(self.top_in, b * dot.out_dim());
-                dot.forward(features, self.top_in, b);
-            }
-            BackInteraction::Cross(cross) => {
-                resize(self.top_in, b * cross.out_dim());
-                cross.forward(features, self.top_in, b);
-            }
-        }
-        times.interaction = start.elapsed().as_secs_f64();
-        let start = Instant::now();
-        resize(logits, b);
-        self.top.forward(self.top_in, logits, b);
-        times.top = start.elapsed().as_secs_f64();
-        times
-    }
 }
 
 /// Per-batch buffers of one group: the feature rows, the bottom-MLP outputs (DLRM)
@@ -325,16 +186,4 @@ impl<'m, 'b> PipelinedForward<'m, 'b> {
     pub fn reset_times(&mut self) {
         self.model.reset_times();
     }
-}
-
-/// Runs `f`, returning its result and the seconds it took.
-pub(crate) fn timed<R>(f: impl FnOnce() -> R) -> (R, f64) {
-    let start = Instant::now();
-    let r = f();
-    (r, start.elapsed().as_secs_f64())
-}
-
-/// Resizes a scratch buffer without shrinking its allocation.
-pub(crate) fn resize(buf: &mut Vec<f32>, len: usize) {
-    buf.resize(len, 0.0);
 }

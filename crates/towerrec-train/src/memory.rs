@@ -9,7 +9,6 @@
 
 use crate::config::{Config, ModelConfig, ModelKind, OptimizerConfig};
 use crate::error::{Error, Result};
-use crate::forward::DEFAULT_GROUP_SAMPLES;
 use towerrec_core::optim::DenseOptimizerKind;
 use towerrec_data::{DataConfig, PoolingFactor, Schema};
 
@@ -127,20 +126,21 @@ impl MemoryNeed {
     }
 
     /// The need of a run of `cfg` on `world` ranks of which this process runs
-    /// `ranks_here`, holding `table_bytes` of tables.
+    /// `ranks_here`, holding `table_bytes` of tables; its scorer runs groups of
+    /// `score_group` samples, two at a time.
     pub fn of_run(
         cfg: &Config,
         schema: &Schema,
-        world: usize,
-        ranks_here: usize,
+        (world, ranks_here): (usize, usize),
         table_bytes: u64,
+        score_group: usize,
     ) -> Self {
         let here = ranks_here.max(1) as u128;
         let world = world.max(1) as u128;
         let (_, widths) = dense_shape(&cfg.model, schema);
         let train = (cfg.train.batch_size as u128).div_ceil(world);
         // Scoring runs two groups of batches at a time (see `forward`).
-        let eval_batch = cfg.eval_batch_size().max(DEFAULT_GROUP_SAMPLES) as u128;
+        let eval_batch = cfg.eval_batch_size().max(score_group) as u128;
         let score = (2 * eval_batch).div_ceil(world);
         // Values, gradients and the pre-activation copy of every layer output.
         let activations = widths
@@ -235,10 +235,10 @@ mod tests {
     #[test]
     fn huge_layers_count_without_overflow() {
         let (cfg, schema) = quickstart(&["model.bottom_mlp=[2147483648, 16]"]);
-        let need = MemoryNeed::of_run(&cfg, &schema, 4, 4, 0);
+        let need = MemoryNeed::of_run(&cfg, &schema, (4, 4), 0, 8192);
         // 13 × 2^31 weights of the first layer alone, with Adam's two moments.
         assert!(need.dense >= 13 * (1u128 << 31) * 4 * 5, "{need:?}");
         let (cfg, schema) = quickstart(&["model.top_mlp=[9223372036854775807, 1]"]);
-        assert!(MemoryNeed::of_run(&cfg, &schema, 1, 1, 0).total() > i64::MAX as u128);
+        assert!(MemoryNeed::of_run(&cfg, &schema, (1, 1), 0, 8192).total() > i64::MAX as u128);
     }
 }

@@ -8,11 +8,16 @@
 //! feature's slot), and their backward reads the gradient from the same slots, so no
 //! per-table copies are made.
 
+pub use crate::embeddings::Embeddings;
+pub use crate::times::PhaseTimes;
+
 use crate::config::{ModelConfig, ModelKind, OptimizerConfig};
 use crate::error::{Error, Result};
-use crate::forward::{resize, timed, Back, BackInteraction, Front};
 use crate::init::TableInit;
 use crate::sharded::{FeatureLayout, ShardedEmbeddings, TableDesc, WholeTable};
+pub use crate::specs::table_descs;
+use crate::stages::{resize, timed, Back, BackInteraction, Front};
+use crate::times::lap;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::time::Instant;
@@ -27,46 +32,6 @@ use towerrec_core::{Batch, Layer, ParamMut};
 use towerrec_data::Schema;
 use towerrec_plan::Plan;
 
-/// Wall time spent in each phase of the steps so far, in seconds.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct PhaseTimes {
-    pub embedding_forward: f64,
-    pub bottom_forward: f64,
-    pub interaction_forward: f64,
-    pub top_forward: f64,
-    pub top_backward: f64,
-    pub interaction_backward: f64,
-    pub bottom_backward: f64,
-    pub embedding_backward_update: f64,
-    pub dense_grad_sync: f64,
-    pub dense_update: f64,
-}
-
-impl PhaseTimes {
-    /// Each phase with its name.
-    pub fn entries(&self) -> [(&'static str, f64); 10] {
-        [
-            ("embedding_forward", self.embedding_forward),
-            ("bottom_forward", self.bottom_forward),
-            ("interaction_forward", self.interaction_forward),
-            ("top_forward", self.top_forward),
-            ("top_backward", self.top_backward),
-            ("interaction_backward", self.interaction_backward),
-            ("bottom_backward", self.bottom_backward),
-            ("embedding_backward_update", self.embedding_backward_update),
-            ("dense_grad_sync", self.dense_grad_sync),
-            ("dense_update", self.dense_update),
-        ]
-    }
-}
-
-/// Adds the time since `*mark` to `slot` and moves the mark.
-fn lap(mark: &mut Instant, slot: &mut f64) {
-    let now = Instant::now();
-    *slot += (now - *mark).as_secs_f64();
-    *mark = now;
-}
-
 /// The feature-interaction part: what sits between the embeddings and the top MLP.
 enum Interaction {
     Dot {
@@ -77,66 +42,6 @@ enum Interaction {
         bottom_grad: Vec<f32>,
     },
     Cross(CrossNet<f32>),
-}
-
-/// Where the embedding tables live.
-pub enum Embeddings {
-    /// All tables whole, in this process.
-    Local(Vec<EmbeddingBag>),
-    /// Spread over the ranks of a cluster by a plan; dense layers are replicated and
-    /// their gradients summed over the ranks.
-    Sharded(Box<ShardedEmbeddings>),
-}
-
-impl Embeddings {
-    /// The cluster communicator, if the tables are sharded.
-    pub fn comm(&self) -> Option<&Comm> {
-        match self {
-            Embeddings::Local(_) => None,
-            Embeddings::Sharded(s) => Some(s.comm()),
-        }
-    }
-
-    /// Pools every table of each of `batches` into `outs[i]`, table by table over the
-    /// batches where the tables are local, so that each table's rows are reused from
-    /// cache across the batches.
-    pub(crate) fn forward_group(
-        &mut self,
-        batches: &[&Batch],
-        outs: &mut [Vec<f32>],
-        layout: FeatureLayout,
-    ) -> Result<()> {
-        match self {
-            Embeddings::Local(tables) => {
-                for (t, table) in tables.iter().enumerate() {
-                    for (batch, out) in batches.iter().zip(outs.iter_mut()) {
-                        let offset = layout.base + t * table.dim();
-                        table.forward(batch.sparse.feature(t), out, layout.width, offset)?;
-                    }
-                }
-                Ok(())
-            }
-            Embeddings::Sharded(s) => {
-                for (batch, out) in batches.iter().zip(outs.iter_mut()) {
-                    s.forward(batch, out, layout)?;
-                }
-                Ok(())
-            }
-        }
-    }
-
-    fn backward_update(
-        &mut self,
-        batch: &Batch,
-        grad: &[f32],
-        layout: FeatureLayout,
-        lr: f32,
-    ) -> Result<()> {
-        match self {
-            Embeddings::Local(tables) => tables_backward(tables, batch, grad, layout, lr),
-            Embeddings::Sharded(s) => s.backward_update(batch, grad, layout, lr),
-        }
-    }
 }
 
 /// A DLRM or DCN-v2 model with its dense optimizer.
@@ -172,7 +77,7 @@ impl Model {
         seed: u64,
     ) -> Result<Self> {
         let dim = cfg.embedding_dim;
-        let tables = crate::cluster::table_specs_of(cfg, opt.sparse, schema)
+        let tables = crate::specs::table_specs_of(cfg, opt.sparse, schema)
             .iter()
             .fold(0u128, |a, t| a.saturating_add(t.bytes().into()));
         let dense = crate::memory::dense_bytes(cfg, opt, schema);
@@ -590,19 +495,6 @@ fn prefixed<'a>(
     })
 }
 
-/// The tables a model of `cfg` needs for data of `schema`.
-pub fn table_descs(cfg: &ModelConfig, schema: &Schema) -> Vec<TableDesc> {
-    schema
-        .sparse
-        .iter()
-        .map(|f| TableDesc {
-            name: f.name.clone(),
-            rows: f.rows as usize,
-            dim: cfg.embedding_dim,
-        })
-        .collect()
-}
-
 /// Buffers of the dense gradients' AllReduce, kept from step to step.
 #[derive(Default)]
 struct GradSync {
@@ -627,21 +519,6 @@ fn all_reduce_grads(
         let n = p.grad.len();
         p.grad.copy_from_slice(&flat[at..at + n]);
         at += n;
-    }
-    Ok(())
-}
-
-/// Every table's fused backward and update from its slot of the feature gradients.
-fn tables_backward(
-    tables: &mut [EmbeddingBag],
-    batch: &Batch,
-    grad: &[f32],
-    layout: FeatureLayout,
-    lr: f32,
-) -> Result<()> {
-    for (t, table) in tables.iter_mut().enumerate() {
-        let offset = layout.base + t * table.dim();
-        table.backward_update(batch.sparse.feature(t), grad, layout.width, offset, lr)?;
     }
     Ok(())
 }

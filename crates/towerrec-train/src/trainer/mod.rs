@@ -14,12 +14,12 @@ mod run;
 pub use checks::check_read;
 pub use run::{finished, train_model};
 
-use crate::cluster::rank_slice;
-use crate::cluster::ClusterReport;
 use crate::config::{Config, ModelKind};
 use crate::error::{Error, Result};
 use crate::memory::MemoryNeed;
 use crate::model::Model;
+use crate::ranks::rank_slice;
+use crate::report::ClusterReport;
 use checks::non_finite_culprit;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -104,10 +104,11 @@ impl Observer for Silent {}
 pub fn train(cfg: &Config, opts: &TrainOptions, observer: &mut dyn Observer) -> Result<Summary> {
     let data_schema = schema(&cfg.data, &cfg.base_dir)?;
     cfg.validate_against(&data_schema)?;
-    let tables = crate::cluster::table_specs(cfg, &data_schema)
+    let tables = crate::specs::table_specs(cfg, &data_schema)
         .iter()
         .fold(0u64, |a, t| a.saturating_add(t.bytes()));
-    MemoryNeed::of_run(cfg, &data_schema, 1, 1, tables).check("the run")?;
+    let group = crate::forward::DEFAULT_GROUP_SAMPLES;
+    MemoryNeed::of_run(cfg, &data_schema, (1, 1), tables, group).check("the run")?;
     let model = Model::build(&cfg.model, &cfg.optimizer, &data_schema, cfg.train.seed)?;
     train_model(cfg, opts, model, observer)
 }

@@ -1,0 +1,46 @@
+//! [`Phase`]: what a collective is for, by which traffic is counted and a stalled
+//! collective is named.
+
+use serde::{Deserialize, Serialize};
+
+/// What a collective is for: the phases of a training step that move data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Sparse ids to the ranks that own their rows (forward), nothing backward.
+    InputDist,
+    /// Pooled embeddings back to the sample owners, and their gradients backward.
+    OutputDist,
+    /// AllReduce of dense-layer gradients.
+    DenseGradSync,
+    /// Gradient exchange of replicated (data-parallel) embedding rows.
+    SparseGradSync,
+    /// Everything else: set-up checks, evaluation gathers, checkpoints.
+    Control,
+}
+
+impl Phase {
+    /// Every phase, in the order reports list them.
+    pub const ALL: [Phase; 5] = [
+        Phase::InputDist,
+        Phase::OutputDist,
+        Phase::DenseGradSync,
+        Phase::SparseGradSync,
+        Phase::Control,
+    ];
+
+    /// The snake_case name used in reports and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::InputDist => "input_dist",
+            Phase::OutputDist => "output_dist",
+            Phase::DenseGradSync => "dense_grad_sync",
+            Phase::SparseGradSync => "sparse_grad_sync",
+            Phase::Control => "control",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}

@@ -1,0 +1,72 @@
+//! What a cluster run adds to its summary: bytes per step by phase, intra-host and
+//! cross-host, from every rank, and rank 0's time per phase.
+
+use crate::error::{Error, Result};
+use crate::model::Model;
+use serde::Serialize;
+use towerrec_comm::{ClusterTraffic, Phase, RankTraffic};
+
+/// Bytes one phase moved per step, summed over all ranks.
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseBytes {
+    pub phase: &'static str,
+    pub intra_host: f64,
+    pub cross_host: f64,
+}
+
+/// What a cluster run adds to its summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterReport {
+    pub hosts: usize,
+    pub ranks_per_host: usize,
+    /// Bytes sent per training step by all ranks together, by phase (evaluations left
+    /// out; checkpoints and loss reports are in `control`).
+    pub bytes_per_step: Vec<PhaseBytes>,
+    /// Rank 0's wall time per step in each phase of the model, in milliseconds.
+    pub phase_ms_per_step: Vec<(String, f64)>,
+}
+
+impl ClusterReport {
+    /// Gathers every rank's traffic since `start` less `excluded` (evaluations;
+    /// collective) and rank 0's phase times.
+    pub fn gather(
+        model: &Model,
+        start: &RankTraffic,
+        excluded: Option<&RankTraffic>,
+        steps: u64,
+    ) -> Result<Self> {
+        let comm = model.comm().ok_or_else(|| {
+            Error::Plan("a cluster report needs a model on a cluster".to_string())
+        })?;
+        let mut mine = comm.traffic().since(start);
+        if let Some(x) = excluded {
+            mine = mine.since(x);
+        }
+        let mine = mine.to_flat();
+        let (all, _) = comm.all_gather(&mine, Phase::Control)?;
+        let topology = comm.topology();
+        let traffic = ClusterTraffic::from_flat(topology, &all);
+        let per = steps.max(1) as f64;
+        Ok(Self {
+            hosts: topology.hosts,
+            ranks_per_host: topology.ranks_per_host,
+            bytes_per_step: Phase::ALL
+                .iter()
+                .map(|&p| {
+                    let b = traffic.phase(p);
+                    PhaseBytes {
+                        phase: p.name(),
+                        intra_host: b.intra_host as f64 / per,
+                        cross_host: b.cross_host as f64 / per,
+                    }
+                })
+                .collect(),
+            phase_ms_per_step: model
+                .phase_times()
+                .entries()
+                .iter()
+                .map(|(name, secs)| (name.to_string(), secs * 1e3 / per))
+                .collect(),
+        })
+    }
+}
