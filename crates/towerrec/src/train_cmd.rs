@@ -22,7 +22,9 @@ pub struct TrainArgs {
     /// Override a config key: `--set train.batch_size=512 --set 'data.split={kind="tail",eval_rows=2000}'`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
-    /// Run directory for metrics, checkpoints and the summary [default: runs/<config name>].
+    /// Run directory for metrics, checkpoints and the summary [default: runs/<config
+    /// name>, or runs/<config name>-2, -3, … where that holds a run]; a directory that
+    /// holds another run is refused unless --overwrite.
     #[arg(long)]
     out: Option<PathBuf>,
     /// Continue the run in this directory from its checkpoint, with the checkpoint's
@@ -154,10 +156,10 @@ fn resolve(a: &TrainArgs) -> Result<Resolved> {
                 || "quickstart".to_string(),
                 |s| s.to_string_lossy().into_owned(),
             );
-            let out = a
-                .out
-                .clone()
-                .unwrap_or_else(|| Path::new("runs").join(name));
+            let out = match &a.out {
+                Some(out) => out.clone(),
+                None => fresh_run_dir(&name),
+            };
             (cfg, out, None)
         }
     };
@@ -190,6 +192,17 @@ fn resolve(a: &TrainArgs) -> Result<Resolved> {
         );
     }
     Ok(Resolved { cfg, out, resume })
+}
+
+/// The default run directory: `runs/NAME`, or the first of `runs/NAME-2`, `runs/NAME-3`,
+/// … that holds no run, so that running the same config again never needs
+/// `--overwrite` (an explicit `--out` does).
+fn fresh_run_dir(name: &str) -> PathBuf {
+    let runs = Path::new("runs");
+    std::iter::once(runs.join(name))
+        .chain((2u32..).map(|i| runs.join(format!("{name}-{i}"))))
+        .find(|dir| towerrec_train::rundir::run_files(dir).is_empty())
+        .expect("an unbounded sequence has a free name")
 }
 
 /// Whether `r` resumes a run that has already finished (summary written, no step

@@ -71,6 +71,20 @@ fn another_run_is_not_overwritten_and_a_failed_start_changes_nothing() {
 }
 
 #[test]
+fn without_out_a_second_run_goes_to_a_fresh_directory() {
+    let dir = tmp("default-out");
+    for _ in 0..2 {
+        let mut args = vec!["train", "-q"];
+        args.extend(TINY);
+        let o = common::towerrec_in(&dir, &args);
+        assert!(o.status.success(), "{}", describe(&o));
+    }
+    assert!(dir.join("runs/quickstart/summary.json").exists());
+    assert!(dir.join("runs/quickstart-2/summary.json").exists());
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
 fn two_runs_cannot_share_a_directory() {
     let dir = tmp("lock");
     let out = dir.join("run");
