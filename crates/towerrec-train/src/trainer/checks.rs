@@ -137,4 +137,65 @@ mod tests {
         );
         assert!(check_read("training", read(100, 100), true, 0.5, "f").is_ok());
     }
+
+    /// The small quickstart's config and a model of it.
+    fn small() -> (crate::Config, Model) {
+        let sets: Vec<String> = [
+            "data.tables=[{ rows = 30, count = 3 }]",
+            "data.train_samples=64",
+            "data.eval_samples=64",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let cfg = crate::Config::quickstart(&sets).unwrap();
+        let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir).unwrap();
+        let model = Model::build(&cfg.model, &cfg.optimizer, &schema, 1).unwrap();
+        (cfg, model)
+    }
+
+    #[test]
+    fn the_culprit_of_a_non_finite_loss_is_named() {
+        let (_, mut model) = small();
+        assert!(non_finite_culprit(&mut model, None).starts_with("every parameter is finite"));
+        if let Embeddings::Local(tables) = model.embeddings_mut() {
+            tables[1].weights_mut()[5] = f32::INFINITY;
+        }
+        let c = non_finite_culprit(&mut model, None);
+        assert!(
+            c.contains("embedding table") && c.contains("non-finite"),
+            "{c}"
+        );
+        model.dense_params()[2].value[0] = f32::NAN;
+        let c = non_finite_culprit(&mut model, None);
+        assert!(
+            c.starts_with("dense parameter '") && c.ends_with("holds NaN"),
+            "{c}"
+        );
+        let batch = Batch {
+            dense: vec![0.0, 1.0, f32::NEG_INFINITY, 2.0],
+            num_dense: 2,
+            sparse: Default::default(),
+            labels: vec![0.0, 1.0],
+        };
+        let c = non_finite_culprit(&mut model, Some(&batch));
+        assert_eq!(c, "dense input feature 0 of sample 1 in the batch is -inf");
+    }
+
+    #[test]
+    fn a_non_finite_evaluation_is_an_error_naming_the_parameter() {
+        let (cfg, mut model) = small();
+        assert!(super::super::evaluation::evaluate_aside(&mut model, &cfg, 7, &mut None).is_ok());
+        // The logit's bias: a NaN earlier could be swallowed by a ReLU (max(NaN, 0) = 0).
+        let mut params = model.dense_params();
+        let last = params.len() - 1;
+        params[last].value[0] = f32::NAN;
+        let e = super::super::evaluation::evaluate_aside(&mut model, &cfg, 7, &mut None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("non-finite evaluation log loss (NaN) at the evaluation at step 7: dense parameter '"),
+            "{e}"
+        );
+    }
 }
