@@ -216,7 +216,9 @@ impl Watcher {
             silent,
             note,
         };
-        eprintln!("error: {stall}; calling MPI_Abort to stop the job");
+        crate::mpi::print_line(&format!(
+            "error: {stall}; calling MPI_Abort to stop the job"
+        ));
         SimpleCommunicator::world().abort(1)
     }
 }

@@ -69,7 +69,12 @@ fn main() {
         }
     };
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
+        // One write: under mpirun every rank's stderr is gathered, and a line written
+        // piece by piece can come out interleaved with another rank's.
+        use std::io::Write;
+        let _ = std::io::stderr()
+            .lock()
+            .write_all(format!("error: {e:#}\n").as_bytes());
         std::process::exit(1);
     }
 }

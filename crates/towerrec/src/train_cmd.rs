@@ -240,11 +240,11 @@ pub fn train(a: TrainArgs) -> Result<()> {
     if let (Err(e), Some(session)) = (&result, &mpi) {
         // Returning would leave the other ranks blocked in a collective and this one in
         // MPI_Finalize: end the whole job instead.
-        eprintln!(
+        mpi::print_line(&format!(
             "error: rank {} of {}: {e:#}; calling MPI_Abort to stop the job",
             session.rank(),
             session.size()
-        );
+        ));
         session.abort(1);
     }
     result
@@ -372,6 +372,14 @@ mod mpi {
         pub fn abort(&self, _code: i32) -> ! {
             match *self {}
         }
+    }
+
+    #[cfg(feature = "mpi")]
+    pub use towerrec_comm::mpi::print_line;
+
+    #[cfg(not(feature = "mpi"))]
+    pub fn print_line(line: &str) {
+        eprintln!("{line}");
     }
 
     #[cfg(feature = "mpi")]

@@ -378,14 +378,18 @@ fn a_stopped_mpi_rank_is_named_by_the_watchdog() {
         text.contains("rank 1: hanging after step 3 as asked (TOWERREC_STALL_RANK)"),
         "{text}"
     );
-    // Every rank whose watchdog fired before the abort reports, each pointing at rank
-    // 1: as not heard from, or, where its grace second was still open when the first
-    // MPI_Abort made the launcher resume the stopped process (SIGCONT before SIGTERM),
-    // as heard from outside any collective since step 3. The first report is exact.
+    // Every rank whose watchdog fired before the abort reports. The first names rank 1
+    // as not heard from; a later one whose second of listening was still open when the
+    // first MPI_Abort made the launcher resume the stopped process (SIGCONT before
+    // SIGTERM) may have heard from it, where it stopped or in its next collective.
     let reports: Vec<&str> = text
         .lines()
         .filter(|l| l.contains("made no progress"))
         .collect();
+    assert!(
+        !text.contains("error: error:"),
+        "ranks' lines came out interleaved\n{text}"
+    );
     assert!(
         reports
             .iter()
@@ -393,13 +397,10 @@ fn a_stopped_mpi_rank_is_named_by_the_watchdog() {
         "no watchdog report names rank 1 as not heard from\n{text}"
     );
     for report in &reports {
-        let names_rank_1 = report.contains("ranks not heard from: [1];")
-            || report.contains("(alive: rank 1 outside any collective at step 3)");
         assert!(
             report.starts_with("error: rank ")
                 && report.contains(" at step 4 made no progress for 2 s; ranks not heard from: ")
-                && report.ends_with("calling MPI_Abort to stop the job")
-                && names_rank_1,
+                && report.ends_with("calling MPI_Abort to stop the job"),
             "{report}\n{text}"
         );
         let collective = report
