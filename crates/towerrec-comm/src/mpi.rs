@@ -197,24 +197,13 @@ fn install_abort_on_panic(rank: usize, size: usize) {
     std::panic::set_hook(Box::new(move |info| {
         previous(info);
         if ::mpi::environment::is_initialized() && !::mpi::environment::is_finalized() {
-            print_line(&format!(
+            crate::stderr::print_line(&format!(
                 "towerrec-comm: rank {rank} of {size} panicked: {info}; \
                  calling MPI_Abort to stop the job"
             ));
             SimpleCommunicator::world().abort(101);
         }
     }));
-}
-
-/// Writes `line` and a newline to stderr in one `write`: the launcher gathers every
-/// rank's stderr, and a line written piece by piece (as `eprintln!` does) can come out
-/// interleaved with another rank's.
-pub fn print_line(line: &str) {
-    use std::io::Write;
-    // Best effort: nothing is left to report a failed write of an error to.
-    let _ = std::io::stderr()
-        .lock()
-        .write_all(format!("{line}\n").as_bytes());
 }
 
 /// Hosts × ranks per host from the environment override or the shared-memory nodes,

@@ -216,7 +216,7 @@ impl Watcher {
             silent,
             note,
         };
-        crate::mpi::print_line(&format!(
+        crate::stderr::print_line(&format!(
             "error: {stall}; calling MPI_Abort to stop the job"
         ));
         SimpleCommunicator::world().abort(1)

@@ -1,10 +1,11 @@
 //! Scoring a data stream with a model: predictions and AUC, log loss, normalized entropy.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::forward::{default_group, PipelinedForward};
 use crate::model::Model;
-use crate::prefetch::Prefetcher;
+use crate::prefetch::{Prefetcher, ReadCounts};
 use crate::ranks::rank_slice;
+use crate::trainer::check_read;
 use std::borrow::Cow;
 use towerrec_comm::{Comm, Phase};
 use towerrec_core::layers::activation::sigmoid;
@@ -23,6 +24,26 @@ impl Scored {
     /// AUC, log loss and normalized entropy of the predictions.
     pub fn metrics(&self) -> EvalMetrics {
         EvalMetrics::compute(&self.probs, &self.labels)
+    }
+
+    /// [`Scored::metrics`] of a pass over `source` that read samples, skipped no more
+    /// than `max_bad_fraction` of its rows as malformed and gave a finite log loss;
+    /// else the error that says which.
+    pub fn checked_metrics(&self, max_bad_fraction: f64, source: &str) -> Result<EvalMetrics> {
+        let read = ReadCounts {
+            rows: self.labels.len() as u64,
+            skipped: self.skipped,
+        };
+        check_read("evaluation", read, true, max_bad_fraction, source)?;
+        let m = self.metrics();
+        if !m.logloss.is_finite() {
+            return Err(Error::NonFinite {
+                what: format!("evaluation log loss ({})", m.logloss),
+                place: format!("the evaluation of {source}"),
+                culprit: "the model's predictions are not finite".into(),
+            });
+        }
+        Ok(m)
     }
 }
 

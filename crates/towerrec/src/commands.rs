@@ -8,7 +8,7 @@ use towerrec_data::{BadRows, Part};
 use towerrec_train::checkpoint::Checkpoint;
 use towerrec_train::config::DEFAULT_MAX_BAD_FRACTION;
 use towerrec_train::evaluate::score;
-use towerrec_train::{Config, Model, ReadCounts};
+use towerrec_train::{Config, Model};
 
 /// What to do with a malformed data row.
 #[derive(Clone, Copy, ValueEnum)]
@@ -154,19 +154,8 @@ pub fn eval(a: EvalArgs) -> Result<()> {
     ckpt.apply(&mut model)?;
     let stream = towerrec_data::open(&cfg.data, Part::Eval, a.bad_rows.into(), &cfg.base_dir)?;
     let scored = score(&mut model, stream, cfg.eval_batch_size())?;
-    let read = ReadCounts {
-        rows: scored.labels.len() as u64,
-        skipped: scored.skipped,
-    };
     let source = cfg.data.describe(Part::Eval, &cfg.base_dir);
-    towerrec_train::trainer::check_read("evaluation", read, true, a.max_bad_fraction, &source)?;
-    let m = scored.metrics();
-    if !m.logloss.is_finite() {
-        bail!(
-            "the model's predictions on {source} are not finite (log loss {}): the checkpoint's model overflows on this data",
-            m.logloss
-        );
-    }
+    let m = scored.checked_metrics(a.max_bad_fraction, &source)?;
     if let Some(path) = &a.predictions {
         let text: String = scored.probs.iter().map(|p| format!("{p}\n")).collect();
         towerrec_core::fsio::write_atomic(path, text.as_bytes())

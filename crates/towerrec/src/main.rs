@@ -69,12 +69,8 @@ fn main() {
         }
     };
     if let Err(e) = result {
-        // One write: under mpirun every rank's stderr is gathered, and a line written
-        // piece by piece can come out interleaved with another rank's.
-        use std::io::Write;
-        let _ = std::io::stderr()
-            .lock()
-            .write_all(format!("error: {e:#}\n").as_bytes());
+        // In one piece: under mpirun every rank's stderr is gathered.
+        towerrec_comm::print_line(&format!("error: {e:#}"));
         std::process::exit(1);
     }
 }

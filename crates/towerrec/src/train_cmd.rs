@@ -123,17 +123,16 @@ struct Resolved {
 /// The config of a resumed run: the checkpoint's, with only the changes a resume
 /// allows.
 fn resume_config(a: &TrainArgs, ckpt: &Checkpoint) -> Result<Config> {
-    let base = ckpt.config()?;
+    // The flags that set config keys are judged with `--set`, by one rule.
+    let mut sets = a.set.clone();
     if let Some(b) = a.bad_rows {
-        if BadRows::from(b) != base.train.bad_rows {
-            bail!(
-                "--bad-rows cannot change when resuming: the run read its data with bad_rows = {:?}, \
-                 and skipping other rows would shift every later batch",
-                base.train.bad_rows
-            );
-        }
+        let name = match BadRows::from(b) {
+            BadRows::Fail => "fail",
+            BadRows::Skip => "skip",
+        };
+        sets.push(format!("train.bad_rows=\"{name}\""));
     }
-    Ok(base.with_resume_overrides(&a.set)?)
+    Ok(ckpt.config()?.with_resume_overrides(&sets)?)
 }
 
 fn resolve(a: &TrainArgs) -> Result<Resolved> {
@@ -240,7 +239,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
     if let (Err(e), Some(session)) = (&result, &mpi) {
         // Returning would leave the other ranks blocked in a collective and this one in
         // MPI_Finalize: end the whole job instead.
-        mpi::print_line(&format!(
+        towerrec_comm::print_line(&format!(
             "error: rank {} of {}: {e:#}; calling MPI_Abort to stop the job",
             session.rank(),
             session.size()
@@ -372,14 +371,6 @@ mod mpi {
         pub fn abort(&self, _code: i32) -> ! {
             match *self {}
         }
-    }
-
-    #[cfg(feature = "mpi")]
-    pub use towerrec_comm::mpi::print_line;
-
-    #[cfg(not(feature = "mpi"))]
-    pub fn print_line(line: &str) {
-        eprintln!("{line}");
     }
 
     #[cfg(feature = "mpi")]

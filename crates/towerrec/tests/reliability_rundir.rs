@@ -169,7 +169,7 @@ fn resume_refuses_what_it_cannot_honour_by_name() {
     );
     assert_fails_with(
         &resume(&["--bad-rows", "skip"]),
-        &["--bad-rows cannot change"],
+        &["cannot change train.bad_rows when resuming"],
     );
     let o = resume(&["--set", "train.max_steps=5", "--threads", "1"]);
     assert!(o.status.success(), "{}", describe(&o));

@@ -82,7 +82,7 @@ impl Config {
             return Err(Error::Config {
                 file: self.origin.clone(),
                 message: format!(
-                    "--set cannot change {} when resuming: the checkpoint's model, optimizer \
+                    "cannot change {} when resuming (asked by --set or a flag): the checkpoint's model, optimizer \
                      and data define the run (start a new run to change them); a resume may \
                      change {}",
                     refused.join(", "),

@@ -1,13 +1,12 @@
 //! The evaluations of a training run: scoring the eval part of the data, checked for
 //! emptiness, malformed rows and non-finite results, kept out of the per-step figures.
 
-use super::checks::{check_read, non_finite_culprit};
+use super::checks::non_finite_culprit;
 use super::EvalReport;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::evaluate::score;
 use crate::model::Model;
-use crate::prefetch::ReadCounts;
 use towerrec_comm::RankTraffic;
 use towerrec_data::{open, Part};
 
@@ -34,25 +33,17 @@ pub(super) fn evaluate_aside(
 fn evaluate(model: &mut Model, cfg: &Config, step: u64) -> Result<(EvalReport, u64)> {
     let stream = open(&cfg.data, Part::Eval, cfg.train.bad_rows, &cfg.base_dir)?;
     let scored = score(model, stream, cfg.eval_batch_size())?;
-    let read = ReadCounts {
-        rows: scored.labels.len() as u64,
-        skipped: scored.skipped,
+    let source = cfg.data.describe(Part::Eval, &cfg.base_dir);
+    let m = match scored.checked_metrics(cfg.train.max_bad_fraction, &source) {
+        Err(Error::NonFinite { what, .. }) => {
+            return Err(Error::NonFinite {
+                what,
+                place: format!("the evaluation at step {step}"),
+                culprit: non_finite_culprit(model, None),
+            })
+        }
+        other => other?,
     };
-    check_read(
-        "evaluation",
-        read,
-        true,
-        cfg.train.max_bad_fraction,
-        &cfg.data.describe(Part::Eval, &cfg.base_dir),
-    )?;
-    let m = scored.metrics();
-    if !m.logloss.is_finite() {
-        return Err(Error::NonFinite {
-            what: format!("evaluation log loss ({})", m.logloss),
-            place: format!("the evaluation at step {step}"),
-            culprit: non_finite_culprit(model, None),
-        });
-    }
     Ok((
         EvalReport {
             step,
