@@ -6,14 +6,13 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// `<path>.<suffix>` beside `path`, with this process's id so that two processes
-/// writing the same output do not share a temporary file.
-pub fn temporary_sibling(path: &Path, suffix: &str) -> PathBuf {
+/// `<path><suffix>` beside `path` (`out.bin` and `.tmp` give `out.bin.tmp`).
+pub fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path
         .file_name()
         .map(|n| n.to_os_string())
         .unwrap_or_default();
-    name.push(format!(".{suffix}.{}", std::process::id()));
+    name.push(suffix);
     path.with_file_name(name)
 }
 
@@ -21,7 +20,8 @@ pub fn temporary_sibling(path: &Path, suffix: &str) -> PathBuf {
 /// disk, then renamed over `path`. On failure the temporary file is removed and `path`
 /// is as it was.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = temporary_sibling(path, "tmp");
+    // With this process's id, so that two processes writing one output do not share it.
+    let tmp = sibling(path, &format!(".tmp.{}", std::process::id()));
     let written = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;

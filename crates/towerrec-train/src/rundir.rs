@@ -142,11 +142,6 @@ impl RunDir {
         }
         Ok(dir)
     }
-
-    /// The directory.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
 }
 
 /// Takes an exclusive advisory lock on `file` without waiting; false if another open

@@ -59,7 +59,8 @@ pub struct EvalArgs {
     #[arg(long, value_enum, default_value = "fail")]
     bad_rows: BadRowsArg,
     /// With --bad-rows skip: the largest share of malformed rows before eval fails.
-    #[arg(long, value_name = "FRACTION", default_value_t = DEFAULT_MAX_BAD_FRACTION)]
+    #[arg(long, value_name = "FRACTION", default_value_t = DEFAULT_MAX_BAD_FRACTION,
+          value_parser = parse_fraction)]
     max_bad_fraction: f64,
     /// Worker threads [default: one per core].
     #[arg(long)]
@@ -71,6 +72,14 @@ pub struct EvalArgs {
 pub enum Backend {
     InProcess,
     Mpi,
+}
+
+/// A share from 0 to 1 (`--max-bad-fraction`).
+pub fn parse_fraction(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!("must be a number between 0 and 1, got {s:?}")),
+    }
 }
 
 /// Most worker threads per core that `--threads` or `train.threads` may ask for: more
@@ -137,12 +146,6 @@ pub fn refuse_clobbering(cfg: &Config, output: &Path, flag: &str) -> Result<()> 
 
 pub fn eval(a: EvalArgs) -> Result<()> {
     set_threads(check_threads(a.threads.unwrap_or(0), "--threads")?)?;
-    if !(0.0..=1.0).contains(&a.max_bad_fraction) {
-        bail!(
-            "--max-bad-fraction: must be between 0 and 1, got {}",
-            a.max_bad_fraction
-        );
-    }
     let ckpt = Checkpoint::read(&a.checkpoint)?;
     let mut cfg = ckpt.config()?;
     cfg.override_data(None, absolute(a.data)?);

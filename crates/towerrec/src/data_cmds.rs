@@ -53,7 +53,8 @@ pub struct PreprocessArgs {
     bad_rows: BadRowsArg,
     /// With --bad-rows skip: the largest share of malformed rows before the conversion
     /// fails (and its output is removed).
-    #[arg(long, value_name = "FRACTION", default_value_t = DEFAULT_MAX_BAD_FRACTION)]
+    #[arg(long, value_name = "FRACTION", default_value_t = DEFAULT_MAX_BAD_FRACTION,
+          value_parser = crate::commands::parse_fraction)]
     max_bad_fraction: f64,
 }
 
@@ -156,12 +157,6 @@ pub fn datagen(a: DatagenArgs) -> Result<()> {
 }
 
 pub fn preprocess(a: PreprocessArgs) -> Result<()> {
-    if !(0.0..=1.0).contains(&a.max_bad_fraction) {
-        bail!(
-            "--max-bad-fraction: must be between 0 and 1, got {}",
-            a.max_bad_fraction
-        );
-    }
     let mut cfg = Config::load(&a.config, &a.set)?;
     cfg.override_data(absolute(a.data)?, None);
     refuse_clobbering(&cfg, &a.out, "--out")?;

@@ -54,7 +54,7 @@ pub struct TrainArgs {
     bad_rows: Option<BadRowsArg>,
     /// With --bad-rows skip: the largest share of malformed rows in a pass over the
     /// data before the run fails [default: the config's train.max_bad_fraction, else 0.01].
-    #[arg(long, value_name = "FRACTION")]
+    #[arg(long, value_name = "FRACTION", value_parser = crate::commands::parse_fraction)]
     max_bad_fraction: Option<f64>,
     /// Stop after this many steps (overrides train.max_steps).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
@@ -167,9 +167,6 @@ fn resolve(a: &TrainArgs) -> Result<Resolved> {
         cfg.train.bad_rows = b.into();
     }
     if let Some(f) = a.max_bad_fraction {
-        if !(0.0..=1.0).contains(&f) {
-            bail!("--max-bad-fraction: must be between 0 and 1, got {f}");
-        }
         cfg.train.max_bad_fraction = f;
     }
     if let Some(n) = a.max_steps {

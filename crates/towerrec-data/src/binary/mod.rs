@@ -465,9 +465,9 @@ impl RecordStream for BinaryStream {
 
 #[cfg(test)]
 mod tests {
-    use super::writer::sibling;
     use super::*;
     use crate::record::SparseFeature;
+    use towerrec_core::fsio::sibling;
 
     fn temp(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("towerrec-data-binary-{}", std::process::id()));

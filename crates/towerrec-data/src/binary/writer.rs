@@ -9,6 +9,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+use towerrec_core::fsio::sibling;
 
 /// A section being spooled to a temporary file.
 struct Spool {
@@ -47,16 +48,6 @@ pub struct BinaryWriter {
     temps: Vec<PathBuf>,
     /// Set when a write failed halfway, leaving the spools out of step.
     broken: bool,
-}
-
-/// `<path><suffix>` beside `path`.
-pub(crate) fn sibling(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
-    name.push(suffix);
-    path.with_file_name(name)
 }
 
 impl BinaryWriter {
