@@ -6,7 +6,7 @@
 //! layouts read back the same.
 
 use crate::error::{Error, Result};
-use crate::plan::{Plan, Shard, TablePlan};
+use crate::plan::{Plan, Shard, TablePlan, TowerPlan};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -29,19 +29,32 @@ impl Plan {
             t.hosts, t.ranks_per_host
         );
         if self.tables.is_empty() {
-            out.push_str("  \"tables\": []\n}\n");
-            return out;
+            out.push_str("  \"tables\": []");
+        } else {
+            out.push_str("  \"tables\": [\n");
+            for (i, entry) in self.tables.iter().enumerate() {
+                write_entry(&mut out, entry);
+                out.push_str(if i + 1 < self.tables.len() {
+                    ",\n"
+                } else {
+                    "\n"
+                });
+            }
+            out.push_str("  ]");
         }
-        out.push_str("  \"tables\": [\n");
-        for (i, entry) in self.tables.iter().enumerate() {
-            write_entry(&mut out, entry);
-            out.push_str(if i + 1 < self.tables.len() {
-                ",\n"
-            } else {
-                "\n"
-            });
+        if !self.towers.is_empty() {
+            out.push_str(",\n  \"towers\": [\n");
+            for (i, tower) in self.towers.iter().enumerate() {
+                write_tower(&mut out, tower);
+                out.push_str(if i + 1 < self.towers.len() {
+                    ",\n"
+                } else {
+                    "\n"
+                });
+            }
+            out.push_str("  ]");
         }
-        out.push_str("  ]\n}\n");
+        out.push_str("\n}\n");
         out
     }
 
@@ -95,6 +108,16 @@ fn write_entry(out: &mut String, entry: &TablePlan) {
     out.push_str("    ] }");
 }
 
+fn write_tower(out: &mut String, tower: &TowerPlan) {
+    // Strings with their escapes; `Value`'s Display cannot fail.
+    let features = serde_json::Value::from(tower.features.clone());
+    let hosts = serde_json::Value::from(tower.hosts.clone());
+    let _ = write!(
+        out,
+        "    {{ \"features\": {features}, \"hosts\": {hosts} }}"
+    );
+}
+
 fn write_shard(out: &mut String, s: &Shard) {
     let _ = write!(
         out,
@@ -111,6 +134,7 @@ mod tests {
     fn sample() -> Plan {
         Plan {
             topology: Topology::new(2, 2).unwrap(),
+            towers: Vec::new(),
             tables: vec![
                 TablePlan {
                     table: "C\"1\"".into(),
@@ -147,6 +171,28 @@ mod tests {
     }
 
     #[test]
+    fn towers_read_back_one_line_each() {
+        let mut plan = sample();
+        plan.towers = vec![
+            crate::TowerPlan {
+                features: vec!["C\"1\"".into(), "C3".into()],
+                hosts: vec![0],
+            },
+            crate::TowerPlan {
+                features: vec!["C2".into()],
+                hosts: vec![1],
+            },
+        ];
+        let text = plan.to_json_pretty();
+        assert!(
+            text.contains("{ \"features\": [\"C2\"], \"hosts\": [1] }"),
+            "{text}"
+        );
+        assert_eq!(Plan::from_json(&text).unwrap(), plan);
+        assert!(!sample().to_json_pretty().contains("towers"));
+    }
+
+    #[test]
     fn pretty_json_reads_back_and_serde_agrees() {
         let plan = sample();
         let text = plan.to_json_pretty();
@@ -157,6 +203,7 @@ mod tests {
         assert_eq!(Plan::from_json(&via_serde).unwrap(), plan);
         let empty = Plan {
             topology: Topology::single(),
+            towers: Vec::new(),
             tables: vec![],
         };
         assert_eq!(Plan::from_json(&empty.to_json_pretty()).unwrap(), empty);

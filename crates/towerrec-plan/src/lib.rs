@@ -17,6 +17,6 @@ mod validate;
 
 pub use cost::{estimate, CostParams};
 pub use error::{Error, Result};
-pub use plan::{Plan, Shard, ShardingType, TablePlan, TableSpec, MAX_WORLD_SIZE};
+pub use plan::{Plan, Shard, ShardingType, TablePlan, TableSpec, TowerPlan, MAX_WORLD_SIZE};
 /// The cluster shape plans are made for (re-exported from `towerrec-comm`).
 pub use towerrec_comm::Topology;

@@ -11,6 +11,8 @@
 //!     { "table": "C1", "sharding": "table_wise", "shards": [ { "rank": 3, "rows": [0, 1000], "columns": [0, 16] } ] },
 //!     { "table": "C2", "sharding": "data_parallel" } ] }
 //! ```
+//!
+//! A DMT plan adds `"towers": [ { "features": ["C1", "C3"], "hosts": [0] }, … ]`.
 
 use serde::{Deserialize, Serialize};
 use towerrec_comm::Topology;
@@ -67,12 +69,27 @@ pub struct TablePlan {
     pub shards: Vec<Shard>,
 }
 
-/// A whole plan: one entry per table of the model, in any order.
+/// A DMT tower (paper §3.1): a group of features, the dense layers that consume their
+/// embeddings (its Tower Module), and the hosts whose ranks hold the features' tables.
+/// A tower spans one host or K hosts (§3.1.3); towers sharing hosts share them whole.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TowerPlan {
+    /// The tower's features, by table name, in the order its module sees them.
+    pub features: Vec<String>,
+    /// The hosts whose ranks hold the tower's tables.
+    pub hosts: Vec<usize>,
+}
+
+/// A whole plan: one entry per table of the model, in any order, and optionally the
+/// towers of a DMT model (every table in exactly one tower).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Plan {
     pub topology: Topology,
     pub tables: Vec<TablePlan>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub towers: Vec<TowerPlan>,
 }
 
 impl Plan {

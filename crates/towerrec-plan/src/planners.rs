@@ -143,6 +143,7 @@ fn finish(
 ) -> Result<Plan> {
     let plan = Plan {
         topology,
+        towers: Vec::new(),
         tables: entries.into_iter().flatten().collect(),
     };
     plan.validate(tables, topology, None)?;

@@ -60,6 +60,7 @@ impl Plan {
                 t.name
             )));
         }
+        self.check_towers(topology)?;
         if let Some(budget) = memory_budget_bytes {
             for (rank, &bytes) in self.rank_bytes(tables).iter().enumerate() {
                 if bytes > budget {
@@ -294,3 +295,4 @@ fn distinct_ranks(shards: &[Shard], kind: &str) -> std::result::Result<(), Strin
 
 #[cfg(test)]
 mod tests;
+mod towers;

@@ -2,7 +2,8 @@
 //! the ranks of a cluster, with their pooled forward and fused backward-and-update.
 
 use crate::error::Result;
-use crate::sharded::{FeatureLayout, ShardedEmbeddings};
+use crate::sharded::ShardedEmbeddings;
+use crate::slots::FeatureSlots;
 use towerrec_comm::Comm;
 use towerrec_core::embedding::EmbeddingBag;
 use towerrec_core::Batch;
@@ -32,21 +33,21 @@ impl Embeddings {
         &mut self,
         batches: &[&Batch],
         outs: &mut [Vec<f32>],
-        layout: FeatureLayout,
+        slots: &FeatureSlots,
     ) -> Result<()> {
         match self {
             Embeddings::Local(tables) => {
                 for (t, table) in tables.iter().enumerate() {
                     for (batch, out) in batches.iter().zip(outs.iter_mut()) {
-                        let offset = layout.base + t * table.dim();
-                        table.forward(batch.sparse.feature(t), out, layout.width, offset)?;
+                        let offset = slots.slot(t).offset;
+                        table.forward(batch.sparse.feature(t), out, slots.width(), offset)?;
                     }
                 }
                 Ok(())
             }
             Embeddings::Sharded(s) => {
                 for (batch, out) in batches.iter().zip(outs.iter_mut()) {
-                    s.forward(batch, out, layout)?;
+                    s.forward(batch, out, slots)?;
                 }
                 Ok(())
             }
@@ -57,12 +58,12 @@ impl Embeddings {
         &mut self,
         batch: &Batch,
         grad: &[f32],
-        layout: FeatureLayout,
+        slots: &FeatureSlots,
         lr: f32,
     ) -> Result<()> {
         match self {
-            Embeddings::Local(tables) => tables_backward(tables, batch, grad, layout, lr),
-            Embeddings::Sharded(s) => s.backward_update(batch, grad, layout, lr),
+            Embeddings::Local(tables) => tables_backward(tables, batch, grad, slots, lr),
+            Embeddings::Sharded(s) => s.backward_update(batch, grad, slots, lr),
         }
     }
 }
@@ -72,12 +73,12 @@ fn tables_backward(
     tables: &mut [EmbeddingBag],
     batch: &Batch,
     grad: &[f32],
-    layout: FeatureLayout,
+    slots: &FeatureSlots,
     lr: f32,
 ) -> Result<()> {
     for (t, table) in tables.iter_mut().enumerate() {
-        let offset = layout.base + t * table.dim();
-        table.backward_update(batch.sparse.feature(t), grad, layout.width, offset, lr)?;
+        let offset = slots.slot(t).offset;
+        table.backward_update(batch.sparse.feature(t), grad, slots.width(), offset, lr)?;
     }
     Ok(())
 }

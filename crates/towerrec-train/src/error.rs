@@ -68,6 +68,10 @@ pub enum Error {
     /// A rank of a cluster run failed; the message names it.
     #[error("cluster: {0}")]
     Cluster(String),
+
+    /// A model whose parts do not fit together (feature slots, towers).
+    #[error("model: {0}")]
+    Model(String),
     /// A plan could not be read or does not fit the model.
     #[error(transparent)]
     PlanFile(#[from] towerrec_plan::Error),

@@ -20,6 +20,7 @@ mod ranks;
 mod report;
 pub mod rundir;
 pub mod sharded;
+pub mod slots;
 mod specs;
 mod stages;
 mod times;

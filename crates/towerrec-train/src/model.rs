@@ -14,7 +14,8 @@ pub use crate::times::PhaseTimes;
 use crate::config::{ModelConfig, ModelKind, OptimizerConfig};
 use crate::error::{Error, Result};
 use crate::init::TableInit;
-use crate::sharded::{FeatureLayout, ShardedEmbeddings, TableDesc, WholeTable};
+use crate::sharded::{ShardedEmbeddings, TableDesc, WholeTable};
+use crate::slots::FeatureSlots;
 pub use crate::specs::table_descs;
 use crate::stages::{resize, timed, Back, BackInteraction, Front};
 use crate::times::lap;
@@ -49,7 +50,8 @@ pub struct Model {
     kind: ModelKind,
     num_dense: usize,
     dim: usize,
-    num_tables: usize,
+    /// Where each table's pooled vector sits in a row of the interaction input.
+    slots: FeatureSlots,
     /// Parameters of all tables, whole (whatever part of them this rank holds).
     table_params: usize,
     tables: Vec<TableDesc>,
@@ -169,7 +171,7 @@ impl Model {
             kind: cfg.kind,
             num_dense,
             dim,
-            num_tables: n_tables,
+            slots: feature_slots(cfg.kind, num_dense, dim, n_tables)?,
             table_params,
             tables: table_descs(cfg, schema),
             sparse_optimizer: opt.sparse,
@@ -195,19 +197,9 @@ impl Model {
     }
 
     /// Where the tables' pooled vectors sit in a row of the interaction (DLRM) or
-    /// CrossNet (DCN) input: DLRM puts the bottom-MLP output first, DCN the dense
-    /// features.
-    fn layout(&self) -> FeatureLayout {
-        match self.kind {
-            ModelKind::Dlrm => FeatureLayout {
-                width: (self.num_tables + 1) * self.dim,
-                base: self.dim,
-            },
-            ModelKind::Dcn => FeatureLayout {
-                width: self.num_dense + self.num_tables * self.dim,
-                base: self.num_dense,
-            },
-        }
+    /// CrossNet (DCN) input.
+    pub fn slots(&self) -> &FeatureSlots {
+        &self.slots
     }
 
     /// Computes one logit per sample into `logits` (resized to the batch).
@@ -241,11 +233,11 @@ impl Model {
         (&mut Vec<f32>, Option<&mut Vec<f32>>),
         &mut PhaseTimes,
     ) {
-        let layout = self.layout();
         let Model {
             embeddings,
             interaction,
             features,
+            slots,
             top_in,
             top,
             times,
@@ -265,7 +257,7 @@ impl Model {
         let front = Front {
             embeddings,
             bottom,
-            layout,
+            slots,
             dim: *dim,
             num_dense: *num_dense,
         };
@@ -291,10 +283,10 @@ impl Model {
         sparse_lr: f32,
     ) -> Result<()> {
         let b = batch.batch_size();
-        let layout = self.layout();
-        let width = layout.width;
+        let width = self.slots.width();
         let dim = self.dim;
         let Model {
+            slots,
             embeddings,
             interaction,
             top,
@@ -335,7 +327,7 @@ impl Model {
                             bottom.backward(&batch.dense, bottom_out, bottom_grad, None, b);
                         })
                     },
-                    || timed(|| embeddings.backward_update(batch, grad, layout, sparse_lr)),
+                    || timed(|| embeddings.backward_update(batch, grad, slots, sparse_lr)),
                 );
                 updates?;
                 times.bottom_backward += t_bottom;
@@ -345,7 +337,7 @@ impl Model {
                 cross.backward(features, top_in, top_in_grad, Some(features_grad), b);
                 lap(&mut mark, &mut times.interaction_backward);
                 let (updates, t_emb) =
-                    timed(|| embeddings.backward_update(batch, features_grad, layout, sparse_lr));
+                    timed(|| embeddings.backward_update(batch, features_grad, slots, sparse_lr));
                 updates?;
                 times.embedding_backward_update += t_emb;
             }
@@ -469,6 +461,21 @@ impl Model {
         let dense: usize = self.dense_params().iter().map(|p| p.value.len()).sum();
         dense + self.table_params
     }
+}
+
+/// The interaction input's slots: DLRM puts the bottom-MLP output first (one `dim`
+/// slot), DCN the dense features, then every table's pooled vector in table order.
+fn feature_slots(
+    kind: ModelKind,
+    num_dense: usize,
+    dim: usize,
+    tables: usize,
+) -> Result<FeatureSlots> {
+    let base = match kind {
+        ModelKind::Dlrm => dim,
+        ModelKind::Dcn => num_dense,
+    };
+    FeatureSlots::contiguous(base + tables * dim, base, std::iter::repeat_n(dim, tables))
 }
 
 fn dense_params<'a>(

@@ -5,7 +5,7 @@
 
 use crate::embeddings::Embeddings;
 use crate::error::Result;
-use crate::sharded::FeatureLayout;
+use crate::slots::FeatureSlots;
 use crate::times::PhaseTimes;
 use std::time::Instant;
 use towerrec_core::layers::crossnet::CrossNet;
@@ -19,7 +19,7 @@ pub(crate) struct Front<'a> {
     /// DLRM's bottom MLP; `None` for DCN, whose dense features go into the rows as
     /// they are.
     pub bottom: Option<&'a mut Mlp<f32>>,
-    pub layout: FeatureLayout,
+    pub slots: &'a FeatureSlots,
     pub dim: usize,
     pub num_dense: usize,
 }
@@ -70,8 +70,8 @@ impl Front<'_> {
         features: &mut [Vec<f32>],
         bottom_outs: &mut [Vec<f32>],
     ) -> Result<StageTimes> {
-        let (layout, dim, nd) = (self.layout, self.dim, self.num_dense);
-        let width = layout.width;
+        let (slots, dim, nd) = (self.slots, self.dim, self.num_dense);
+        let width = slots.width();
         for (rows, batch) in features.iter_mut().zip(batches) {
             resize(rows, batch.batch_size() * width);
         }
@@ -80,7 +80,7 @@ impl Front<'_> {
         match &mut self.bottom {
             Some(bottom) => {
                 let ((lookups, t_emb), ((), t_bottom)) = rayon::join(
-                    || timed(|| embeddings.forward_group(batches, features, layout)),
+                    || timed(|| embeddings.forward_group(batches, features, slots)),
                     || {
                         timed(|| {
                             for (out, batch) in bottom_outs.iter_mut().zip(batches) {
@@ -103,8 +103,7 @@ impl Front<'_> {
                 times.interaction = start.elapsed().as_secs_f64();
             }
             None => {
-                let (lookups, t_emb) =
-                    timed(|| embeddings.forward_group(batches, features, layout));
+                let (lookups, t_emb) = timed(|| embeddings.forward_group(batches, features, slots));
                 lookups?;
                 times.embedding = t_emb;
                 let start = Instant::now();

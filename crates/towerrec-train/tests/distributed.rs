@@ -254,7 +254,11 @@ fn mixed(cfg: &Config, topology: Topology) -> Plan {
         },
     ];
     // Column-wise shards need distinct ranks: on small worlds fall back to one shard.
-    let mut plan = Plan { topology, tables };
+    let mut plan = Plan {
+        topology,
+        tables,
+        towers: Vec::new(),
+    };
     if w < 3 {
         plan.tables[1].shards = vec![full(0, &specs[1])];
         plan.tables[1].sharding = ShardingType::TableWise;

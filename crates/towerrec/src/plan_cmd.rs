@@ -5,8 +5,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
-use towerrec_core::embedding::SparseOptimizer;
-use towerrec_data::{DataConfig, PoolingFactor, Schema};
+use towerrec_data::Schema;
 use towerrec_plan::{estimate, planners, CostParams, Plan, ShardingType, TableSpec, Topology};
 use towerrec_train::Config;
 
@@ -121,62 +120,12 @@ pub fn run(a: PlanArgs) -> Result<()> {
     Ok(())
 }
 
-/// One [`TableSpec`] per sparse feature: rows from the data, dim from the model, bytes
-/// per row from the sparse optimizer's state, pooling from a synthetic config (else 1).
+/// One [`TableSpec`] per sparse feature, derived as `train` derives them.
 fn table_specs(cfg: &Config, schema: &Schema) -> Result<Vec<TableSpec>> {
     if schema.sparse.is_empty() {
         bail!("the data has no sparse (categorical) features: there are no tables to plan");
     }
-    let dim = cfg.model.embedding_dim;
-    let bytes_per_row = match cfg.optimizer.sparse {
-        SparseOptimizer::Sgd => dim.checked_mul(4),
-        SparseOptimizer::RowWiseAdagrad { .. } => dim.checked_mul(4).and_then(|b| b.checked_add(4)),
-        SparseOptimizer::Adam { .. } => dim.checked_mul(12),
-    }
-    .ok_or_else(|| anyhow!("model.embedding_dim {dim}: too large"))?;
-    let pooling = pooling_factors(&cfg.data, schema.sparse.len());
-    schema
-        .sparse
-        .iter()
-        .zip(pooling)
-        .map(|(f, pooling_factor)| {
-            let rows = usize::try_from(f.rows).map_err(|_| {
-                anyhow!(
-                    "feature '{}': {} rows do not fit this machine's usize",
-                    f.name,
-                    f.rows
-                )
-            })?;
-            Ok(TableSpec {
-                name: f.name.clone(),
-                rows,
-                dim,
-                bytes_per_row,
-                pooling_factor,
-            })
-        })
-        .collect()
-}
-
-/// Mean ids per sample of each table: a synthetic config says; other data count 1.
-fn pooling_factors(data: &DataConfig, n: usize) -> Vec<f64> {
-    if let DataConfig::Synthetic(s) = data {
-        let means: Vec<f64> = s
-            .tables
-            .iter()
-            .flat_map(|t| {
-                let mean = match t.pooling {
-                    PoolingFactor::Fixed(k) => f64::from(k),
-                    PoolingFactor::Mean { mean } => mean,
-                };
-                std::iter::repeat_n(mean, t.count)
-            })
-            .collect();
-        if means.len() == n {
-            return means;
-        }
-    }
-    vec![1.0; n]
+    Ok(towerrec_train::cluster::table_specs(cfg, schema))
 }
 
 /// The per-rank table on stderr: tables held, bytes, estimated embedding time per step.

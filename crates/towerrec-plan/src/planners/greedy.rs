@@ -73,6 +73,7 @@ pub fn greedy(
     if complete {
         let plan = Plan {
             topology,
+            towers: Vec::new(),
             tables: entries.into_iter().flatten().collect(),
         };
         if plan.validate(tables, topology, memory_budget_bytes).is_ok() {

@@ -47,6 +47,7 @@ fn good() -> Plan {
     use ShardingType::*;
     Plan {
         topology: topo(),
+        towers: Vec::new(),
         tables: vec![
             entry("tw", TableWise, vec![sh(3, (0, 10), (0, 4))]),
             entry(

@@ -1,0 +1,180 @@
+//! The flat output distribution (the scale-in paper's Appendix, Algorithms 1 and 2):
+//! one AlltoAllv of the pooled vectors from every shard to the sample owners, who place
+//! table-wise blocks, concatenate column-wise blocks and sum row-wise partial sums (a
+//! ReduceScatter done as a direct exchange and a sum in owner-rank order; mean pooling
+//! divides after the sum). Backward sends each shard its columns of the pooled
+//! gradient for the whole batch.
+
+use super::ShardedEmbeddings;
+use crate::error::Result;
+use crate::slots::FeatureSlots;
+use towerrec_comm::Phase;
+use towerrec_core::embedding::Pooling;
+use towerrec_core::Batch;
+
+impl ShardedEmbeddings {
+    /// Sends every sample owner its rows of every local shard and assembles this rank's
+    /// `b_local` feature rows in `out`.
+    pub(super) fn flat_output_dist(
+        &mut self,
+        batch: &Batch,
+        out: &mut [f32],
+        slots: &FeatureSlots,
+    ) -> Result<()> {
+        let p = self.comm.size();
+        let b_local = batch.batch_size();
+        let mut send = std::mem::take(&mut self.bufs.vec_send);
+        send.clear();
+        let mut counts = vec![0usize; p];
+        let mut first = 0;
+        for (owner, &n) in self.samples.iter().enumerate() {
+            let before = send.len();
+            for l in &self.local {
+                let cols = l.columns();
+                send.extend_from_slice(&l.pooled[first * cols..(first + n) * cols]);
+            }
+            counts[owner] = send.len() - before;
+            first += n;
+        }
+        let mut recv = std::mem::take(&mut self.bufs.vec_recv);
+        let exchanged = self
+            .comm
+            .all_to_all_v_into(&send, &counts, &mut recv, Phase::OutputDist);
+        self.bufs.vec_send = send;
+        exchanged?;
+        let width = slots.width();
+        let out = &mut out[..b_local * width];
+        self.zero_row_split_slots(out, slots);
+        let mut at = 0;
+        for src in 0..p {
+            for (t, s) in self.router.held_by(src) {
+                let table = &self.tables[t];
+                let shard = &table.shards[s];
+                let cols = shard.num_columns();
+                let off = slots.slot(t).offset + shard.columns.0;
+                let block = &recv[at..at + b_local * cols];
+                at += b_local * cols;
+                for (row, part) in out
+                    .chunks_exact_mut(width)
+                    .zip(block.chunks_exact(cols.max(1)))
+                {
+                    let dst = &mut row[off..off + cols];
+                    if table.row_split() {
+                        dst.iter_mut().zip(part).for_each(|(d, &v)| *d += v);
+                    } else {
+                        dst.copy_from_slice(part);
+                    }
+                }
+            }
+        }
+        self.bufs.vec_recv = recv;
+        self.scale_mean_row_split(batch, out, slots);
+        Ok(())
+    }
+
+    /// Sends each shard its columns of the gradient `grad` of this rank's feature rows,
+    /// leaving in each local shard's `grad` the gradient of the whole global batch.
+    pub(super) fn flat_output_grad(
+        &mut self,
+        batch: &Batch,
+        grad: &[f32],
+        slots: &FeatureSlots,
+    ) -> Result<()> {
+        let p = self.comm.size();
+        let width = slots.width();
+        let mut send = std::mem::take(&mut self.bufs.vec_send);
+        send.clear();
+        let mut counts = vec![0usize; p];
+        for (dest, count) in counts.iter_mut().enumerate() {
+            let before = send.len();
+            for (t, s) in self.router.held_by(dest) {
+                let shard = &self.tables[t].shards[s];
+                let off = slots.slot(t).offset + shard.columns.0;
+                let cols = shard.num_columns();
+                let scales = self.mean_scales(batch, t);
+                for (b, row) in grad.chunks_exact(width).enumerate() {
+                    let part = &row[off..off + cols];
+                    match scales.as_ref().map(|f| f(b)) {
+                        Some(scale) if scale != 1.0 => send.extend(part.iter().map(|&g| g * scale)),
+                        _ => send.extend_from_slice(part),
+                    }
+                }
+            }
+            *count = send.len() - before;
+        }
+        let mut recv = std::mem::take(&mut self.bufs.vec_recv);
+        let exchanged = self
+            .comm
+            .all_to_all_v_into(&send, &counts, &mut recv, Phase::OutputDist);
+        self.bufs.vec_send = send;
+        exchanged?;
+        for l in &mut self.local {
+            l.grad.clear();
+        }
+        let mut at = 0;
+        for &n in &self.samples {
+            for l in &mut self.local {
+                let len = n * l.columns();
+                l.grad.extend_from_slice(&recv[at..at + len]);
+                at += len;
+            }
+        }
+        self.bufs.vec_recv = recv;
+        Ok(())
+    }
+
+    /// Zeroes the slots of row-split tables, which receive sums.
+    pub(super) fn zero_row_split_slots(&self, out: &mut [f32], slots: &FeatureSlots) {
+        for (t, table) in self.tables.iter().enumerate() {
+            if table.row_split() {
+                let range = slots.slot(t).range();
+                for row in out.chunks_exact_mut(slots.width()) {
+                    row[range.clone()].fill(0.0);
+                }
+            }
+        }
+    }
+
+    /// Divides the summed slots of mean-pooled row-split tables by each bag's length.
+    pub(super) fn scale_mean_row_split(
+        &self,
+        batch: &Batch,
+        out: &mut [f32],
+        slots: &FeatureSlots,
+    ) {
+        for t in 0..self.tables.len() {
+            let Some(scale) = self.mean_scales(batch, t) else {
+                continue;
+            };
+            let range = slots.slot(t).range();
+            for (b, row) in out.chunks_exact_mut(slots.width()).enumerate() {
+                let s = scale(b);
+                if s != 1.0 {
+                    row[range.clone()].iter_mut().for_each(|v| *v *= s);
+                }
+            }
+        }
+    }
+
+    /// For a mean-pooled row-split table, the factor `1 / bag length` of each sample of
+    /// `batch` (1 for empty and single-id bags); `None` for other tables.
+    pub(super) fn mean_scales<'a>(
+        &self,
+        batch: &'a Batch,
+        t: usize,
+    ) -> Option<impl Fn(usize) -> f32 + 'a> {
+        let table = &self.tables[t];
+        if !(table.row_split() && table.pooling == Pooling::Mean) {
+            return None;
+        }
+        let ids = batch.sparse.feature(t);
+        Some(move |b: usize| {
+            let len = ids.ids(b).len();
+            if len > 1 {
+                1.0 / len as f32
+            } else {
+                1.0
+            }
+        })
+    }
+}

@@ -1,0 +1,93 @@
+//! The shards this rank holds, and their lookup: the second stage of the sharded
+//! forward (DMT §3.1 step b). Each shard pools the bags of the whole global batch,
+//! in global sample order, that the input distribution brought it, and its backward is
+//! the fused optimizer update where the rows live.
+
+use crate::error::Result;
+use towerrec_core::batch::JaggedView;
+use towerrec_core::embedding::EmbeddingBag;
+use towerrec_plan::Shard;
+
+/// A shard held by this rank, with what its last forward received.
+pub(super) struct LocalShard {
+    pub(super) table: usize,
+    pub(super) shard: Shard,
+    pub(super) bag: EmbeddingBag,
+    offsets: Vec<usize>,
+    values: Vec<u64>,
+    /// Pooled vectors of the whole global batch, `global batch × columns`.
+    pub(super) pooled: Vec<f32>,
+    /// Their gradient, as the output distribution's backward leaves it.
+    pub(super) grad: Vec<f32>,
+}
+
+impl LocalShard {
+    pub(super) fn new(table: usize, shard: Shard, bag: EmbeddingBag) -> Self {
+        Self {
+            table,
+            shard,
+            bag,
+            offsets: Vec::new(),
+            values: Vec::new(),
+            pooled: Vec::new(),
+            grad: Vec::new(),
+        }
+    }
+
+    pub(super) fn columns(&self) -> usize {
+        self.shard.num_columns()
+    }
+}
+
+/// Unpacks the input distribution's `recv` (from each source in order: its sample count,
+/// then per local shard its lengths and ids) into `local`; returns each source's sample
+/// count.
+pub(super) fn unpack(recv: &[u64], sources: usize, local: &mut [LocalShard]) -> Vec<usize> {
+    for l in local.iter_mut() {
+        l.offsets.clear();
+        l.offsets.push(0);
+        l.values.clear();
+    }
+    let mut samples = Vec::with_capacity(sources);
+    let mut at = 0;
+    for _ in 0..sources {
+        let n = recv[at] as usize;
+        at += 1;
+        samples.push(n);
+        for l in local.iter_mut() {
+            let lengths = &recv[at..at + n];
+            at += n;
+            let mut end = *l.offsets.last().expect("offsets start with 0");
+            let first = end;
+            for &len in lengths {
+                end += len as usize;
+                l.offsets.push(end);
+            }
+            l.values.extend_from_slice(&recv[at..at + end - first]);
+            at += end - first;
+        }
+    }
+    samples
+}
+
+/// Pools every local shard for the `global_batch` samples it received.
+pub(super) fn pool(local: &mut [LocalShard], global_batch: usize) -> Result<()> {
+    for l in local {
+        let cols = l.columns();
+        l.pooled.clear();
+        l.pooled.resize(global_batch * cols, 0.0);
+        let view = JaggedView::new(&l.offsets, &l.values)?;
+        l.bag.forward(view, &mut l.pooled, cols, 0)?;
+    }
+    Ok(())
+}
+
+/// Applies each local shard's fused update from its `grad`.
+pub(super) fn update(local: &mut [LocalShard], lr: f32) -> Result<()> {
+    for l in local {
+        let view = JaggedView::new(&l.offsets, &l.values)?;
+        let cols = l.columns();
+        l.bag.backward_update(view, &l.grad, cols, 0, lr)?;
+    }
+    Ok(())
+}

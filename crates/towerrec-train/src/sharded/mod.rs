@@ -1,0 +1,249 @@
+//! Embedding tables spread over ranks by a plan: the sharded embedding collection.
+//!
+//! Every rank holds a contiguous slice of the global batch (rank `r` the `r`-th slice;
+//! slices may differ in size). The forward is a pipeline of stages, each in its own
+//! file, and the backward runs them in reverse:
+//! 1. routing ([`route`]): one AlltoAllv of each sample's ids to the ranks holding its
+//!    table's shards: the whole bag to a table-wise or column-wise shard, the ids that
+//!    fall in its rows (renumbered from 0) to a row-wise shard;
+//! 2. lookup ([`lookup`]): each shard pools the bags of the whole global batch; its
+//!    backward is the fused optimizer update where the rows live;
+//! 3. output distribution: [`flat`] (one AlltoAllv back to the sample owners);
+//! 4. data-parallel replicas ([`replicas`]) pool locally and synchronize their sparse
+//!    gradient after the backward.
+//!
+//! [`whole`] gathers and loads whole tables for checkpoints.
+
+mod flat;
+mod lookup;
+mod replicas;
+mod route;
+mod whole;
+
+pub(crate) use whole::state_layout;
+pub use whole::WholeTable;
+
+use crate::error::{Error, Result};
+use crate::init::TableInit;
+use crate::slots::FeatureSlots;
+use lookup::LocalShard;
+use replicas::Replica;
+use route::Router;
+use towerrec_comm::{Comm, Phase};
+use towerrec_core::embedding::{EmbeddingBag, Pooling, SparseOptimizer};
+use towerrec_core::Batch;
+use towerrec_plan::{Plan, Shard, ShardingType};
+
+/// One table as the model sees it.
+#[derive(Debug, Clone)]
+pub struct TableDesc {
+    pub name: String,
+    pub rows: usize,
+    pub dim: usize,
+}
+
+struct TableState {
+    dim: usize,
+    pooling: Pooling,
+    sharding: ShardingType,
+    shards: Vec<Shard>,
+}
+
+impl TableState {
+    fn row_split(&self) -> bool {
+        matches!(
+            self.sharding,
+            ShardingType::RowWise | ShardingType::TableRowWise
+        )
+    }
+}
+
+/// Exchange buffers, kept to reuse their memory from step to step.
+#[derive(Default)]
+struct Buffers {
+    ids_send: Vec<u64>,
+    ids_recv: Vec<u64>,
+    vec_send: Vec<f32>,
+    vec_recv: Vec<f32>,
+}
+
+/// The embedding tables of a model, spread over the ranks of `comm` as a plan says.
+pub struct ShardedEmbeddings {
+    comm: Comm,
+    tables: Vec<TableState>,
+    router: Router,
+    local: Vec<LocalShard>,
+    replicas: Vec<Replica>,
+    /// Samples each rank held in the last forward.
+    samples: Vec<usize>,
+    bufs: Buffers,
+}
+
+impl ShardedEmbeddings {
+    /// This rank's part of `tables` under `plan` (validated by the caller), initialized as
+    /// one process would initialize the whole tables from `seed`. The plan's ranks are
+    /// world ranks, each of which must be a member of `comm`.
+    pub fn new(
+        comm: Comm,
+        tables: &[TableDesc],
+        plan: &Plan,
+        pooling: Pooling,
+        optimizer: SparseOptimizer,
+        seed: u64,
+    ) -> Result<Self> {
+        let me = comm.world_rank();
+        let mut states = Vec::with_capacity(tables.len());
+        let mut local = Vec::new();
+        let mut replicas = Vec::new();
+        for (t, desc) in tables.iter().enumerate() {
+            let entry = plan.table(&desc.name).ok_or_else(|| {
+                Error::Plan(format!("the plan has no entry for table '{}'", desc.name))
+            })?;
+            let init = TableInit::new(seed, t, desc.rows, desc.dim);
+            let state = TableState {
+                dim: desc.dim,
+                pooling,
+                sharding: entry.sharding,
+                shards: entry.shards.clone(),
+            };
+            if entry.sharding == ShardingType::DataParallel {
+                let bag = EmbeddingBag::try_from_fn(
+                    desc.name.clone(),
+                    desc.rows,
+                    desc.dim,
+                    pooling,
+                    optimizer,
+                    |r, row| init.fill_row(r, 0, row),
+                )?;
+                replicas.push(Replica { table: t, bag });
+            }
+            for (s, shard) in entry.shards.iter().enumerate() {
+                if shard.rank != me {
+                    continue;
+                }
+                // Row-wise shards return partial sums; the owner of the sample divides.
+                let shard_pooling = if state.row_split() {
+                    Pooling::Sum
+                } else {
+                    pooling
+                };
+                let (r0, c0) = (shard.rows.0, shard.columns.0);
+                let bag = EmbeddingBag::try_from_fn(
+                    format!("{}[{}]", desc.name, s),
+                    shard.num_rows(),
+                    shard.num_columns(),
+                    shard_pooling,
+                    optimizer,
+                    |r, row| init.fill_row(r0 + r, c0, row),
+                )?;
+                local.push(LocalShard::new(t, *shard, bag));
+            }
+            states.push(state);
+        }
+        let routes: Vec<(&[Shard], bool)> = states
+            .iter()
+            .map(|s| (s.shards.as_slice(), s.row_split()))
+            .collect();
+        let router = Router::new(&comm, &routes)?;
+        Ok(Self {
+            comm,
+            tables: states,
+            router,
+            local,
+            replicas,
+            samples: Vec::new(),
+            bufs: Buffers::default(),
+        })
+    }
+
+    /// The world communicator (dense gradients, evaluation and checkpoints use it too).
+    pub fn comm(&self) -> &Comm {
+        &self.comm
+    }
+
+    /// The shards on this rank: `(table, shard, weights-and-state)`.
+    pub fn local_shards(&self) -> impl Iterator<Item = (usize, &Shard, &EmbeddingBag)> {
+        self.local.iter().map(|l| (l.table, &l.shard, &l.bag))
+    }
+
+    /// The shards on this rank, mutably (checkpoint loading).
+    pub fn local_shards_mut(&mut self) -> impl Iterator<Item = (usize, &Shard, &mut EmbeddingBag)> {
+        self.local
+            .iter_mut()
+            .map(|l| (l.table, &l.shard, &mut l.bag))
+    }
+
+    /// The data-parallel replicas on this rank: `(table, replica)`.
+    pub fn replicas_mut(&mut self) -> impl Iterator<Item = (usize, &mut EmbeddingBag)> {
+        self.replicas.iter_mut().map(|r| (r.table, &mut r.bag))
+    }
+
+    /// The data-parallel replicas on this rank.
+    pub fn replicas(&self) -> impl Iterator<Item = (usize, &EmbeddingBag)> {
+        self.replicas.iter().map(|r| (r.table, &r.bag))
+    }
+
+    /// Every table's shards (empty for data-parallel tables).
+    pub fn shards_of(&self, table: usize) -> &[Shard] {
+        &self.tables[table].shards
+    }
+
+    /// Pools every table for this rank's samples (`batch`, the rank's slice of the global
+    /// batch: rank `r` holds the `r`-th slice) into their slots of the feature rows `out`
+    /// (`B × slots.width()`).
+    pub fn forward(&mut self, batch: &Batch, out: &mut [f32], slots: &FeatureSlots) -> Result<()> {
+        self.input_dist(batch)?;
+        let global_batch: usize = self.samples.iter().sum();
+        lookup::pool(&mut self.local, global_batch)?;
+        self.flat_output_dist(batch, out, slots)?;
+        self.replicas_forward(batch, out, slots)
+    }
+
+    /// Routes this rank's ids to the shards (to each rank: this rank's sample count,
+    /// then a segment per shard it holds) and unpacks what arrives.
+    fn input_dist(&mut self, batch: &Batch) -> Result<()> {
+        let p = self.comm.size();
+        self.router.bucket(|t| batch.sparse.feature(t));
+        let mut send = std::mem::take(&mut self.bufs.ids_send);
+        send.clear();
+        let mut counts = vec![0usize; p];
+        for (dest, count) in counts.iter_mut().enumerate() {
+            let before = send.len();
+            send.push(batch.batch_size() as u64);
+            for (t, s) in self.router.held_by(dest) {
+                self.router.pack(t, s, batch.sparse.feature(t), &mut send);
+            }
+            *count = send.len() - before;
+        }
+        let mut recv = std::mem::take(&mut self.bufs.ids_recv);
+        let exchanged = self
+            .comm
+            .all_to_all_v_into(&send, &counts, &mut recv, Phase::InputDist);
+        self.bufs.ids_send = send;
+        exchanged?;
+        self.samples = lookup::unpack(&recv, p, &mut self.local);
+        self.bufs.ids_recv = recv;
+        Ok(())
+    }
+
+    /// Backward of the last [`ShardedEmbeddings::forward`] (same `batch`) from the
+    /// gradient of its output, updating every shard and replica with `lr`.
+    pub fn backward_update(
+        &mut self,
+        batch: &Batch,
+        grad: &[f32],
+        slots: &FeatureSlots,
+        lr: f32,
+    ) -> Result<()> {
+        let grad = &grad[..batch.batch_size() * slots.width()];
+        self.flat_output_grad(batch, grad, slots)?;
+        lookup::update(&mut self.local, lr)?;
+        if !self.replicas.is_empty() {
+            self.sync_replicas(batch, grad, slots, lr)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,88 @@
+//! Data-parallel tables: a replica on every rank, pooled locally. Their gradient is
+//! synchronized by an AllGather of every rank's bags and pooled gradients, after which
+//! each replica applies the update of the whole batch: the AllReduce of a sparse
+//! gradient, touching the same rows as one process would (a dense AllReduce would also
+//! move the state of lazy optimizers).
+
+use super::ShardedEmbeddings;
+use crate::error::Result;
+use crate::slots::FeatureSlots;
+use towerrec_comm::Phase;
+use towerrec_core::batch::JaggedView;
+use towerrec_core::embedding::EmbeddingBag;
+use towerrec_core::Batch;
+
+/// A data-parallel table's replica.
+pub(super) struct Replica {
+    pub(super) table: usize,
+    pub(super) bag: EmbeddingBag,
+}
+
+impl ShardedEmbeddings {
+    /// Pools every replica for this rank's samples into its slot of `out`.
+    pub(super) fn replicas_forward(
+        &self,
+        batch: &Batch,
+        out: &mut [f32],
+        slots: &FeatureSlots,
+    ) -> Result<()> {
+        for r in &self.replicas {
+            let off = slots.slot(r.table).offset;
+            r.bag
+                .forward(batch.sparse.feature(r.table), out, slots.width(), off)?;
+        }
+        Ok(())
+    }
+
+    /// Gathers every rank's bags and pooled gradients, then applies the whole batch's
+    /// update to each replica.
+    pub(super) fn sync_replicas(
+        &mut self,
+        batch: &Batch,
+        grad: &[f32],
+        slots: &FeatureSlots,
+        lr: f32,
+    ) -> Result<()> {
+        let mut ids_send = Vec::new();
+        let mut grad_send = Vec::new();
+        for r in &self.replicas {
+            let ids = batch.sparse.feature(r.table);
+            ids_send.extend((0..ids.batch_size()).map(|b| ids.ids(b).len() as u64));
+            ids_send.extend_from_slice(ids.values);
+            let range = slots.slot(r.table).range();
+            for row in grad.chunks_exact(slots.width()) {
+                grad_send.extend_from_slice(&row[range.clone()]);
+            }
+        }
+        let (ids_all, _) = self.comm.all_gather(&ids_send, Phase::SparseGradSync)?;
+        let (grad_all, _) = self.comm.all_gather(&grad_send, Phase::SparseGradSync)?;
+        let k_max = self.replicas.len();
+        let mut offsets: Vec<Vec<usize>> = vec![vec![0]; k_max];
+        let mut values: Vec<Vec<u64>> = vec![Vec::new(); k_max];
+        let mut grads: Vec<Vec<f32>> = vec![Vec::new(); k_max];
+        let (mut at, mut gat) = (0, 0);
+        for &n in &self.samples {
+            for (k, r) in self.replicas.iter().enumerate() {
+                let lengths = &ids_all[at..at + n];
+                at += n;
+                let mut end = *offsets[k].last().expect("offsets start with 0");
+                let first = end;
+                for &len in lengths {
+                    end += len as usize;
+                    offsets[k].push(end);
+                }
+                values[k].extend_from_slice(&ids_all[at..at + end - first]);
+                at += end - first;
+                let dim = slots.slot(r.table).width;
+                grads[k].extend_from_slice(&grad_all[gat..gat + n * dim]);
+                gat += n * dim;
+            }
+        }
+        for (k, r) in self.replicas.iter_mut().enumerate() {
+            let dim = slots.slot(r.table).width;
+            let view = JaggedView::new(&offsets[k], &values[k])?;
+            r.bag.backward_update(view, &grads[k], dim, 0, lr)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,190 @@
+//! Whole tables from shards and back: what a checkpoint holds (every table whole, as one
+//! process would hold it, so a run may resume on another topology) gathered on rank 0,
+//! and each rank's blocks taken from it on load.
+
+use super::ShardedEmbeddings;
+use crate::error::{Error, Result};
+use crate::sharded::TableDesc;
+use towerrec_comm::Phase;
+use towerrec_core::embedding::SparseOptimizer;
+use towerrec_plan::Shard;
+
+/// One table whole: weights and optimizer state, as a checkpoint holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WholeTable {
+    pub name: String,
+    pub step: u64,
+    pub weights: Vec<f32>,
+    /// `(name, values)`: per-element state is `rows × dim`, per-row state `rows`.
+    pub state: Vec<(String, Vec<f32>)>,
+}
+
+/// An optimizer's state tensors: name, and whether it holds one value per row (rather
+/// than one per element).
+pub(crate) fn state_layout(optimizer: SparseOptimizer) -> Vec<(&'static str, bool)> {
+    match optimizer {
+        SparseOptimizer::Sgd => vec![],
+        SparseOptimizer::RowWiseAdagrad { .. } => vec![("accumulator", true)],
+        SparseOptimizer::Adam { .. } => vec![("momentum1", false), ("momentum2", false)],
+    }
+}
+
+/// A state block's width, the whole tensor's width and the block's first column.
+fn state_place(per_row: bool, shard: &Shard, dim: usize) -> (usize, usize, usize) {
+    if per_row {
+        (1, 1, 0)
+    } else {
+        (shard.num_columns(), dim, shard.columns.0)
+    }
+}
+
+/// Where a shard's block sits in a whole tensor: first row, first column, width.
+type Place = (usize, usize, usize);
+
+/// Copies the block `src` (rows of `width`) into `whole` (rows of `whole_width`).
+fn put_block(whole: &mut [f32], whole_width: usize, src: &[f32], (row0, col0, width): Place) {
+    if width == 0 {
+        return;
+    }
+    for (r, s) in src.chunks_exact(width).enumerate() {
+        let at = (row0 + r) * whole_width + col0;
+        whole[at..at + width].copy_from_slice(s);
+    }
+}
+
+/// Copies a block of `whole` (rows of `whole_width`) into `dst` (rows of `width`).
+fn take_block(whole: &[f32], whole_width: usize, dst: &mut [f32], (row0, col0, width): Place) {
+    if width == 0 {
+        return;
+    }
+    for (r, d) in dst.chunks_exact_mut(width).enumerate() {
+        let at = (row0 + r) * whole_width + col0;
+        d.copy_from_slice(&whole[at..at + width]);
+    }
+}
+
+impl ShardedEmbeddings {
+    /// Per-row state makes no sense split by columns: refuse such a model.
+    pub fn check_optimizer(&self, optimizer: SparseOptimizer) -> Result<()> {
+        if matches!(optimizer, SparseOptimizer::RowWiseAdagrad { .. }) {
+            if let Some(t) = self
+                .tables
+                .iter()
+                .position(|t| t.shards.iter().any(|s| s.num_columns() != t.dim))
+            {
+                return Err(Error::Plan(format!(
+                    "table {t} is split by columns, but row_wise_adagrad keeps one \
+                     accumulator per whole row: use row-wise or table-wise sharding for it, \
+                     or another sparse optimizer"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Gathers every table whole on rank 0 (`Some` there, `None` elsewhere). Collective.
+    pub fn gather_whole(
+        &self,
+        descs: &[TableDesc],
+        optimizer: SparseOptimizer,
+    ) -> Result<Option<Vec<WholeTable>>> {
+        let p = self.comm.size();
+        let mut send = Vec::new();
+        let mut steps = Vec::new();
+        for l in &self.local {
+            send.extend_from_slice(l.bag.weights());
+            for (_, buf) in l.bag.optimizer_state() {
+                send.extend_from_slice(buf);
+            }
+            steps.push(l.bag.step());
+        }
+        let mut counts = vec![0; p];
+        counts[0] = send.len();
+        let (recv, _) = self.comm.all_to_all_v(&send, &counts, Phase::Control)?;
+        counts[0] = steps.len();
+        let (recv_steps, _) = self.comm.all_to_all_v(&steps, &counts, Phase::Control)?;
+        if self.comm.rank() != 0 {
+            return Ok(None);
+        }
+        let mut whole: Vec<WholeTable> = descs
+            .iter()
+            .enumerate()
+            .map(|(t, d)| WholeTable {
+                name: d.name.clone(),
+                step: 0,
+                weights: vec![0.0; d.rows * d.dim],
+                state: state_layout(optimizer)
+                    .into_iter()
+                    .map(|(n, per_row)| {
+                        let width = if per_row { 1 } else { self.tables[t].dim };
+                        (n.to_string(), vec![0.0; d.rows * width])
+                    })
+                    .collect(),
+            })
+            .collect();
+        for r in &self.replicas {
+            let w = &mut whole[r.table];
+            w.step = r.bag.step();
+            w.weights.copy_from_slice(r.bag.weights());
+            for ((_, dst), (_, src)) in w.state.iter_mut().zip(r.bag.optimizer_state()) {
+                dst.copy_from_slice(src);
+            }
+        }
+        let (mut at, mut step_at) = (0, 0);
+        for src in 0..p {
+            for (t, s) in self.router.held_by(src) {
+                let shard = self.tables[t].shards[s];
+                let (rows, cols, dim) = (shard.num_rows(), shard.num_columns(), descs[t].dim);
+                let w = &mut whole[t];
+                w.step = recv_steps[step_at];
+                step_at += 1;
+                let block = &recv[at..at + rows * cols];
+                at += rows * cols;
+                put_block(
+                    &mut w.weights,
+                    dim,
+                    block,
+                    (shard.rows.0, shard.columns.0, cols),
+                );
+                for ((_, dst), (_, per_row)) in w.state.iter_mut().zip(state_layout(optimizer)) {
+                    let (width, whole_width, col0) = state_place(per_row, &shard, dim);
+                    let block = &recv[at..at + rows * width];
+                    at += rows * width;
+                    put_block(dst, whole_width, block, (shard.rows.0, col0, width));
+                }
+            }
+        }
+        Ok(Some(whole))
+    }
+
+    /// Loads this rank's shards and replicas from the whole tables (in model order).
+    pub fn load_whole(&mut self, whole: &[WholeTable], optimizer: SparseOptimizer) -> Result<()> {
+        for l in &mut self.local {
+            let w = &whole[l.table];
+            let dim = self.tables[l.table].dim;
+            let (row0, col0, cols) = (l.shard.rows.0, l.shard.columns.0, l.shard.num_columns());
+            take_block(&w.weights, dim, l.bag.weights_mut(), (row0, col0, cols));
+            let layout = state_layout(optimizer);
+            for (((_, dst), (_, src)), (_, per_row)) in l
+                .bag
+                .optimizer_state_mut()
+                .into_iter()
+                .zip(&w.state)
+                .zip(layout)
+            {
+                let (width, whole_width, c0) = state_place(per_row, &l.shard, dim);
+                take_block(src, whole_width, dst, (row0, c0, width));
+            }
+            l.bag.set_step(w.step);
+        }
+        for r in &mut self.replicas {
+            let w = &whole[r.table];
+            r.bag.weights_mut().copy_from_slice(&w.weights);
+            for ((_, dst), (_, src)) in r.bag.optimizer_state_mut().into_iter().zip(&w.state) {
+                dst.copy_from_slice(src);
+            }
+            r.bag.set_step(w.step);
+        }
+        Ok(())
+    }
+}
