@@ -2,7 +2,8 @@
 //!
 //! - [`batch`]: [`Batch`] and [`KeyedJagged`], the data that flows from readers to the model.
 //! - [`layer`]: the [`Layer`] trait every dense layer implements (explicit forward and backward).
-//! - [`layers`]: Linear, activations, MLP, the DLRM dot interaction, the DCN-v2 CrossNet.
+//! - [`layers`]: Linear, activations, MLP, the DLRM dot interaction, the DCN-v2 CrossNet,
+//!   and DMT's tower modules ([`layers::tower`]).
 //! - [`embedding`]: embedding-bag tables whose backward is fused with the optimizer update.
 //! - [`fsio`]: atomic output files, and the check that an output is not an input.
 //! - [`probe`]: the machine's limits (copy and random-gather bandwidth, GEMM throughput).

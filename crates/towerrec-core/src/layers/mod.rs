@@ -5,3 +5,4 @@ pub mod crossnet;
 pub mod interaction;
 pub mod linear;
 pub mod mlp;
+pub mod tower;
