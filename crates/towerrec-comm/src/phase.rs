@@ -11,6 +11,12 @@ pub enum Phase {
     InputDist,
     /// Pooled embeddings back to the sample owners, and their gradients backward.
     OutputDist,
+    /// DMT's SPTT step d (forward) and its reverse: pooled vectors exchanged among the
+    /// ranks of a tower's hosts (an intra-host AlltoAll for a one-host tower).
+    TowerIntra,
+    /// DMT's SPTT step f and its reverse: tower outputs exchanged among peers (the same
+    /// index in every tower group), one rank per tower group.
+    TowerPeer,
     /// AllReduce of dense-layer gradients.
     DenseGradSync,
     /// Gradient exchange of replicated (data-parallel) embedding rows.
@@ -21,9 +27,11 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase, in the order reports list them.
-    pub const ALL: [Phase; 5] = [
+    pub const ALL: [Phase; 7] = [
         Phase::InputDist,
         Phase::OutputDist,
+        Phase::TowerIntra,
+        Phase::TowerPeer,
         Phase::DenseGradSync,
         Phase::SparseGradSync,
         Phase::Control,
@@ -34,6 +42,8 @@ impl Phase {
         match self {
             Phase::InputDist => "input_dist",
             Phase::OutputDist => "output_dist",
+            Phase::TowerIntra => "tower_intra",
+            Phase::TowerPeer => "tower_peer",
             Phase::DenseGradSync => "dense_grad_sync",
             Phase::SparseGradSync => "sparse_grad_sync",
             Phase::Control => "control",

@@ -8,7 +8,8 @@
 //!    fall in its rows (renumbered from 0) to a row-wise shard;
 //! 2. lookup ([`lookup`]): each shard pools the bags of the whole global batch; its
 //!    backward is the fused optimizer update where the rows live;
-//! 3. output distribution: [`flat`] (one AlltoAllv back to the sample owners);
+//! 3. output distribution: [`flat`] (one AlltoAllv back to the sample owners), or, when
+//!    the plan has towers, [`sptt`] (DMT's steps c–f);
 //! 4. data-parallel replicas ([`replicas`]) pool locally and synchronize their sparse
 //!    gradient after the backward.
 //!
@@ -18,6 +19,7 @@ mod flat;
 mod lookup;
 mod replicas;
 mod route;
+mod sptt;
 mod whole;
 
 pub(crate) use whole::state_layout;
@@ -29,6 +31,7 @@ use crate::slots::FeatureSlots;
 use lookup::LocalShard;
 use replicas::Replica;
 use route::Router;
+use sptt::Sptt;
 use towerrec_comm::{Comm, Phase};
 use towerrec_core::embedding::{EmbeddingBag, Pooling, SparseOptimizer};
 use towerrec_core::Batch;
@@ -74,6 +77,8 @@ pub struct ShardedEmbeddings {
     router: Router,
     local: Vec<LocalShard>,
     replicas: Vec<Replica>,
+    /// The towers' output distribution, when the plan has towers.
+    sptt: Option<Sptt>,
     /// Samples each rank held in the last forward.
     samples: Vec<usize>,
     bufs: Buffers,
@@ -145,12 +150,30 @@ impl ShardedEmbeddings {
             .map(|s| (s.shards.as_slice(), s.row_split()))
             .collect();
         let router = Router::new(&comm, &routes)?;
+        let sptt = if plan.towers.is_empty() {
+            None
+        } else {
+            if let Some(t) = states
+                .iter()
+                .position(|s| s.row_split() && s.pooling == Pooling::Mean)
+            {
+                return Err(Error::Plan(format!(
+                    "table '{}' is split by rows inside a tower with mean pooling, which \
+                     towers do not support yet: use sum pooling or another sharding",
+                    tables[t].name
+                )));
+            }
+            let dims: Vec<usize> = tables.iter().map(|d| d.dim).collect();
+            let index = |name: &str| tables.iter().position(|d| d.name == name);
+            Some(Sptt::new(&comm, plan, &dims, index)?)
+        };
         Ok(Self {
             comm,
             tables: states,
             router,
             local,
             replicas,
+            sptt,
             samples: Vec::new(),
             bufs: Buffers::default(),
         })
@@ -195,7 +218,11 @@ impl ShardedEmbeddings {
         self.input_dist(batch)?;
         let global_batch: usize = self.samples.iter().sum();
         lookup::pool(&mut self.local, global_batch)?;
-        self.flat_output_dist(batch, out, slots)?;
+        if self.sptt.is_some() {
+            self.sptt_output_dist(batch, out, slots)?;
+        } else {
+            self.flat_output_dist(batch, out, slots)?;
+        }
         self.replicas_forward(batch, out, slots)
     }
 
@@ -236,7 +263,11 @@ impl ShardedEmbeddings {
         lr: f32,
     ) -> Result<()> {
         let grad = &grad[..batch.batch_size() * slots.width()];
-        self.flat_output_grad(batch, grad, slots)?;
+        if self.sptt.is_some() {
+            self.sptt_output_grad(grad, slots)?;
+        } else {
+            self.flat_output_grad(batch, grad, slots)?;
+        }
         lookup::update(&mut self.local, lr)?;
         if !self.replicas.is_empty() {
             self.sync_replicas(batch, grad, slots, lr)?;

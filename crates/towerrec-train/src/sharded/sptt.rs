@@ -1,0 +1,332 @@
+//! SPTT, DMT's semantics-preserving tower transform (paper §3.1, Figure 7): the output
+//! distribution rewritten as steps inside a tower's hosts and steps among peers.
+//!
+//! Steps a (ids to shards) and b (lookup) are the flat ones. Then, on the rank of index
+//! `i` in tower group `g` (a group is the 1 or K hosts that hold some towers, §3.1.3;
+//! index = position of the host in the group × ranks per host + local rank):
+//! - c, peer permute: each local shard's pooled rows are cut by destination in *peer
+//!   order*, ranks sorted by (index in group, group): (0, 2, 1, 3) on 2 hosts × 2 ranks;
+//! - d, an AlltoAllv among the group's ranks: index `j` receives, for every feature of
+//!   the group's towers, the rows of the samples of its peers (index `j` in every group).
+//!   Column-wise shards arrive as column blocks; row-wise shards as partial sums added in
+//!   rank order (a ReduceScatter, summed as the flat path sums them);
+//! - e, the (features, peers) → (peers, features) shuffle: the blocks are laid out as
+//!   one *group row* per peer sample, features in tower order (where a Tower Module
+//!   will run);
+//! - f, an AlltoAllv among peers (one rank per group, so its world size is the number of
+//!   groups): each sample owner receives every group's rows of its own samples.
+//!
+//! Backward runs f, e, d, c in reverse and leaves in every local shard the gradient of
+//! the whole global batch in global sample order, as the flat path does, so the fused
+//! updates are the same.
+
+use super::ShardedEmbeddings;
+use crate::error::{Error, Result};
+use crate::slots::FeatureSlots;
+use towerrec_comm::{Comm, Phase, Topology};
+use towerrec_core::Batch;
+use towerrec_plan::Plan;
+
+/// The tower groups and this rank's sub-communicators.
+pub(super) struct Sptt {
+    /// The ranks of this rank's tower group, by index.
+    group: Comm,
+    /// The ranks of this rank's index in every group, by group.
+    peers: Comm,
+    /// `rank_of[g][j]`: world rank of index `j` in group `g`.
+    rank_of: Vec<Vec<usize>>,
+    my_group: usize,
+    my_index: usize,
+    /// Per group, its towers' features in order: `(table, offset in the group row)`.
+    features: Vec<Vec<(usize, usize)>>,
+    /// Per group, the width of its rows.
+    widths: Vec<usize>,
+    /// Per table, its offset in its group's row.
+    offset_of: Vec<usize>,
+    /// Group rows of every peer's samples (peers in group order), and their gradient.
+    rows: Vec<f32>,
+    send: Vec<f32>,
+    recv: Vec<f32>,
+}
+
+/// Ranks in peer order: sorted by (index in group, group), where `rank_of[g][j]` is the
+/// rank of index `j` in group `g`.
+pub(super) fn peer_order(rank_of: &[Vec<usize>]) -> Vec<usize> {
+    let size = rank_of.first().map_or(0, Vec::len);
+    (0..size)
+        .flat_map(|j| rank_of.iter().map(move |g| g[j]))
+        .collect()
+}
+
+/// `rank_of[g][j]` for the host groups of a plan on `topology`.
+fn group_ranks(host_groups: &[Vec<usize>], topology: Topology) -> Vec<Vec<usize>> {
+    host_groups
+        .iter()
+        .map(|hosts| hosts.iter().flat_map(|&h| topology.host_ranks(h)).collect())
+        .collect()
+}
+
+impl Sptt {
+    /// The towers of `plan` (validated) over `comm`, which must be the world; `dims[t]`
+    /// is table `t`'s width and `index[name]` its number. Collective (splits `comm`).
+    pub(super) fn new(
+        comm: &Comm,
+        plan: &Plan,
+        dims: &[usize],
+        index: impl Fn(&str) -> Option<usize>,
+    ) -> Result<Self> {
+        let topology = comm.topology();
+        if comm.size() != topology.world_size() {
+            return Err(Error::Cluster(
+                "towers need the collection to span the whole world".into(),
+            ));
+        }
+        let host_groups = plan.host_groups();
+        let rank_of = group_ranks(&host_groups, topology);
+        let me = comm.world_rank();
+        let (my_group, my_index) = rank_of
+            .iter()
+            .enumerate()
+            .find_map(|(g, ranks)| ranks.iter().position(|&r| r == me).map(|j| (g, j)))
+            .ok_or_else(|| Error::Plan(format!("rank {me} is in no tower's hosts")))?;
+        let mut features = vec![Vec::new(); host_groups.len()];
+        let mut widths = vec![0; host_groups.len()];
+        let mut offset_of = vec![0; dims.len()];
+        for tower in &plan.towers {
+            let mut hosts = tower.hosts.clone();
+            hosts.sort_unstable();
+            let g = host_groups
+                .iter()
+                .position(|h| *h == hosts)
+                .ok_or_else(|| Error::Plan("a tower's hosts are not a host group".into()))?;
+            for name in &tower.features {
+                let t = index(name)
+                    .ok_or_else(|| Error::Plan(format!("tower feature '{name}' is not a table")))?;
+                features[g].push((t, widths[g]));
+                offset_of[t] = widths[g];
+                widths[g] += dims[t];
+            }
+        }
+        let group = comm.split(my_group, my_index)?;
+        let peers = comm.split(my_index, my_group)?;
+        Ok(Self {
+            group,
+            peers,
+            rank_of,
+            my_group,
+            my_index,
+            features,
+            widths,
+            offset_of,
+            rows: Vec::new(),
+            send: Vec::new(),
+            recv: Vec::new(),
+        })
+    }
+
+    /// Samples of each peer of this rank (in group order) and the first group row of each.
+    fn peer_rows(&self, samples: &[usize]) -> Vec<(usize, usize)> {
+        let mut at = 0;
+        self.rank_of
+            .iter()
+            .map(|g| {
+                let n = samples[g[self.my_index]];
+                at += n;
+                (at - n, n)
+            })
+            .collect()
+    }
+}
+
+/// First global sample of each world rank's slice.
+fn firsts(samples: &[usize]) -> Vec<usize> {
+    samples
+        .iter()
+        .scan(0, |at, &n| {
+            *at += n;
+            Some(*at - n)
+        })
+        .collect()
+}
+
+impl ShardedEmbeddings {
+    /// SPTT steps c–f: this rank's `b_local` feature rows in `out`.
+    pub(super) fn sptt_output_dist(
+        &mut self,
+        batch: &Batch,
+        out: &mut [f32],
+        slots: &FeatureSlots,
+    ) -> Result<()> {
+        let Some(mut sp) = self.sptt.take() else {
+            return Err(Error::Plan("no towers".into()));
+        };
+        let result = self.sptt_forward(&mut sp, batch, out, slots);
+        self.sptt = Some(sp);
+        result
+    }
+
+    fn sptt_forward(
+        &mut self,
+        sp: &mut Sptt,
+        batch: &Batch,
+        out: &mut [f32],
+        slots: &FeatureSlots,
+    ) -> Result<()> {
+        let firsts = firsts(&self.samples);
+        // c, d: every group-mate gets its peers' rows of every local shard.
+        sp.send.clear();
+        let mut counts = vec![0; sp.group.size()];
+        let order = peer_order(&sp.rank_of);
+        for (j, dests) in order.chunks(sp.rank_of.len()).enumerate() {
+            let before = sp.send.len();
+            for l in &self.local {
+                let cols = l.columns();
+                for &w in dests {
+                    let (f, n) = (firsts[w], self.samples[w]);
+                    sp.send
+                        .extend_from_slice(&l.pooled[f * cols..(f + n) * cols]);
+                }
+            }
+            counts[j] = sp.send.len() - before;
+        }
+        sp.group
+            .all_to_all_v_into(&sp.send, &counts, &mut sp.recv, Phase::TowerIntra)?;
+        // e: the blocks laid out as group rows, peers in group order.
+        let peer_rows = sp.peer_rows(&self.samples);
+        let width = sp.widths[sp.my_group];
+        let total: usize = peer_rows.iter().map(|&(_, n)| n).sum();
+        sp.rows.clear();
+        sp.rows.resize(total * width, 0.0);
+        let mut at = 0;
+        for j in 0..sp.group.size() {
+            for (t, s) in self.router.held_by(sp.rank_of[sp.my_group][j]) {
+                let table = &self.tables[t];
+                let shard = &table.shards[s];
+                let (cols, off) = (shard.num_columns(), sp.offset_of[t] + shard.columns.0);
+                for &(first, n) in &peer_rows {
+                    let block = &sp.recv[at..at + n * cols];
+                    at += n * cols;
+                    let rows = &mut sp.rows[first * width..(first + n) * width];
+                    for (row, part) in rows
+                        .chunks_exact_mut(width.max(1))
+                        .zip(block.chunks_exact(cols.max(1)))
+                    {
+                        let dst = &mut row[off..off + cols];
+                        if table.row_split() {
+                            dst.iter_mut().zip(part).for_each(|(d, &v)| *d += v);
+                        } else {
+                            dst.copy_from_slice(part);
+                        }
+                    }
+                }
+            }
+        }
+        // f: each peer gets the group rows of its own samples.
+        let counts: Vec<usize> = peer_rows.iter().map(|&(_, n)| n * width).collect();
+        sp.peers
+            .all_to_all_v_into(&sp.rows, &counts, &mut sp.recv, Phase::TowerPeer)?;
+        let b_local = batch.batch_size();
+        let out_width = slots.width();
+        let mut at = 0;
+        for (g, feats) in sp.features.iter().enumerate() {
+            let w = sp.widths[g];
+            let block = &sp.recv[at..at + b_local * w];
+            at += b_local * w;
+            for (row, part) in out
+                .chunks_exact_mut(out_width)
+                .zip(block.chunks_exact(w.max(1)))
+            {
+                for &(t, off) in feats {
+                    let slot = slots.slot(t);
+                    row[slot.range()].copy_from_slice(&part[off..off + slot.width]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reverse of [`ShardedEmbeddings::sptt_output_dist`]: leaves in each local shard's
+    /// `grad` the gradient of the whole global batch.
+    pub(super) fn sptt_output_grad(&mut self, grad: &[f32], slots: &FeatureSlots) -> Result<()> {
+        let Some(mut sp) = self.sptt.take() else {
+            return Err(Error::Plan("no towers".into()));
+        };
+        let result = self.sptt_backward(&mut sp, grad, slots);
+        self.sptt = Some(sp);
+        result
+    }
+
+    fn sptt_backward(&mut self, sp: &mut Sptt, grad: &[f32], slots: &FeatureSlots) -> Result<()> {
+        // f reversed: each group's columns of this rank's rows to that group's peer.
+        sp.send.clear();
+        let mut counts = vec![0; sp.peers.size()];
+        for (g, feats) in sp.features.iter().enumerate() {
+            let before = sp.send.len();
+            for row in grad.chunks_exact(slots.width()) {
+                for &(t, _) in feats {
+                    sp.send.extend_from_slice(&row[slots.slot(t).range()]);
+                }
+            }
+            counts[g] = sp.send.len() - before;
+        }
+        sp.peers
+            .all_to_all_v_into(&sp.send, &counts, &mut sp.rows, Phase::TowerPeer)?;
+        // e, d, c reversed: each shard's columns of its group-mates' peers' rows.
+        let peer_rows = sp.peer_rows(&self.samples);
+        let width = sp.widths[sp.my_group];
+        sp.send.clear();
+        let mut counts = vec![0; sp.group.size()];
+        for (j, count) in counts.iter_mut().enumerate() {
+            let before = sp.send.len();
+            for (t, s) in self.router.held_by(sp.rank_of[sp.my_group][j]) {
+                let shard = &self.tables[t].shards[s];
+                let (cols, off) = (shard.num_columns(), sp.offset_of[t] + shard.columns.0);
+                for &(first, n) in &peer_rows {
+                    for row in
+                        sp.rows[first * width..(first + n) * width].chunks_exact(width.max(1))
+                    {
+                        sp.send.extend_from_slice(&row[off..off + cols]);
+                    }
+                }
+            }
+            *count = sp.send.len() - before;
+        }
+        sp.group
+            .all_to_all_v_into(&sp.send, &counts, &mut sp.recv, Phase::TowerIntra)?;
+        let firsts = firsts(&self.samples);
+        let global: usize = self.samples.iter().sum();
+        for l in &mut self.local {
+            l.grad.clear();
+            l.grad.resize(global * l.columns(), 0.0);
+        }
+        let mut at = 0;
+        for j in 0..sp.group.size() {
+            for l in &mut self.local {
+                let cols = l.columns();
+                for g in &sp.rank_of {
+                    let w = g[j];
+                    let (f, n) = (firsts[w], self.samples[w]);
+                    l.grad[f * cols..(f + n) * cols].copy_from_slice(&sp.recv[at..at + n * cols]);
+                    at += n * cols;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_order_is_the_papers() {
+        let t = Topology::new(2, 2).unwrap();
+        let one_host_groups = group_ranks(&[vec![0], vec![1]], t);
+        assert_eq!(peer_order(&one_host_groups), vec![0, 2, 1, 3]);
+        let t = Topology::new(4, 2).unwrap();
+        let pairs = group_ranks(&[vec![0, 1], vec![2, 3]], t);
+        assert_eq!(pairs, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+        assert_eq!(peer_order(&pairs), vec![0, 4, 1, 5, 2, 6, 3, 7]);
+    }
+}

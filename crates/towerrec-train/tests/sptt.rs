@@ -1,0 +1,266 @@
+//! DMT's Table 3 analogue: with pass-through towers, SPTT training is bit for bit the
+//! flat path's training with the same table placement (paper §5.2.1: SPTT only
+//! orchestrates the data flow and leaves the computation intact).
+//!
+//! On 2×2, 2×4 and 4×2 (hosts × ranks per host), with table-wise, column-wise,
+//! row-wise and mixed tables inside the towers, and with towers on one host or
+//! spanning two, 20 steps give the same losses, dense parameters and whole tables (and
+//! optimizer state), compared as bits.
+
+use std::path::Path;
+use towerrec_comm::{Comm, Topology};
+use towerrec_core::Batch;
+use towerrec_data::{next_batch, open, schema, Part};
+use towerrec_plan::{Plan, Shard, ShardingType, TablePlan, TowerPlan};
+use towerrec_train::cluster::{run_ranks, table_specs};
+use towerrec_train::sharded::WholeTable;
+use towerrec_train::trainer::train_step;
+use towerrec_train::{Config, Model};
+
+const STEPS: usize = 20;
+const DIM: usize = 8;
+
+fn config(kind: &str) -> Config {
+    let text = format!(
+        r#"
+[model]
+kind = "{kind}"
+embedding_dim = {DIM}
+bottom_mlp = [16, {DIM}]
+top_mlp = [16, 1]
+pooling = "sum"
+cross_layers = 2
+
+[optimizer]
+dense = {{ kind = "adam" }}
+dense_lr = 0.01
+sparse = {{ kind = "adam" }}
+sparse_lr = 0.05
+
+[train]
+batch_size = 30
+seed = 3
+
+[data]
+format = "synthetic"
+train_samples = 400
+eval_samples = 60
+num_dense = 4
+seed = 5
+tables = [
+  {{ rows = 50, pooling = 1, count = 2 }},
+  {{ rows = 97, pooling = {{ mean = 3.0 }}, count = 2 }},
+  {{ rows = 7, pooling = 2 }},
+]
+"#
+    );
+    Config::from_toml(&text, "test", Path::new(".")).expect("test config")
+}
+
+fn batches(cfg: &Config) -> Vec<Batch> {
+    let mut stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir).unwrap();
+    let mut out = Vec::new();
+    while out.len() < STEPS {
+        // Uneven slices, and ranks with no samples.
+        let size = [30, 29, 7, 3, 1][out.len() % 5];
+        match next_batch(stream.as_mut(), size).unwrap() {
+            Some(b) => out.push(b),
+            None => break,
+        }
+    }
+    assert_eq!(out.len(), STEPS);
+    out
+}
+
+/// Loss bits of every step, dense parameters and whole tables after training.
+#[derive(PartialEq, Debug)]
+struct Outcome {
+    losses: Vec<u64>,
+    dense: Vec<Vec<u32>>,
+    tables: Vec<WholeTable>,
+}
+
+fn train(cfg: &Config, batches: &[Batch], topology: Topology, plan: &Plan) -> Outcome {
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    plan.validate(&table_specs(cfg, &s), topology, None)
+        .unwrap_or_else(|e| panic!("plan does not validate: {e}\n{}", plan.to_json_pretty()));
+    let lrs = (
+        cfg.optimizer.dense_lr as f32,
+        cfg.optimizer.sparse_lr as f32,
+    );
+    let outs = run_ranks(topology, 1, |comm: Comm| {
+        let mut model =
+            Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, plan)?;
+        let (mut logits, mut grad) = (Vec::new(), Vec::new());
+        let mut losses = Vec::new();
+        for b in batches {
+            let mine = train_step(&mut model, b, lrs, &mut logits, &mut grad)?;
+            losses.push(towerrec_train::cluster::global_sum(&model, mine)?.to_bits());
+        }
+        let dense = model
+            .dense_params()
+            .iter()
+            .map(|p| p.value.iter().map(|v| v.to_bits()).collect())
+            .collect();
+        Ok(model.whole_tables()?.map(|tables| Outcome {
+            losses,
+            dense,
+            tables,
+        }))
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    outs.into_iter()
+        .next()
+        .unwrap()
+        .expect("rank 0 has the tables")
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Inside {
+    TableWise,
+    ColumnWise,
+    RowWise,
+    Mixed,
+}
+
+/// Tables spread over towers (table `i` in tower `i % towers`, tower `t` on host group
+/// `t % groups`, groups of `k` consecutive hosts), each table sharded over its group's
+/// ranks as `inside` says. Returns the plan with its towers.
+fn tower_plan(cfg: &Config, topology: Topology, k: usize, towers: usize, inside: Inside) -> Plan {
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    let specs = table_specs(cfg, &s);
+    let groups = topology.hosts / k;
+    let ranks_of = |g: usize| -> Vec<usize> {
+        (g * k..(g + 1) * k)
+            .flat_map(|h| topology.host_ranks(h))
+            .collect()
+    };
+    let mut tables = Vec::new();
+    let mut tower_features = vec![Vec::new(); towers];
+    for (i, spec) in specs.iter().enumerate() {
+        let tower = i % towers;
+        tower_features[tower].push(spec.name.clone());
+        let ranks = ranks_of(tower % groups);
+        let m = ranks.len();
+        let kind = match inside {
+            Inside::Mixed => [Inside::TableWise, Inside::ColumnWise, Inside::RowWise][i % 3],
+            other => other,
+        };
+        let (sharding, shards) = match kind {
+            Inside::TableWise | Inside::Mixed => (
+                ShardingType::TableWise,
+                vec![Shard {
+                    rank: ranks[i % m],
+                    rows: (0, spec.rows),
+                    columns: (0, DIM),
+                }],
+            ),
+            Inside::ColumnWise => (
+                ShardingType::ColumnWise,
+                vec![
+                    Shard {
+                        rank: ranks[i % m],
+                        rows: (0, spec.rows),
+                        columns: (0, 3),
+                    },
+                    Shard {
+                        rank: ranks[(i + 1) % m],
+                        rows: (0, spec.rows),
+                        columns: (3, DIM),
+                    },
+                ],
+            ),
+            Inside::RowWise => {
+                let n = m.min(spec.rows);
+                let shards = (0..n)
+                    .map(|j| Shard {
+                        rank: ranks[(i + j) % m],
+                        rows: (spec.rows * j / n, spec.rows * (j + 1) / n),
+                        columns: (0, DIM),
+                    })
+                    .collect();
+                (ShardingType::RowWise, shards)
+            }
+        };
+        tables.push(TablePlan {
+            table: spec.name.clone(),
+            sharding,
+            shards,
+        });
+    }
+    let towers = tower_features
+        .into_iter()
+        .enumerate()
+        .map(|(t, features)| {
+            let g = t % groups;
+            TowerPlan {
+                features,
+                hosts: (g * k..(g + 1) * k).collect(),
+            }
+        })
+        .collect();
+    Plan {
+        topology,
+        tables,
+        towers,
+    }
+}
+
+fn check(kind: &str, topology: Topology, k: usize, towers: usize, inside: Inside) {
+    let cfg = config(kind);
+    let batches = batches(&cfg);
+    let sptt = tower_plan(&cfg, topology, k, towers, inside);
+    let flat = Plan {
+        towers: Vec::new(),
+        ..sptt.clone()
+    };
+    let want = train(&cfg, &batches, topology, &flat);
+    let got = train(&cfg, &batches, topology, &sptt);
+    let what = format!(
+        "{kind} on {}×{}, towers of {k} host(s), {towers} towers, {inside:?}",
+        topology.hosts, topology.ranks_per_host
+    );
+    assert_eq!(want.losses, got.losses, "{what}: losses");
+    assert_eq!(want.dense, got.dense, "{what}: dense parameters");
+    assert_eq!(want.tables, got.tables, "{what}: tables");
+}
+
+const INSIDE: [Inside; 4] = [
+    Inside::TableWise,
+    Inside::ColumnWise,
+    Inside::RowWise,
+    Inside::Mixed,
+];
+
+#[test]
+fn sptt_is_the_flat_path_bit_for_bit_on_2x2() {
+    let t = Topology::new(2, 2).unwrap();
+    for inside in INSIDE {
+        check("dlrm", t, 1, 2, inside);
+        check("dlrm", t, 2, 2, inside);
+    }
+}
+
+#[test]
+fn sptt_is_the_flat_path_bit_for_bit_on_2x4() {
+    let t = Topology::new(2, 4).unwrap();
+    for inside in INSIDE {
+        check("dlrm", t, 1, 4, inside);
+    }
+    check("dlrm", t, 2, 3, Inside::Mixed);
+}
+
+#[test]
+fn sptt_is_the_flat_path_bit_for_bit_on_4x2() {
+    let t = Topology::new(4, 2).unwrap();
+    for inside in INSIDE {
+        check("dlrm", t, 1, 4, inside);
+        check("dlrm", t, 2, 2, inside);
+    }
+}
+
+#[test]
+fn sptt_is_the_flat_path_bit_for_bit_for_dcn() {
+    check("dcn", Topology::new(2, 2).unwrap(), 1, 2, Inside::Mixed);
+    check("dcn", Topology::new(4, 2).unwrap(), 2, 4, Inside::RowWise);
+}
