@@ -10,8 +10,10 @@
 //! deterministic. The OPER paper's access-aware planner will join these later.
 
 mod greedy;
+mod towers;
 
 pub use greedy::greedy;
+pub use towers::{strided_towers, with_towers};
 
 use crate::error::{Error, Result};
 use crate::plan::{Plan, Shard, ShardingType, TablePlan, TableSpec};

@@ -64,6 +64,13 @@ pub struct PlanArgs {
     /// it; the other strategies' plans are checked against it.
     #[arg(long, value_name = "N")]
     memory_budget_mib: Option<u64>,
+    /// DMT towers: group the tables into T towers (feature i in tower i mod T, the DMT
+    /// paper's naive assignment), each placed by --strategy on the ranks of its hosts.
+    #[arg(long, value_name = "T")]
+    towers: Option<usize>,
+    /// With --towers: hosts each tower spans (1, or K dividing the hosts).
+    #[arg(long, value_name = "K", default_value_t = 1, requires = "towers")]
+    hosts_per_tower: usize,
     /// Write the plan to this file [default: stdout].
     #[arg(long)]
     output: Option<PathBuf>,
@@ -95,16 +102,30 @@ pub fn run(a: PlanArgs) -> Result<()> {
         batch_size: cfg.train.batch_size,
         ..CostParams::default()
     };
-    let plan = match a.strategy {
-        Strategy::TableWise => planners::table_wise(&tables, topology),
-        Strategy::RowWise => planners::row_wise(&tables, topology),
+    let flat = |tables: &[TableSpec], topology: Topology| match a.strategy {
+        Strategy::TableWise => planners::table_wise(tables, topology),
+        Strategy::RowWise => planners::row_wise(tables, topology),
         Strategy::ColumnWise => {
             let k = a.column_shards.unwrap_or(topology.world_size());
-            planners::column_wise(&tables, topology, k)
+            planners::column_wise(tables, topology, k)
         }
-        Strategy::TableRowWise => planners::table_row_wise(&tables, topology),
-        Strategy::DataParallel => planners::data_parallel(&tables, topology),
-        Strategy::Greedy => planners::greedy(&tables, topology, &cost, budget),
+        Strategy::TableRowWise => planners::table_row_wise(tables, topology),
+        Strategy::DataParallel => planners::data_parallel(tables, topology),
+        Strategy::Greedy => planners::greedy(tables, topology, &cost, budget),
+    };
+    let plan = match a.towers {
+        None => flat(&tables, topology),
+        Some(0) => bail!("--towers 0: a tower plan needs at least one tower"),
+        Some(t) if t > tables.len() => {
+            bail!(
+                "--towers {t}: there are only {} tables to group",
+                tables.len()
+            )
+        }
+        Some(t) => {
+            let towers = planners::strided_towers(tables.len(), t);
+            planners::with_towers(&tables, topology, &towers, a.hosts_per_tower, flat)
+        }
     }
     .with_context(|| format!("planning {}", a.strategy.name()))?;
     plan.validate(&tables, topology, budget)

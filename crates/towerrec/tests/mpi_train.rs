@@ -171,7 +171,7 @@ fn assert_same_run(case: &str, a: &Path, b: &Path) -> usize {
     let bytes = &sa["cluster"]["bytes_per_step"];
     assert_eq!(
         bytes.as_array().map_or(0, Vec::len),
-        5,
+        towerrec_comm::Phase::ALL.len(),
         "{case}: bytes_per_step of every phase: {sa}"
     );
     assert_eq!(
@@ -220,8 +220,37 @@ fn mpi_equals_in_process_on_2x2() {
         60,
     );
     assert!(o.status.success(), "towerrec plan: {}", describe(&o));
+    // DMT's SPTT: two towers, one per host, tables whole on the ranks of their host.
+    let towers = dir.join("towers.json");
+    let o = towerrec(
+        &[
+            "plan",
+            "--strategy",
+            "table-wise",
+            "--towers",
+            "2",
+            "--hosts",
+            "2",
+            "--ranks-per-host",
+            "2",
+            "--output",
+            towers.to_str().unwrap(),
+        ]
+        .map(String::from),
+        &[],
+        60,
+    );
+    assert!(
+        o.status.success(),
+        "towerrec plan --towers: {}",
+        describe(&o)
+    );
 
-    for (case, plan) in [("greedy plan", None), ("row-wise plan", Some(&plan))] {
+    for (case, plan) in [
+        ("greedy plan", None),
+        ("row-wise plan", Some(&plan)),
+        ("tower plan", Some(&towers)),
+    ] {
         let start = Instant::now();
         let mut args = small_args();
         if let Some(p) = plan {
