@@ -23,7 +23,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use towerrec_comm::{run_in_process_with, Comm, Topology, Watchdog};
 use towerrec_data::{schema, Schema};
-use towerrec_plan::planners::greedy;
+use towerrec_plan::planners::{greedy, table_wise, with_towers};
 use towerrec_plan::{CostParams, Plan};
 
 /// Refuses a run whose ranks `ranks` (those this process runs, of a world of
@@ -60,9 +60,24 @@ pub fn resolve_plan(
     plan: Option<Plan>,
 ) -> Result<Plan> {
     let specs = table_specs(cfg, schema);
-    let plan = match plan {
-        Some(p) => p,
-        None => {
+    let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+    let towers = match &cfg.model.towers {
+        Some(t) => Some(t.assignment(&names).map_err(Error::Model)?),
+        None => None,
+    };
+    let plan = match (plan, &towers) {
+        (Some(p), _) => p,
+        (None, Some(towers)) => {
+            // One tower per host group of one host, tables whole on its ranks.
+            let groups = topology.hosts.min(towers.len());
+            let k = if groups > 0 && topology.hosts.is_multiple_of(groups) {
+                topology.hosts / groups
+            } else {
+                topology.hosts
+            };
+            with_towers(&specs, topology, towers, k, table_wise)?
+        }
+        (None, None) => {
             let cost = CostParams {
                 batch_size: cfg.train.batch_size,
                 ..CostParams::default()
@@ -71,7 +86,32 @@ pub fn resolve_plan(
         }
     };
     plan.validate(&specs, topology, None)?;
+    if let Some(towers) = &towers {
+        check_plan_towers(&plan, towers, &names)?;
+    }
     Ok(plan)
+}
+
+/// A plan with towers must have the model's towers (the same tables in each, in order).
+fn check_plan_towers(plan: &Plan, towers: &[Vec<usize>], names: &[String]) -> Result<()> {
+    if plan.towers.is_empty() {
+        return Ok(());
+    }
+    let want: Vec<Vec<&str>> = towers
+        .iter()
+        .map(|t| t.iter().map(|&i| names[i].as_str()).collect())
+        .collect();
+    let got: Vec<Vec<&str>> = plan
+        .towers
+        .iter()
+        .map(|t| t.features.iter().map(String::as_str).collect())
+        .collect();
+    if want != got {
+        return Err(Error::Plan(format!(
+            "the plan's towers {got:?} are not the model's towers {want:?} (model.towers)"
+        )));
+    }
+    Ok(())
 }
 
 /// One rank's whole run: builds its part of the model and trains. Every rank of `comm`

@@ -24,6 +24,7 @@ pub mod slots;
 mod specs;
 mod stages;
 mod times;
+mod towers;
 pub mod trainer;
 
 pub use config::Config;

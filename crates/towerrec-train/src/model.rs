@@ -19,6 +19,7 @@ use crate::slots::FeatureSlots;
 pub use crate::specs::table_descs;
 use crate::stages::{resize, timed, Back, BackInteraction, Front};
 use crate::times::lap;
+use crate::towers::ModelTowers;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::time::Instant;
@@ -50,8 +51,13 @@ pub struct Model {
     kind: ModelKind,
     num_dense: usize,
     dim: usize,
-    /// Where each table's pooled vector sits in a row of the interaction input.
+    /// Where each table's pooled vector sits in a feature row.
     slots: FeatureSlots,
+    /// A DMT model's towers, mapping feature rows to interaction rows.
+    towers: Option<ModelTowers>,
+    /// With towers: the interaction rows of the last forward, and their gradient.
+    inter: Vec<f32>,
+    inter_grad: Vec<f32>,
     /// Parameters of all tables, whole (whatever part of them this rank holds).
     table_params: usize,
     tables: Vec<TableDesc>,
@@ -140,14 +146,39 @@ impl Model {
         let num_dense = schema.dense.len();
         let n_tables = schema.sparse.len();
         let table_params = schema.sparse.iter().map(|f| f.rows as usize * dim).sum();
+        // DLRM's vectors are D wide with towers (the bottom MLP ends in D), else `dim`.
+        let vector = cfg.towers.as_ref().map_or(dim, |t| t.vector_width(dim));
+        let base = match cfg.kind {
+            ModelKind::Dlrm => vector,
+            ModelKind::Dcn => num_dense,
+        };
+        let slots = feature_slots(base, dim, n_tables)?;
+        let towers = match &cfg.towers {
+            None => None,
+            Some(t) => {
+                let names: Vec<String> = schema.sparse.iter().map(|f| f.name.clone()).collect();
+                let assignment = t.assignment(&names).map_err(Error::Model)?;
+                crate::towers::check_widths(&slots)?;
+                Some(ModelTowers::new(&assignment, t.kind(), dim, base, seed)?)
+            }
+        };
+        let inter_width = towers
+            .as_ref()
+            .map_or(slots.width(), ModelTowers::out_width);
         let (interaction, top_in_dim) = match cfg.kind {
             ModelKind::Dlrm => {
                 let mut dims = vec![num_dense];
                 dims.extend(&cfg.bottom_mlp);
                 let bottom = Mlp::new(&dims, Activation::Relu, Activation::Relu, &mut rng);
-                let dot = DotInteraction::new(n_tables + 1, dim, cfg.self_interaction);
-                let out =
-                    DotInteraction::<f32>::output_dim(n_tables + 1, dim, cfg.self_interaction);
+                if inter_width % vector != 0 {
+                    return Err(Error::Model(format!(
+                        "the towers' outputs ({} columns) are not whole vectors of {vector}",
+                        inter_width - base
+                    )));
+                }
+                let n = inter_width / vector;
+                let dot = DotInteraction::new(n, vector, cfg.self_interaction);
+                let out = DotInteraction::<f32>::output_dim(n, vector, cfg.self_interaction);
                 (
                     Interaction::Dot {
                         bottom,
@@ -159,9 +190,8 @@ impl Model {
                 )
             }
             ModelKind::Dcn => {
-                let width = num_dense + n_tables * dim;
-                let cross = CrossNet::new(width, cfg.cross_layers, cfg.cross_rank, &mut rng);
-                (Interaction::Cross(cross), width)
+                let cross = CrossNet::new(inter_width, cfg.cross_layers, cfg.cross_rank, &mut rng);
+                (Interaction::Cross(cross), inter_width)
             }
         };
         let mut top_dims = vec![top_in_dim];
@@ -170,8 +200,11 @@ impl Model {
         let mut model = Model {
             kind: cfg.kind,
             num_dense,
-            dim,
-            slots: feature_slots(cfg.kind, num_dense, dim, n_tables)?,
+            dim: vector,
+            slots,
+            towers,
+            inter: Vec::new(),
+            inter_grad: Vec::new(),
             table_params,
             tables: table_descs(cfg, schema),
             sparse_optimizer: opt.sparse,
@@ -238,6 +271,8 @@ impl Model {
             interaction,
             features,
             slots,
+            towers,
+            inter,
             top_in,
             top,
             times,
@@ -245,6 +280,7 @@ impl Model {
             num_dense,
             ..
         } = self;
+        let slots: &FeatureSlots = slots;
         let (bottom, bottom_out, back_interaction) = match interaction {
             Interaction::Dot {
                 bottom,
@@ -262,6 +298,7 @@ impl Model {
             num_dense: *num_dense,
         };
         let back = Back {
+            towers: towers.as_mut().map(|t| (t, slots, inter)),
             interaction: back_interaction,
             top_in,
             top,
@@ -287,6 +324,9 @@ impl Model {
         let dim = self.dim;
         let Model {
             slots,
+            towers,
+            inter,
+            inter_grad,
             embeddings,
             interaction,
             top,
@@ -303,17 +343,30 @@ impl Model {
         resize(top_in_grad, top_in.len());
         top.backward(top_in, logits, logits_grad, Some(top_in_grad), b);
         lap(&mut mark, &mut times.top_backward);
-        resize(features_grad, b * width);
+        // The interaction's input: the feature rows, or with towers the towers' outputs.
+        {
+            let (x, dx) = match towers {
+                Some(_) => (&*inter, &mut *inter_grad),
+                None => (&*features, &mut *features_grad),
+            };
+            resize(dx, x.len());
+            match interaction {
+                Interaction::Dot { dot, .. } => dot.backward(x, top_in, top_in_grad, Some(dx), b),
+                Interaction::Cross(cross) => cross.backward(x, top_in, top_in_grad, Some(dx), b),
+            }
+        }
+        if let Some(t) = towers.as_mut() {
+            t.backward(inter_grad, slots, features_grad, b);
+        }
+        lap(&mut mark, &mut times.interaction_backward);
+        let grad: &[f32] = features_grad;
         match interaction {
             Interaction::Dot {
                 bottom,
-                dot,
                 bottom_out,
                 bottom_grad,
+                ..
             } => {
-                dot.backward(features, top_in, top_in_grad, Some(features_grad), b);
-                lap(&mut mark, &mut times.interaction_backward);
-                let grad: &[f32] = features_grad;
                 resize(bottom_grad, b * dim);
                 let (((), t_bottom), (updates, t_emb)) = rayon::join(
                     || {
@@ -333,17 +386,15 @@ impl Model {
                 times.bottom_backward += t_bottom;
                 times.embedding_backward_update += t_emb;
             }
-            Interaction::Cross(cross) => {
-                cross.backward(features, top_in, top_in_grad, Some(features_grad), b);
-                lap(&mut mark, &mut times.interaction_backward);
+            Interaction::Cross(_) => {
                 let (updates, t_emb) =
-                    timed(|| embeddings.backward_update(batch, features_grad, slots, sparse_lr));
+                    timed(|| embeddings.backward_update(batch, grad, slots, sparse_lr));
                 updates?;
                 times.embedding_backward_update += t_emb;
             }
         }
         let mut mark = Instant::now();
-        let mut params = dense_params(interaction, top);
+        let mut params = dense_params(interaction, top, towers.as_mut());
         if let Embeddings::Sharded(s) = embeddings {
             all_reduce_grads(s.comm(), &mut params, grad_sync)?;
             lap(&mut mark, &mut times.dense_grad_sync);
@@ -370,7 +421,12 @@ impl Model {
 
     /// Dense parameters with their gradients, named as in checkpoints.
     pub fn dense_params(&mut self) -> Vec<ParamMut<'_, f32>> {
-        dense_params(&mut self.interaction, &mut self.top)
+        dense_params(&mut self.interaction, &mut self.top, self.towers.as_mut())
+    }
+
+    /// A DMT model's Tower Modules: their parameters and forward FLOPs per sample.
+    pub fn tower_counts(&self) -> Option<(usize, usize)> {
+        self.towers.as_ref().map(ModelTowers::counts)
     }
 
     /// The embedding tables, wherever they live.
@@ -463,26 +519,21 @@ impl Model {
     }
 }
 
-/// The interaction input's slots: DLRM puts the bottom-MLP output first (one `dim`
-/// slot), DCN the dense features, then every table's pooled vector in table order.
-fn feature_slots(
-    kind: ModelKind,
-    num_dense: usize,
-    dim: usize,
-    tables: usize,
-) -> Result<FeatureSlots> {
-    let base = match kind {
-        ModelKind::Dlrm => dim,
-        ModelKind::Dcn => num_dense,
-    };
+/// The feature rows' slots after a base part of `base` columns (DLRM's bottom-MLP output,
+/// DCN's dense features): every table's pooled vector in table order.
+fn feature_slots(base: usize, dim: usize, tables: usize) -> Result<FeatureSlots> {
     FeatureSlots::contiguous(base + tables * dim, base, std::iter::repeat_n(dim, tables))
 }
 
 fn dense_params<'a>(
     interaction: &'a mut Interaction,
     top: &'a mut Mlp<f32>,
+    towers: Option<&'a mut ModelTowers>,
 ) -> Vec<ParamMut<'a, f32>> {
     let mut out = Vec::new();
+    if let Some(t) = towers {
+        out.extend(t.params());
+    }
     match interaction {
         Interaction::Dot { bottom, .. } => out.extend(prefixed("bottom", bottom.params())),
         Interaction::Cross(cross) => out.extend(prefixed("cross", cross.params())),

@@ -7,6 +7,7 @@ use crate::embeddings::Embeddings;
 use crate::error::Result;
 use crate::slots::FeatureSlots;
 use crate::times::PhaseTimes;
+use crate::towers::ModelTowers;
 use std::time::Instant;
 use towerrec_core::layers::crossnet::CrossNet;
 use towerrec_core::layers::interaction::DotInteraction;
@@ -30,8 +31,10 @@ pub(crate) enum BackInteraction<'a> {
     Cross(&'a mut CrossNet<f32>),
 }
 
-/// What the back of a forward uses: the interaction and the top MLP.
+/// What the back of a forward uses: a DMT model's towers (with the feature rows' slots
+/// and the buffer of their outputs), the interaction and the top MLP.
 pub(crate) struct Back<'a> {
+    pub towers: Option<(&'a mut ModelTowers, &'a FeatureSlots, &'a mut Vec<f32>)>,
     pub interaction: BackInteraction<'a>,
     /// The top MLP's input, `B × top_in`.
     pub top_in: &'a mut Vec<f32>,
@@ -128,14 +131,21 @@ impl Back<'_> {
     pub fn run(&mut self, features: &[f32], b: usize, logits: &mut Vec<f32>) -> StageTimes {
         let mut times = StageTimes::default();
         let start = Instant::now();
+        let rows: &[f32] = match &mut self.towers {
+            Some((towers, slots, inter)) => {
+                towers.forward(features, slots, inter, b);
+                inter
+            }
+            None => features,
+        };
         match &mut self.interaction {
             BackInteraction::Dot(dot) => {
                 resize(self.top_in, b * dot.out_dim());
-                dot.forward(features, self.top_in, b);
+                dot.forward(rows, self.top_in, b);
             }
             BackInteraction::Cross(cross) => {
                 resize(self.top_in, b * cross.out_dim());
-                cross.forward(features, self.top_in, b);
+                cross.forward(rows, self.top_in, b);
             }
         }
         times.interaction = start.elapsed().as_secs_f64();

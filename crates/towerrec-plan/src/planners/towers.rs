@@ -30,7 +30,7 @@ pub fn with_towers(
     inner: impl Fn(&[TableSpec], Topology) -> Result<Plan>,
 ) -> Result<Plan> {
     let k = hosts_per_tower;
-    if k == 0 || topology.hosts % k != 0 {
+    if k == 0 || !topology.hosts.is_multiple_of(k) {
         return Err(Error::Request(format!(
             "towers of {k} hosts on {} hosts: the hosts per tower must divide the hosts",
             topology.hosts

@@ -3,10 +3,12 @@
 
 mod overrides;
 mod resume;
+mod towers;
 mod validate;
 
 pub use overrides::with_overrides;
 pub use resume::SAFE_ON_RESUME;
+pub use towers::{TowerModuleName, TowersConfig};
 pub use validate::{MAX_BATCH_SIZE, MAX_EVAL_BATCH_SIZE, MAX_WORLD_SIZE};
 
 use crate::error::{Error, Result};
@@ -53,6 +55,9 @@ pub struct ModelConfig {
     /// DCN: rank of the low-rank cross weights; absent means full rank.
     #[serde(default)]
     pub cross_rank: Option<usize>,
+    /// DMT: towers of tables, each with a Tower Module (docs/DMT.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub towers: Option<TowersConfig>,
 }
 
 fn default_pooling() -> Pooling {

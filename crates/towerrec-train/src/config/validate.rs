@@ -148,12 +148,24 @@ impl Config {
         if m.top_mlp.contains(&0) || m.bottom_mlp.contains(&0) {
             return Err("model.top_mlp / model.bottom_mlp: layer widths must be at least 1".into());
         }
+        if let Some(t) = &m.towers {
+            t.check()?;
+        }
         match m.kind {
             ModelKind::Dlrm => {
-                if m.bottom_mlp.last() != Some(&m.embedding_dim) {
+                let width = m
+                    .towers
+                    .as_ref()
+                    .map_or(m.embedding_dim, |t| t.vector_width(m.embedding_dim));
+                if m.bottom_mlp.last() != Some(&width) {
+                    let what = if width == m.embedding_dim {
+                        "model.embedding_dim"
+                    } else {
+                        "model.towers.d"
+                    };
                     return Err(format!(
-                        "model.bottom_mlp: DLRM needs its last width to equal model.embedding_dim ({}), got {:?}",
-                        m.embedding_dim, m.bottom_mlp
+                        "model.bottom_mlp: DLRM needs its last width to equal {what} ({width}), got {:?}",
+                        m.bottom_mlp
                     ));
                 }
             }
@@ -222,6 +234,10 @@ impl Config {
             return Err(fail(
                 "data: the data has no sparse (categorical) features".into(),
             ));
+        }
+        if let Some(t) = &self.model.towers {
+            let names: Vec<String> = schema.sparse.iter().map(|f| f.name.clone()).collect();
+            t.assignment(&names).map_err(fail)?;
         }
         if let Some(f) = schema.sparse.iter().find(|f| f.rows == 0) {
             return Err(fail(format!("data: feature '{}' has 0 rows", f.name)));

@@ -1,0 +1,143 @@
+//! `[model.towers]`: a DMT model (paper §3.2, §4): the tables grouped into towers, each
+//! followed by a Tower Module whose outputs, not the tables' pooled vectors, feed the
+//! interaction.
+//!
+//! ```toml
+//! [model.towers]
+//! module = "dlrm"   # dlrm (Listing 1), dcn (Listing 2) or identity (pass-through)
+//! count = 2         # towers: table i in tower i mod count (the paper's naive split)
+//! # features = [["C1", "C3"], ["C2", "C4"]]   # or the towers by name, every table once
+//! d = 8             # D: width of the module's output vectors
+//! c = 1             # dlrm: c·D outputs per feature
+//! p = 0             # dlrm: p·D outputs from the whole tower
+//! cross_layers = 1  # dcn: depth of the tower's CrossNet
+//! ```
+
+use serde::{Deserialize, Serialize};
+use towerrec_core::layers::tower::TowerModuleKind;
+
+/// Which Tower Module follows each tower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TowerModuleName {
+    Identity,
+    Dlrm,
+    Dcn,
+}
+
+/// `[model.towers]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TowersConfig {
+    pub module: TowerModuleName,
+    /// Number of towers, table `i` in tower `i mod count` (exclusive with `features`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<usize>,
+    /// The towers by table name (exclusive with `count`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub features: Option<Vec<Vec<String>>>,
+    /// D: width of the output vectors (dlrm, dcn); for DLRM also the bottom MLP's output.
+    #[serde(default)]
+    pub d: usize,
+    #[serde(default)]
+    pub c: usize,
+    #[serde(default)]
+    pub p: usize,
+    #[serde(default)]
+    pub cross_layers: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_rank: Option<usize>,
+}
+
+impl TowersConfig {
+    /// The module's kind.
+    pub fn kind(&self) -> TowerModuleKind {
+        match self.module {
+            TowerModuleName::Identity => TowerModuleKind::Identity,
+            TowerModuleName::Dlrm => TowerModuleKind::Dlrm {
+                c: self.c,
+                p: self.p,
+                d: self.d,
+            },
+            TowerModuleName::Dcn => TowerModuleKind::Dcn {
+                d: self.d,
+                layers: self.cross_layers,
+                rank: self.cross_rank,
+            },
+        }
+    }
+
+    /// The width of the vectors the interaction sees: D, or the embedding width for
+    /// pass-through towers.
+    pub fn vector_width(&self, embedding_dim: usize) -> usize {
+        match self.module {
+            TowerModuleName::Identity => embedding_dim,
+            _ => self.d,
+        }
+    }
+
+    /// The towers as table indices, given the tables' names in model order.
+    pub fn assignment(&self, names: &[String]) -> std::result::Result<Vec<Vec<usize>>, String> {
+        match (&self.features, self.count) {
+            (Some(_), Some(_)) => Err("model.towers: give count or features, not both".into()),
+            (None, None) => {
+                Err("model.towers: give count (towers) or features (their tables)".into())
+            }
+            (None, Some(0)) => Err("model.towers.count: must be at least 1".into()),
+            (None, Some(t)) if t > names.len() => Err(format!(
+                "model.towers.count: {t} towers for {} tables",
+                names.len()
+            )),
+            (None, Some(t)) => Ok(towerrec_plan::planners::strided_towers(names.len(), t)),
+            (Some(towers), None) => by_name(towers, names),
+        }
+    }
+
+    /// Checks what does not depend on the data.
+    pub(super) fn check(&self) -> std::result::Result<(), String> {
+        if self.module != TowerModuleName::Identity && self.d == 0 {
+            return Err("model.towers.d: must be at least 1".into());
+        }
+        if self.module == TowerModuleName::Dlrm && self.c == 0 && self.p == 0 {
+            return Err("model.towers: the dlrm module needs c or p at least 1".into());
+        }
+        if self.cross_rank == Some(0) {
+            return Err("model.towers.cross_rank: must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+fn by_name(
+    towers: &[Vec<String>],
+    names: &[String],
+) -> std::result::Result<Vec<Vec<usize>>, String> {
+    let mut seen = vec![None; names.len()];
+    let mut out = Vec::with_capacity(towers.len());
+    for (t, features) in towers.iter().enumerate() {
+        if features.is_empty() {
+            return Err(format!("model.towers.features: tower {t} is empty"));
+        }
+        let mut ids = Vec::with_capacity(features.len());
+        for f in features {
+            let i = names
+                .iter()
+                .position(|n| n == f)
+                .ok_or_else(|| format!("model.towers.features: tower {t}: no table '{f}'"))?;
+            if let Some(other) = seen[i].replace(t) {
+                return Err(format!(
+                    "model.towers.features: table '{f}' is in towers {other} and {t}"
+                ));
+            }
+            ids.push(i);
+        }
+        out.push(ids);
+    }
+    if let Some(i) = seen.iter().position(Option::is_none) {
+        return Err(format!(
+            "model.towers.features: table '{}' is in no tower",
+            names[i]
+        ));
+    }
+    Ok(out)
+}

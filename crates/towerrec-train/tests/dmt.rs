@@ -1,0 +1,216 @@
+//! DMT models (`[model.towers]`): Tower Modules between the tables and the interaction.
+//!
+//! - one pass-through tower holding every table is the flat model, bit for bit;
+//! - DMT-DLRM and DMT-DCN train on an in-process cluster (SPTT tower plan, modules
+//!   replicated) as in one process, to float rounding;
+//! - a checkpoint of a DMT model resumes it exactly.
+
+use std::path::Path;
+use towerrec_comm::{Comm, Topology};
+use towerrec_core::Batch;
+use towerrec_data::{next_batch, open, schema, Part};
+use towerrec_train::cluster::{resolve_plan, run_ranks};
+use towerrec_train::trainer::train_step;
+use towerrec_train::{Config, Model};
+
+const STEPS: usize = 20;
+
+fn config(kind: &str, towers: &str) -> Config {
+    Config::from_toml(&config_text(kind, towers), "test", Path::new(".")).expect("test config")
+}
+
+fn config_text(kind: &str, towers: &str) -> String {
+    let bottom = if towers.contains("\"dlrm\"") { 4 } else { 8 };
+    format!(
+        r#"
+[model]
+kind = "{kind}"
+embedding_dim = 8
+bottom_mlp = [16, {bottom}]
+top_mlp = [16, 1]
+cross_layers = 2
+{towers}
+
+[optimizer]
+dense = {{ kind = "adam" }}
+dense_lr = 0.01
+sparse = {{ kind = "adam" }}
+sparse_lr = 0.05
+
+[train]
+batch_size = 30
+seed = 3
+
+[data]
+format = "synthetic"
+train_samples = 400
+eval_samples = 60
+num_dense = 4
+seed = 5
+tables = [
+  {{ rows = 50, pooling = 1, count = 2 }},
+  {{ rows = 97, pooling = {{ mean = 3.0 }}, count = 2 }},
+  {{ rows = 7, pooling = 2 }},
+]
+"#
+    )
+}
+
+fn batches(cfg: &Config) -> Vec<Batch> {
+    let mut stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir).unwrap();
+    (0..STEPS)
+        .map(|i| {
+            next_batch(stream.as_mut(), [30, 29, 7, 3, 1][i % 5])
+                .unwrap()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Losses and dense parameters after training `model` on `batches`.
+fn train(model: &mut Model, cfg: &Config, batches: &[Batch]) -> (Vec<f64>, Vec<Vec<f32>>) {
+    let lrs = (
+        cfg.optimizer.dense_lr as f32,
+        cfg.optimizer.sparse_lr as f32,
+    );
+    let (mut logits, mut grad) = (Vec::new(), Vec::new());
+    let losses = batches
+        .iter()
+        .map(|b| {
+            let mine = train_step(model, b, lrs, &mut logits, &mut grad).unwrap();
+            towerrec_train::cluster::global_sum(model, mine).unwrap()
+        })
+        .collect();
+    let dense = model
+        .dense_params()
+        .iter()
+        .map(|p| p.value.to_vec())
+        .collect();
+    (losses, dense)
+}
+
+fn single(cfg: &Config, batches: &[Batch]) -> (Vec<f64>, Vec<Vec<f32>>) {
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    cfg.validate_against(&s).unwrap();
+    let mut model = Model::build(&cfg.model, &cfg.optimizer, &s, cfg.train.seed).unwrap();
+    train(&mut model, cfg, batches)
+}
+
+const DLRM_TOWERS: &str = r#"[model.towers]
+module = "dlrm"
+count = 2
+d = 4
+c = 1
+p = 1"#;
+
+const DCN_TOWERS: &str = r#"[model.towers]
+module = "dcn"
+features = [["C1", "C3", "C5"], ["C2", "C4"]]
+d = 3
+cross_layers = 1"#;
+
+#[test]
+fn one_pass_through_tower_is_the_flat_model_bit_for_bit() {
+    for kind in ["dlrm", "dcn"] {
+        let flat = config(kind, "");
+        let towers = config(kind, "[model.towers]\nmodule = \"identity\"\ncount = 1");
+        let b = batches(&flat);
+        let (lf, df) = single(&flat, &b);
+        let (lt, dt) = single(&towers, &b);
+        let bits = |l: &[f64]| l.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&lf), bits(&lt), "{kind}: losses");
+        assert_eq!(df, dt, "{kind}: dense parameters");
+    }
+}
+
+#[test]
+fn dmt_models_train_and_their_modules_learn() {
+    for (kind, towers) in [("dlrm", DLRM_TOWERS), ("dcn", DCN_TOWERS)] {
+        let cfg = config(kind, towers);
+        let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+        let mut model = Model::build(&cfg.model, &cfg.optimizer, &s, cfg.train.seed).unwrap();
+        let (params, flops) = model.tower_counts().expect("a DMT model has towers");
+        assert!(
+            params > 0 && flops > 0,
+            "{kind}: {params} parameters, {flops} FLOPs"
+        );
+        let before: Vec<Vec<f32>> = model
+            .dense_params()
+            .iter()
+            .filter(|p| p.name.starts_with("tower."))
+            .map(|p| p.value.to_vec())
+            .collect();
+        assert!(
+            !before.is_empty(),
+            "{kind}: tower parameters are dense parameters"
+        );
+        let (losses, _) = train(&mut model, &cfg, &batches(&cfg));
+        assert!(losses.iter().all(|l| l.is_finite()), "{kind}: {losses:?}");
+        let after: Vec<Vec<f32>> = model
+            .dense_params()
+            .iter()
+            .filter(|p| p.name.starts_with("tower."))
+            .map(|p| p.value.to_vec())
+            .collect();
+        assert_ne!(before, after, "{kind}: the tower modules did not move");
+    }
+}
+
+#[test]
+fn dmt_on_a_cluster_is_dmt_in_one_process() {
+    for (kind, towers) in [("dlrm", DLRM_TOWERS), ("dcn", DCN_TOWERS)] {
+        let cfg = config(kind, towers);
+        let b = batches(&cfg);
+        let (want_l, want_d) = single(&cfg, &b);
+        let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+        let topology = Topology::new(2, 2).unwrap();
+        let plan = resolve_plan(&cfg, &s, topology, None).unwrap();
+        assert_eq!(
+            plan.towers.len(),
+            2,
+            "{kind}: the default plan has the model's towers"
+        );
+        let outs = run_ranks(topology, 1, |comm: Comm| {
+            let mut model =
+                Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, &plan)?;
+            Ok(train(&mut model, &cfg, &b))
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        for (rank, (got_l, got_d)) in outs.iter().enumerate() {
+            for (w, g) in want_l.iter().zip(got_l) {
+                assert!(
+                    (w - g).abs() <= 1e-6 * w.abs().max(1.0),
+                    "{kind} rank {rank}: loss {w} vs {g}"
+                );
+            }
+            for (w, g) in want_d.iter().zip(got_d) {
+                let worst = w
+                    .iter()
+                    .zip(g)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0, f32::max);
+                assert!(
+                    worst <= 1e-5,
+                    "{kind} rank {rank}: dense parameters differ by {worst}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_tower_configs_are_named() {
+    let text = config_text(
+        "dlrm",
+        "[model.towers]\nmodule = \"dlrm\"\ncount = 2\nd = 4",
+    );
+    let err = Config::from_toml(&text, "test", Path::new("."))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("needs c or p"), "{err}");
+    let text = "[model.towers]\nmodule = \"dcn\"\nfeatures = [[\"C1\"], [\"C1\", \"C2\", \"C3\", \"C4\", \"C5\"]]\nd = 3";
+    let cfg = config("dcn", text);
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    let err = cfg.validate_against(&s).unwrap_err().to_string();
+    assert!(err.contains("table 'C1' is in towers 0 and 1"), "{err}");
+}
