@@ -165,6 +165,19 @@ impl Model {
         let inter_width = towers
             .as_ref()
             .map_or(slots.width(), ModelTowers::out_width);
+        // With towers in the plan, the modules run inside SPTT and the embeddings' rows
+        // are already the interaction rows.
+        let mut embeddings = embeddings;
+        let (towers, slots) = match (towers, &mut embeddings) {
+            (Some(t), Embeddings::Sharded(s)) => {
+                let out = t.out_slots().clone();
+                match s.adopt_towers(t) {
+                    None => (None, out),
+                    Some(t) => (Some(t), slots),
+                }
+            }
+            (towers, _) => (towers, slots),
+        };
         let (interaction, top_in_dim) = match cfg.kind {
             ModelKind::Dlrm => {
                 let mut dims = vec![num_dense];
@@ -394,9 +407,16 @@ impl Model {
             }
         }
         let mut mark = Instant::now();
-        let mut params = dense_params(interaction, top, towers.as_mut());
-        if let Embeddings::Sharded(s) = embeddings {
-            all_reduce_grads(s.comm(), &mut params, grad_sync)?;
+        let (comm, in_sptt) = match embeddings {
+            Embeddings::Sharded(s) => {
+                let (comm, towers) = s.comm_and_towers();
+                (Some(comm), towers)
+            }
+            Embeddings::Local(_) => (None, None),
+        };
+        let mut params = dense_params(interaction, top, towers.as_mut().or(in_sptt));
+        if let Some(comm) = comm {
+            all_reduce_grads(comm, &mut params, grad_sync)?;
             lap(&mut mark, &mut times.dense_grad_sync);
         }
         dense_optimizer.apply(&mut params, dense_lr)?;
@@ -421,7 +441,12 @@ impl Model {
 
     /// Dense parameters with their gradients, named as in checkpoints.
     pub fn dense_params(&mut self) -> Vec<ParamMut<'_, f32>> {
-        dense_params(&mut self.interaction, &mut self.top, self.towers.as_mut())
+        let towers = match (&mut self.towers, &mut self.embeddings) {
+            (Some(t), _) => Some(t),
+            (None, Embeddings::Sharded(s)) => s.towers_mut(),
+            (None, Embeddings::Local(_)) => None,
+        };
+        dense_params(&mut self.interaction, &mut self.top, towers)
     }
 
     /// A DMT model's Tower Modules: their parameters and forward FLOPs per sample.

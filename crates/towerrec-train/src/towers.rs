@@ -127,18 +127,66 @@ impl ModelTowers {
         {
             r[..base].copy_from_slice(&g[..base]);
         }
-        for (t, tower) in self.towers.iter_mut().enumerate() {
+        let (mut dx, mut dy) = (std::mem::take(&mut self.dx), std::mem::take(&mut self.dy));
+        for t in 0..self.towers.len() {
             let slot = self.out.slot(t);
-            self.dy.clear();
+            dy.clear();
             for g in grad.chunks_exact(out_width).take(b) {
-                self.dy.extend_from_slice(&g[slot.range()]);
+                dy.extend_from_slice(&g[slot.range()]);
             }
-            self.dx.resize(tower.x.len(), 0.0);
+            dx.resize(self.towers[t].x.len(), 0.0);
+            self.backward_tower(t, &dy, &mut dx, b);
+            scatter(&self.towers[t].tables, &dx, slots, b, rows_grad);
+        }
+        (self.dx, self.dy) = (dx, dy);
+    }
+
+    /// Output columns of tower `t`'s module.
+    pub(crate) fn out_dim(&self, t: usize) -> usize {
+        self.towers[t].module.out_dim()
+    }
+
+    /// Runs tower `t`'s module on `b` rows `x` (its tables' vectors, one after the
+    /// other), keeping them for its backward; returns its output.
+    pub(crate) fn forward_tower(&mut self, t: usize, x: &[f32], b: usize) -> &[f32] {
+        let tower = &mut self.towers[t];
+        tower.x.clear();
+        tower.x.extend_from_slice(x);
+        tower.y.resize(b * tower.module.out_dim(), 0.0);
+        tower.module.forward(&tower.x, &mut tower.y, b);
+        &tower.y
+    }
+
+    /// Backward of tower `t`'s last [`ModelTowers::forward_tower`]: its parameter
+    /// gradients, and the gradient of its input into `dx`.
+    pub(crate) fn backward_tower(&mut self, t: usize, dy: &[f32], dx: &mut [f32], b: usize) {
+        let tower = &mut self.towers[t];
+        if b == 0 {
+            // No rows: the gradient is zero (a layer may skip an empty product).
+            for p in tower.module.params() {
+                p.grad.fill(0.0);
+            }
+            return;
+        }
+        tower.module.backward(&tower.x, &tower.y, dy, Some(dx), b);
+    }
+
+    /// Zeroes every module's parameter gradients: modules a rank does not run must add
+    /// nothing to the sum of gradients over the ranks (the sum is written back into
+    /// every rank's gradients).
+    pub(crate) fn zero_grads(&mut self) {
+        for tower in &mut self.towers {
             tower
                 .module
-                .backward(&tower.x, &tower.y, &self.dy, Some(&mut self.dx), b);
-            scatter(&tower.tables, &self.dx, slots, b, rows_grad);
+                .params()
+                .into_iter()
+                .for_each(|p| p.grad.fill(0.0));
         }
+    }
+
+    /// The layout of interaction rows: the base part, then one slot per tower.
+    pub(crate) fn out_slots(&self) -> &FeatureSlots {
+        &self.out
     }
 
     /// Every module's parameters, named `tower.{t}.{name}`.

@@ -6,7 +6,7 @@
 //! - a checkpoint of a DMT model resumes it exactly.
 
 use std::path::Path;
-use towerrec_comm::{Comm, Topology};
+use towerrec_comm::{Comm, Phase, Topology};
 use towerrec_core::Batch;
 use towerrec_data::{next_batch, open, schema, Part};
 use towerrec_train::cluster::{resolve_plan, run_ranks};
@@ -20,7 +20,12 @@ fn config(kind: &str, towers: &str) -> Config {
 }
 
 fn config_text(kind: &str, towers: &str) -> String {
-    let bottom = if towers.contains("\"dlrm\"") { 4 } else { 8 };
+    // DLRM's bottom MLP ends in the towers' D (the embedding width without modules).
+    let bottom: usize = towers
+        .lines()
+        .find_map(|l| l.strip_prefix("d = "))
+        .filter(|_| !towers.contains("identity"))
+        .map_or(8, |d| d.parse().expect("d"));
     format!(
         r#"
 [model]
@@ -180,7 +185,7 @@ fn dmt_on_a_cluster_is_dmt_in_one_process() {
             for (w, g) in want_l.iter().zip(got_l) {
                 assert!(
                     (w - g).abs() <= 1e-6 * w.abs().max(1.0),
-                    "{kind} rank {rank}: loss {w} vs {g}"
+                    "{kind} rank {rank}: loss {w} vs {g}\n{want_l:?}\n{got_l:?}"
                 );
             }
             for (w, g) in want_d.iter().zip(got_d) {
@@ -213,4 +218,61 @@ fn bad_tower_configs_are_named() {
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
     let err = cfg.validate_against(&s).unwrap_err().to_string();
     assert!(err.contains("table 'C1' is in towers 0 and 1"), "{err}");
+}
+
+#[test]
+fn dmt_with_modules_at_the_sample_owner_is_dmt_in_one_process() {
+    let cfg = config("dlrm", DLRM_TOWERS);
+    let b = batches(&cfg);
+    let (want_l, _) = single(&cfg, &b);
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    let topology = Topology::new(2, 2).unwrap();
+    // A plan without towers: the flat exchange, the modules where the samples live.
+    let specs = towerrec_train::cluster::table_specs(&cfg, &s);
+    let plan = towerrec_plan::planners::table_wise(&specs, topology).unwrap();
+    let outs = run_ranks(topology, 1, |comm: Comm| {
+        let mut model =
+            Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, &plan)?;
+        Ok(train(&mut model, &cfg, &b).0)
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    for got in outs {
+        for (w, g) in want_l.iter().zip(&got) {
+            assert!((w - g).abs() <= 1e-6 * w.abs().max(1.0), "loss {w} vs {g}");
+        }
+    }
+}
+
+/// Cross-host bytes of SPTT's step f per step, summed over the ranks.
+fn peer_bytes(towers: &str) -> u64 {
+    let cfg = config("dlrm", towers);
+    let b = batches(&cfg);
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    let topology = Topology::new(2, 2).unwrap();
+    let plan = resolve_plan(&cfg, &s, topology, None).unwrap();
+    let outs = run_ranks(topology, 1, |comm: Comm| {
+        let mut model =
+            Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, &plan)?;
+        train(&mut model, &cfg, &b[..1]);
+        let bytes = model
+            .comm()
+            .expect("sharded")
+            .traffic()
+            .phase(Phase::TowerPeer);
+        Ok(bytes.cross_host)
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    outs.iter().sum()
+}
+
+#[test]
+fn tower_modules_compress_what_crosses_hosts() {
+    // N = 8 per table; the DLRM module with c = 1, p = 0 and D = 4, 2 and 1 sends
+    // 4, 2 and 1 per table: compression 2, 4 and 8.
+    let identity = peer_bytes("[model.towers]\nmodule = \"identity\"\ncount = 2");
+    for (d, ratio) in [(4, 2), (2, 4), (1, 8)] {
+        let towers = format!("[model.towers]\nmodule = \"dlrm\"\ncount = 2\nd = {d}\nc = 1\np = 0");
+        let compressed = peer_bytes(&towers);
+        assert_eq!(compressed * ratio, identity, "D = {d}");
+    }
 }

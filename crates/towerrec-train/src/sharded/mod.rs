@@ -28,6 +28,7 @@ pub use whole::WholeTable;
 use crate::error::{Error, Result};
 use crate::init::TableInit;
 use crate::slots::FeatureSlots;
+use crate::towers::ModelTowers;
 use lookup::LocalShard;
 use replicas::Replica;
 use route::Router;
@@ -204,6 +205,30 @@ impl ShardedEmbeddings {
     /// The data-parallel replicas on this rank.
     pub fn replicas(&self) -> impl Iterator<Item = (usize, &EmbeddingBag)> {
         self.replicas.iter().map(|r| (r.table, &r.bag))
+    }
+
+    /// Takes a DMT model's Tower Modules to run them inside SPTT, between its steps e
+    /// and f, so that step f carries their outputs; the caller then lays out the forward's
+    /// rows by the modules' output slots. Without towers in the plan, gives them back.
+    pub(crate) fn adopt_towers(&mut self, towers: ModelTowers) -> Option<ModelTowers> {
+        match &mut self.sptt {
+            Some(sp) => {
+                sp.adopt(towers);
+                None
+            }
+            None => Some(towers),
+        }
+    }
+
+    /// The Tower Modules taken by [`ShardedEmbeddings::adopt_towers`].
+    pub(crate) fn towers_mut(&mut self) -> Option<&mut ModelTowers> {
+        self.comm_and_towers().1
+    }
+
+    /// The communicator, and the Tower Modules taken by
+    /// [`ShardedEmbeddings::adopt_towers`] (their gradients are summed over it).
+    pub(crate) fn comm_and_towers(&mut self) -> (&Comm, Option<&mut ModelTowers>) {
+        (&self.comm, self.sptt.as_mut().and_then(Sptt::modules_mut))
     }
 
     /// Every table's shards (empty for data-parallel tables).

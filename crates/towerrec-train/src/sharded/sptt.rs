@@ -22,7 +22,8 @@
 
 use super::ShardedEmbeddings;
 use crate::error::{Error, Result};
-use crate::slots::FeatureSlots;
+use crate::slots::{FeatureSlots, Slot};
+use crate::towers::ModelTowers;
 use towerrec_comm::{Comm, Phase, Topology};
 use towerrec_core::Batch;
 use towerrec_plan::Plan;
@@ -43,8 +44,17 @@ pub(super) struct Sptt {
     widths: Vec<usize>,
     /// Per table, its offset in its group's row.
     offset_of: Vec<usize>,
+    /// Per group, its towers: `(tower, first column in the group row, columns)`.
+    towers: Vec<Vec<(usize, usize, usize)>>,
+    /// A DMT model's Tower Modules, run between steps e and f (every rank holds all of
+    /// them, and runs its group's).
+    modules: Option<ModelTowers>,
     /// Group rows of every peer's samples (peers in group order), and their gradient.
     rows: Vec<f32>,
+    /// The modules' outputs for those rows, and their gradient.
+    outs: Vec<f32>,
+    x: Vec<f32>,
+    dx: Vec<f32>,
     send: Vec<f32>,
     recv: Vec<f32>,
 }
@@ -92,13 +102,15 @@ impl Sptt {
         let mut features = vec![Vec::new(); host_groups.len()];
         let mut widths = vec![0; host_groups.len()];
         let mut offset_of = vec![0; dims.len()];
-        for tower in &plan.towers {
+        let mut towers = vec![Vec::new(); host_groups.len()];
+        for (ti, tower) in plan.towers.iter().enumerate() {
             let mut hosts = tower.hosts.clone();
             hosts.sort_unstable();
             let g = host_groups
                 .iter()
                 .position(|h| *h == hosts)
                 .ok_or_else(|| Error::Plan("a tower's hosts are not a host group".into()))?;
+            let start = widths[g];
             for name in &tower.features {
                 let t = index(name)
                     .ok_or_else(|| Error::Plan(format!("tower feature '{name}' is not a table")))?;
@@ -106,6 +118,7 @@ impl Sptt {
                 offset_of[t] = widths[g];
                 widths[g] += dims[t];
             }
+            towers[g].push((ti, start, widths[g] - start));
         }
         let group = comm.split(my_group, my_index)?;
         let peers = comm.split(my_index, my_group)?;
@@ -118,10 +131,102 @@ impl Sptt {
             features,
             widths,
             offset_of,
+            towers,
+            modules: None,
             rows: Vec::new(),
+            outs: Vec::new(),
+            x: Vec::new(),
+            dx: Vec::new(),
             send: Vec::new(),
             recv: Vec::new(),
         })
+    }
+
+    /// Takes a DMT model's Tower Modules, to run them between steps e and f.
+    pub(super) fn adopt(&mut self, modules: ModelTowers) {
+        self.modules = Some(modules);
+    }
+
+    pub(super) fn modules_mut(&mut self) -> Option<&mut ModelTowers> {
+        self.modules.as_mut()
+    }
+
+    /// Columns of group `g`'s towers' outputs.
+    fn out_width(&self, g: usize, modules: &ModelTowers) -> usize {
+        self.towers[g]
+            .iter()
+            .map(|&(t, _, _)| modules.out_dim(t))
+            .sum()
+    }
+
+    /// Columns group `g` sends in step f: its towers' outputs, or its group rows.
+    fn sent_width(&self, g: usize) -> usize {
+        match &self.modules {
+            Some(m) => self.out_width(g, m),
+            None => self.widths[g],
+        }
+    }
+
+    /// Runs this group's Tower Modules on the `total` group rows into `outs`.
+    fn run_modules(&mut self, total: usize) {
+        let Some(mut modules) = self.modules.take() else {
+            return;
+        };
+        let g = self.my_group;
+        let (width, out_width) = (self.widths[g], self.out_width(g, &modules));
+        self.outs.clear();
+        self.outs.resize(total * out_width, 0.0);
+        let mut at = 0;
+        for &(t, start, cols) in &self.towers[g] {
+            self.x.clear();
+            for row in self.rows.chunks_exact(width.max(1)).take(total) {
+                self.x.extend_from_slice(&row[start..start + cols]);
+            }
+            let o = modules.out_dim(t);
+            let y = modules.forward_tower(t, &self.x, total);
+            for (dst, src) in self
+                .outs
+                .chunks_exact_mut(out_width.max(1))
+                .zip(y.chunks_exact(o.max(1)))
+            {
+                dst[at..at + o].copy_from_slice(src);
+            }
+            at += o;
+        }
+        self.modules = Some(modules);
+    }
+
+    /// The reverse of [`Sptt::run_modules`]: from the gradient of `outs` (in `outs`),
+    /// the gradient of the group rows into `rows`.
+    fn modules_backward(&mut self, total: usize) {
+        let Some(mut modules) = self.modules.take() else {
+            return;
+        };
+        modules.zero_grads();
+        let g = self.my_group;
+        let (width, out_width) = (self.widths[g], self.out_width(g, &modules));
+        self.rows.clear();
+        self.rows.resize(total * width, 0.0);
+        let mut at = 0;
+        for &(t, start, cols) in &self.towers[g] {
+            let o = modules.out_dim(t);
+            self.x.clear();
+            for row in self.outs.chunks_exact(out_width.max(1)).take(total) {
+                self.x.extend_from_slice(&row[at..at + o]);
+            }
+            at += o;
+            self.dx.clear();
+            self.dx.resize(total * cols, 0.0);
+            modules.backward_tower(t, &self.x, &mut self.dx, total);
+            for (row, d) in self
+                .rows
+                .chunks_exact_mut(width.max(1))
+                .zip(self.dx.chunks_exact(cols.max(1)))
+            {
+                row[start..start + cols].copy_from_slice(d);
+            }
+        }
+        self.modules = Some(modules);
     }
 
     /// Samples of each peer of this rank (in group order) and the first group row of each.
@@ -135,6 +240,30 @@ impl Sptt {
                 (at - n, n)
             })
             .collect()
+    }
+}
+
+impl Sptt {
+    /// Where group `g`'s step-f columns go in a row laid out by `slots`: `(slot, first
+    /// column in the group's block)`, per tower output with modules, else per table.
+    fn placed(&self, g: usize, slots: &FeatureSlots) -> Vec<(Slot, usize)> {
+        match &self.modules {
+            Some(m) => {
+                let mut at = 0;
+                self.towers[g]
+                    .iter()
+                    .map(|&(t, _, _)| {
+                        let o = m.out_dim(t);
+                        at += o;
+                        (slots.slot(t), at - o)
+                    })
+                    .collect()
+            }
+            None => self.features[g]
+                .iter()
+                .map(|&(t, off)| (slots.slot(t), off))
+                .collect(),
+        }
     }
 }
 
@@ -221,23 +350,31 @@ impl ShardedEmbeddings {
                 }
             }
         }
-        // f: each peer gets the group rows of its own samples.
-        let counts: Vec<usize> = peer_rows.iter().map(|&(_, n)| n * width).collect();
+        // Between e and f: the Tower Modules, if any.
+        sp.run_modules(total);
+        // f: each peer gets the rows of its own samples.
+        let sent = sp.sent_width(sp.my_group);
+        let counts: Vec<usize> = peer_rows.iter().map(|&(_, n)| n * sent).collect();
+        let rows = if sp.modules.is_some() {
+            &sp.outs
+        } else {
+            &sp.rows
+        };
         sp.peers
-            .all_to_all_v_into(&sp.rows, &counts, &mut sp.recv, Phase::TowerPeer)?;
+            .all_to_all_v_into(rows, &counts, &mut sp.recv, Phase::TowerPeer)?;
         let b_local = batch.batch_size();
         let out_width = slots.width();
         let mut at = 0;
-        for (g, feats) in sp.features.iter().enumerate() {
-            let w = sp.widths[g];
+        for g in 0..sp.features.len() {
+            let w = sp.sent_width(g);
+            let placed = sp.placed(g, slots);
             let block = &sp.recv[at..at + b_local * w];
             at += b_local * w;
             for (row, part) in out
                 .chunks_exact_mut(out_width)
                 .zip(block.chunks_exact(w.max(1)))
             {
-                for &(t, off) in feats {
-                    let slot = slots.slot(t);
+                for &(slot, off) in &placed {
                     row[slot.range()].copy_from_slice(&part[off..off + slot.width]);
                 }
             }
@@ -260,19 +397,27 @@ impl ShardedEmbeddings {
         // f reversed: each group's columns of this rank's rows to that group's peer.
         sp.send.clear();
         let mut counts = vec![0; sp.peers.size()];
-        for (g, feats) in sp.features.iter().enumerate() {
+        for (g, count) in counts.iter_mut().enumerate() {
             let before = sp.send.len();
+            let placed = sp.placed(g, slots);
             for row in grad.chunks_exact(slots.width()) {
-                for &(t, _) in feats {
-                    sp.send.extend_from_slice(&row[slots.slot(t).range()]);
+                for (slot, _) in &placed {
+                    sp.send.extend_from_slice(&row[slot.range()]);
                 }
             }
-            counts[g] = sp.send.len() - before;
+            *count = sp.send.len() - before;
         }
-        sp.peers
-            .all_to_all_v_into(&sp.send, &counts, &mut sp.rows, Phase::TowerPeer)?;
-        // e, d, c reversed: each shard's columns of its group-mates' peers' rows.
         let peer_rows = sp.peer_rows(&self.samples);
+        if sp.modules.is_some() {
+            sp.peers
+                .all_to_all_v_into(&sp.send, &counts, &mut sp.outs, Phase::TowerPeer)?;
+            let total = peer_rows.iter().map(|&(_, n)| n).sum();
+            sp.modules_backward(total);
+        } else {
+            sp.peers
+                .all_to_all_v_into(&sp.send, &counts, &mut sp.rows, Phase::TowerPeer)?;
+        }
+        // e, d, c reversed: each shard's columns of its group-mates' peers' rows.
         let width = sp.widths[sp.my_group];
         sp.send.clear();
         let mut counts = vec![0; sp.group.size()];
