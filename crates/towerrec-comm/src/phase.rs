@@ -19,6 +19,9 @@ pub enum Phase {
     TowerPeer,
     /// AllReduce of dense-layer gradients.
     DenseGradSync,
+    /// AllReduce of a DMT Tower Module's gradients among its tower's ranks, and the
+    /// refresh of other ranks' copies before a checkpoint.
+    TowerGradSync,
     /// Gradient exchange of replicated (data-parallel) embedding rows.
     SparseGradSync,
     /// Everything else: set-up checks, evaluation gathers, checkpoints.
@@ -27,12 +30,13 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase, in the order reports list them.
-    pub const ALL: [Phase; 7] = [
+    pub const ALL: [Phase; 8] = [
         Phase::InputDist,
         Phase::OutputDist,
         Phase::TowerIntra,
         Phase::TowerPeer,
         Phase::DenseGradSync,
+        Phase::TowerGradSync,
         Phase::SparseGradSync,
         Phase::Control,
     ];
@@ -45,6 +49,7 @@ impl Phase {
             Phase::TowerIntra => "tower_intra",
             Phase::TowerPeer => "tower_peer",
             Phase::DenseGradSync => "dense_grad_sync",
+            Phase::TowerGradSync => "tower_grad_sync",
             Phase::SparseGradSync => "sparse_grad_sync",
             Phase::Control => "control",
         }

@@ -407,16 +407,44 @@ impl Model {
             }
         }
         let mut mark = Instant::now();
-        let (comm, in_sptt) = match embeddings {
+        let (comm, domain) = match embeddings {
             Embeddings::Sharded(s) => {
-                let (comm, towers) = s.comm_and_towers();
-                (Some(comm), towers)
+                let (comm, domain) = s.domains();
+                (Some(comm), domain)
             }
             Embeddings::Local(_) => (None, None),
         };
-        let mut params = dense_params(interaction, top, towers.as_mut().or(in_sptt));
+        // Modules inside SPTT: each tower's gradients over its group, the rest over the
+        // world.
+        if let Some(d) = domain {
+            let mine = tower_tensor_owners(d.modules, &d.mine);
+            let group = d.group;
+            let mut params = dense_params(interaction, top, Some(d.modules));
+            let world = comm.expect("a tower domain is sharded");
+            let n = mine.len();
+            all_reduce_grads(
+                world,
+                &mut params,
+                |i| i >= n,
+                grad_sync,
+                Phase::DenseGradSync,
+            )?;
+            let in_group = |i: usize| mine.get(i).copied().unwrap_or(false);
+            all_reduce_grads(
+                group,
+                &mut params,
+                in_group,
+                grad_sync,
+                Phase::TowerGradSync,
+            )?;
+            lap(&mut mark, &mut times.dense_grad_sync);
+            dense_optimizer.apply(&mut params, dense_lr)?;
+            lap(&mut mark, &mut times.dense_update);
+            return Ok(());
+        }
+        let mut params = dense_params(interaction, top, towers.as_mut());
         if let Some(comm) = comm {
-            all_reduce_grads(comm, &mut params, grad_sync)?;
+            all_reduce_grads(comm, &mut params, |_| true, grad_sync, Phase::DenseGradSync)?;
             lap(&mut mark, &mut times.dense_grad_sync);
         }
         dense_optimizer.apply(&mut params, dense_lr)?;
@@ -447,6 +475,54 @@ impl Model {
             (None, Embeddings::Local(_)) => None,
         };
         dense_params(&mut self.interaction, &mut self.top, towers)
+    }
+
+    /// Copies every Tower Module run inside SPTT, with its optimizer state, from its
+    /// tower group to every rank (their gradients are summed only within the group, so
+    /// other ranks' copies are stale): before a checkpoint. Collective; nothing to do
+    /// for other models.
+    pub fn refresh_tower_replicas(&mut self) -> Result<()> {
+        let Model {
+            embeddings,
+            dense_optimizer,
+            ..
+        } = self;
+        let Embeddings::Sharded(s) = embeddings else {
+            return Ok(());
+        };
+        let (world, Some(d)) = s.domains() else {
+            return Ok(());
+        };
+        let me = world.world_rank();
+        let counts = d.modules.tensors_per_tower();
+        let mut params = d.modules.params();
+        let mut first = 0;
+        let mut buf = Vec::new();
+        for (t, &n) in counts.iter().enumerate() {
+            let range = first..first + n;
+            first += n;
+            buf.clear();
+            if d.owner[t] == me {
+                for i in range.clone() {
+                    buf.extend_from_slice(params[i].value);
+                    dense_optimizer
+                        .param_state_mut(i)
+                        .for_each(|s| buf.extend_from_slice(s));
+                }
+            }
+            world.broadcast(&mut buf, d.owner[t], Phase::TowerGradSync)?;
+            let mut at = 0;
+            for i in range {
+                let v = &mut params[i].value;
+                v.copy_from_slice(&buf[at..at + v.len()]);
+                at += v.len();
+                for state in dense_optimizer.param_state_mut(i) {
+                    state.copy_from_slice(&buf[at..at + state.len()]);
+                    at += state.len();
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A DMT model's Tower Modules: their parameters and forward FLOPs per sample.
@@ -585,23 +661,37 @@ struct GradSync {
     scratch: (Vec<f32>, Vec<f32>),
 }
 
-/// Sums every dense gradient over the ranks (one AllReduce of all of them together).
+/// Sums the dense gradients of the parameters `which` selects over the ranks of `comm`
+/// (one AllReduce of all of them together), counted under `phase`.
 fn all_reduce_grads(
     comm: &Comm,
     params: &mut [ParamMut<'_, f32>],
+    which: impl Fn(usize) -> bool,
     sync: &mut GradSync,
+    phase: Phase,
 ) -> Result<()> {
     let flat = &mut sync.flat;
     flat.clear();
-    for p in params.iter() {
+    for (_, p) in params.iter().enumerate().filter(|(i, _)| which(*i)) {
         flat.extend_from_slice(p.grad);
     }
-    comm.all_reduce_with(flat, &mut sync.scratch, Phase::DenseGradSync)?;
+    comm.all_reduce_with(flat, &mut sync.scratch, phase)?;
     let mut at = 0;
-    for p in params.iter_mut() {
+    for (_, p) in params.iter_mut().enumerate().filter(|(i, _)| which(*i)) {
         let n = p.grad.len();
         p.grad.copy_from_slice(&flat[at..at + n]);
         at += n;
     }
     Ok(())
+}
+
+/// For each parameter tensor of the modules (they come first among the dense
+/// parameters), whether its tower is one this rank's group runs.
+fn tower_tensor_owners(modules: &mut ModelTowers, mine: &[bool]) -> Vec<bool> {
+    modules
+        .tensors_per_tower()
+        .into_iter()
+        .zip(mine)
+        .flat_map(|(n, &m)| std::iter::repeat_n(m, n))
+        .collect()
 }

@@ -171,6 +171,15 @@ impl ModelTowers {
         tower.module.backward(&tower.x, &tower.y, dy, Some(dx), b);
     }
 
+    /// Number of parameter tensors of each tower's module, in tower order (the order of
+    /// [`ModelTowers::params`]).
+    pub(crate) fn tensors_per_tower(&mut self) -> Vec<usize> {
+        self.towers
+            .iter_mut()
+            .map(|t| t.module.params().len())
+            .collect()
+    }
+
     /// Zeroes every module's parameter gradients: modules a rank does not run must add
     /// nothing to the sum of gradients over the ranks (the sum is written back into
     /// every rank's gradients).

@@ -86,6 +86,8 @@ fn train(model: &mut Model, cfg: &Config, batches: &[Batch]) -> (Vec<f64>, Vec<V
             towerrec_train::cluster::global_sum(model, mine).unwrap()
         })
         .collect();
+    // Each module's copies outside its tower group are refreshed as for a checkpoint.
+    model.refresh_tower_replicas().unwrap();
     let dense = model
         .dense_params()
         .iter()
@@ -274,5 +276,51 @@ fn tower_modules_compress_what_crosses_hosts() {
         let towers = format!("[model.towers]\nmodule = \"dlrm\"\ncount = 2\nd = {d}\nc = 1\np = 0");
         let compressed = peer_bytes(&towers);
         assert_eq!(compressed * ratio, identity, "D = {d}");
+    }
+}
+
+#[test]
+fn module_gradients_stay_inside_their_tower() {
+    let cfg = config("dlrm", DLRM_TOWERS);
+    let b = batches(&cfg);
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    let topology = Topology::new(2, 2).unwrap();
+    let plan = resolve_plan(&cfg, &s, topology, None).unwrap();
+    let lrs = (
+        cfg.optimizer.dense_lr as f32,
+        cfg.optimizer.sparse_lr as f32,
+    );
+    let outs = run_ranks(topology, 1, |comm: Comm| {
+        let mut model =
+            Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, &plan)?;
+        let (mut logits, mut grad) = (Vec::new(), Vec::new());
+        for batch in &b[..3] {
+            train_step(&mut model, batch, lrs, &mut logits, &mut grad)?;
+        }
+        let traffic = |m: &Model| {
+            m.comm()
+                .expect("sharded")
+                .traffic()
+                .phase(Phase::TowerGradSync)
+        };
+        let training = traffic(&model);
+        model.refresh_tower_replicas()?;
+        Ok((training, traffic(&model)))
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    for (rank, (training, refreshed)) in outs.iter().enumerate() {
+        // One tower per host: its module's gradients are summed over its host's ranks.
+        assert!(training.intra_host > 0, "rank {rank}: {training:?}");
+        assert_eq!(
+            training.cross_host, 0,
+            "rank {rank}: module gradients crossed hosts"
+        );
+        // The refresh before a checkpoint copies each module from its group's first
+        // rank (0 and 2) to every rank; the others send nothing.
+        if rank % 2 == 0 {
+            assert!(refreshed.cross_host > 0, "rank {rank}: {refreshed:?}");
+        } else {
+            assert_eq!(refreshed.cross_host, 0, "rank {rank}: {refreshed:?}");
+        }
     }
 }

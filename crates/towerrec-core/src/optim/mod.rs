@@ -158,6 +158,14 @@ impl DenseOptimizer {
         self.step = step;
     }
 
+    /// The state buffers of parameter `i` (none for SGD or an index out of range).
+    pub fn param_state_mut(&mut self, i: usize) -> impl Iterator<Item = &mut [f32]> {
+        self.state
+            .get_mut(i)
+            .into_iter()
+            .flat_map(|bufs| bufs.iter_mut().map(Vec::as_mut_slice))
+    }
+
     fn state_names(&self) -> &'static [&'static str] {
         match self.kind {
             DenseOptimizerKind::Sgd => &[],

@@ -79,6 +79,7 @@ fn from_bytes(path: &Path, name: &str, bytes: &[u8], dst: &mut [f32]) -> Result<
 /// counts; `None` on the ranks of a sharded model other than 0.
 #[allow(clippy::type_complexity)]
 fn collect(model: &mut Model) -> Result<Option<(Vec<(String, Vec<u8>, usize)>, Vec<u64>)>> {
+    model.refresh_tower_replicas()?;
     let Some(tables) = model.whole_tables()? else {
         return Ok(None);
     };

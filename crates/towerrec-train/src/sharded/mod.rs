@@ -33,6 +33,7 @@ use lookup::LocalShard;
 use replicas::Replica;
 use route::Router;
 use sptt::Sptt;
+pub(crate) use sptt::TowerDomain;
 use towerrec_comm::{Comm, Phase};
 use towerrec_core::embedding::{EmbeddingBag, Pooling, SparseOptimizer};
 use towerrec_core::Batch;
@@ -222,13 +223,13 @@ impl ShardedEmbeddings {
 
     /// The Tower Modules taken by [`ShardedEmbeddings::adopt_towers`].
     pub(crate) fn towers_mut(&mut self) -> Option<&mut ModelTowers> {
-        self.comm_and_towers().1
+        self.sptt.as_mut().and_then(Sptt::modules_mut)
     }
 
-    /// The communicator, and the Tower Modules taken by
-    /// [`ShardedEmbeddings::adopt_towers`] (their gradients are summed over it).
-    pub(crate) fn comm_and_towers(&mut self) -> (&Comm, Option<&mut ModelTowers>) {
-        (&self.comm, self.sptt.as_mut().and_then(Sptt::modules_mut))
+    /// The world communicator, and the sync domain of the Tower Modules taken by
+    /// [`ShardedEmbeddings::adopt_towers`].
+    pub(crate) fn domains(&mut self) -> (&Comm, Option<TowerDomain<'_>>) {
+        (&self.comm, self.sptt.as_mut().and_then(Sptt::domain))
     }
 
     /// Every table's shards (empty for data-parallel tables).

@@ -59,6 +59,19 @@ pub(super) struct Sptt {
     recv: Vec<f32>,
 }
 
+/// Where a DMT model's Tower Modules are synchronized: each tower's gradients are
+/// summed over the ranks of its group alone, which run it; other ranks' copies of it
+/// are refreshed from `owner[t]` before a checkpoint.
+pub(crate) struct TowerDomain<'a> {
+    /// This rank's tower group.
+    pub(crate) group: &'a Comm,
+    /// Per tower, whether this rank's group runs it.
+    pub(crate) mine: Vec<bool>,
+    /// Per tower, the world rank whose copy is the tower's (its group's first rank).
+    pub(crate) owner: Vec<usize>,
+    pub(crate) modules: &'a mut ModelTowers,
+}
+
 /// Ranks in peer order: sorted by (index in group, group), where `rank_of[g][j]` is the
 /// rank of index `j` in group `g`.
 pub(super) fn peer_order(rank_of: &[Vec<usize>]) -> Vec<usize> {
@@ -149,6 +162,26 @@ impl Sptt {
 
     pub(super) fn modules_mut(&mut self) -> Option<&mut ModelTowers> {
         self.modules.as_mut()
+    }
+
+    /// The sync domain of the adopted Tower Modules, if any.
+    pub(super) fn domain(&mut self) -> Option<TowerDomain<'_>> {
+        let towers = self.towers.iter().map(Vec::len).sum();
+        let mut mine = vec![false; towers];
+        let mut owner = vec![0; towers];
+        for (g, list) in self.towers.iter().enumerate() {
+            for &(t, _, _) in list {
+                mine[t] = g == self.my_group;
+                owner[t] = self.rank_of[g][0];
+            }
+        }
+        let modules = self.modules.as_mut()?;
+        Some(TowerDomain {
+            group: &self.group,
+            mine,
+            owner,
+            modules,
+        })
     }
 
     /// Columns of group `g`'s towers' outputs.
