@@ -5,10 +5,12 @@
 //!   replicated) as in one process, to float rounding;
 //! - a checkpoint of a DMT model resumes it exactly.
 
+mod common;
+
 use std::path::Path;
 use towerrec_comm::{Comm, Phase, Topology};
 use towerrec_core::Batch;
-use towerrec_data::{next_batch, open, schema, Part};
+use towerrec_data::schema;
 use towerrec_train::cluster::{resolve_plan, run_ranks};
 use towerrec_train::trainer::train_step;
 use towerrec_train::{Config, Model};
@@ -26,6 +28,7 @@ fn config_text(kind: &str, towers: &str) -> String {
         .find_map(|l| l.strip_prefix("d = "))
         .filter(|_| !towers.contains("identity"))
         .map_or(8, |d| d.parse().expect("d"));
+    let data = common::SYNTHETIC;
     format!(
         r#"
 [model]
@@ -42,34 +45,9 @@ dense_lr = 0.01
 sparse = {{ kind = "adam" }}
 sparse_lr = 0.05
 
-[train]
-batch_size = 30
-seed = 3
-
-[data]
-format = "synthetic"
-train_samples = 400
-eval_samples = 60
-num_dense = 4
-seed = 5
-tables = [
-  {{ rows = 50, pooling = 1, count = 2 }},
-  {{ rows = 97, pooling = {{ mean = 3.0 }}, count = 2 }},
-  {{ rows = 7, pooling = 2 }},
-]
+{data}
 "#
     )
-}
-
-fn batches(cfg: &Config) -> Vec<Batch> {
-    let mut stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir).unwrap();
-    (0..STEPS)
-        .map(|i| {
-            next_batch(stream.as_mut(), [30, 29, 7, 3, 1][i % 5])
-                .unwrap()
-                .unwrap()
-        })
-        .collect()
 }
 
 /// Losses and dense parameters after training `model` on `batches`.
@@ -121,7 +99,7 @@ fn one_pass_through_tower_is_the_flat_model_bit_for_bit() {
     for kind in ["dlrm", "dcn"] {
         let flat = config(kind, "");
         let towers = config(kind, "[model.towers]\nmodule = \"identity\"\ncount = 1");
-        let b = batches(&flat);
+        let b = common::uneven_batches(&flat, STEPS);
         let (lf, df) = single(&flat, &b);
         let (lt, dt) = single(&towers, &b);
         let bits = |l: &[f64]| l.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -151,7 +129,7 @@ fn dmt_models_train_and_their_modules_learn() {
             !before.is_empty(),
             "{kind}: tower parameters are dense parameters"
         );
-        let (losses, _) = train(&mut model, &cfg, &batches(&cfg));
+        let (losses, _) = train(&mut model, &cfg, &common::uneven_batches(&cfg, STEPS));
         assert!(losses.iter().all(|l| l.is_finite()), "{kind}: {losses:?}");
         let after: Vec<Vec<f32>> = model
             .dense_params()
@@ -167,7 +145,7 @@ fn dmt_models_train_and_their_modules_learn() {
 fn dmt_on_a_cluster_is_dmt_in_one_process() {
     for (kind, towers) in [("dlrm", DLRM_TOWERS), ("dcn", DCN_TOWERS)] {
         let cfg = config(kind, towers);
-        let b = batches(&cfg);
+        let b = common::uneven_batches(&cfg, STEPS);
         let (want_l, want_d) = single(&cfg, &b);
         let s = schema(&cfg.data, &cfg.base_dir).unwrap();
         let topology = Topology::new(2, 2).unwrap();
@@ -225,7 +203,7 @@ fn bad_tower_configs_are_named() {
 #[test]
 fn dmt_with_modules_at_the_sample_owner_is_dmt_in_one_process() {
     let cfg = config("dlrm", DLRM_TOWERS);
-    let b = batches(&cfg);
+    let b = common::uneven_batches(&cfg, STEPS);
     let (want_l, _) = single(&cfg, &b);
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
     let topology = Topology::new(2, 2).unwrap();
@@ -248,7 +226,7 @@ fn dmt_with_modules_at_the_sample_owner_is_dmt_in_one_process() {
 /// Cross-host bytes of SPTT's step f per step, summed over the ranks.
 fn peer_bytes(towers: &str) -> u64 {
     let cfg = config("dlrm", towers);
-    let b = batches(&cfg);
+    let b = common::uneven_batches(&cfg, STEPS);
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
     let topology = Topology::new(2, 2).unwrap();
     let plan = resolve_plan(&cfg, &s, topology, None).unwrap();
@@ -282,7 +260,7 @@ fn tower_modules_compress_what_crosses_hosts() {
 #[test]
 fn module_gradients_stay_inside_their_tower() {
     let cfg = config("dlrm", DLRM_TOWERS);
-    let b = batches(&cfg);
+    let b = common::uneven_batches(&cfg, STEPS);
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
     let topology = Topology::new(2, 2).unwrap();
     let plan = resolve_plan(&cfg, &s, topology, None).unwrap();

@@ -7,10 +7,12 @@
 //! spanning two, 20 steps give the same losses, dense parameters and whole tables (and
 //! optimizer state), compared as bits.
 
+mod common;
+
 use std::path::Path;
 use towerrec_comm::{Comm, Topology};
 use towerrec_core::Batch;
-use towerrec_data::{next_batch, open, schema, Part};
+use towerrec_data::schema;
 use towerrec_plan::{Plan, Shard, ShardingType, TablePlan, TowerPlan};
 use towerrec_train::cluster::{run_ranks, table_specs};
 use towerrec_train::sharded::WholeTable;
@@ -21,6 +23,7 @@ const STEPS: usize = 20;
 const DIM: usize = 8;
 
 fn config(kind: &str) -> Config {
+    let data = common::SYNTHETIC;
     let text = format!(
         r#"
 [model]
@@ -37,39 +40,10 @@ dense_lr = 0.01
 sparse = {{ kind = "adam" }}
 sparse_lr = 0.05
 
-[train]
-batch_size = 30
-seed = 3
-
-[data]
-format = "synthetic"
-train_samples = 400
-eval_samples = 60
-num_dense = 4
-seed = 5
-tables = [
-  {{ rows = 50, pooling = 1, count = 2 }},
-  {{ rows = 97, pooling = {{ mean = 3.0 }}, count = 2 }},
-  {{ rows = 7, pooling = 2 }},
-]
+{data}
 "#
     );
     Config::from_toml(&text, "test", Path::new(".")).expect("test config")
-}
-
-fn batches(cfg: &Config) -> Vec<Batch> {
-    let mut stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir).unwrap();
-    let mut out = Vec::new();
-    while out.len() < STEPS {
-        // Uneven slices, and ranks with no samples.
-        let size = [30, 29, 7, 3, 1][out.len() % 5];
-        match next_batch(stream.as_mut(), size).unwrap() {
-            Some(b) => out.push(b),
-            None => break,
-        }
-    }
-    assert_eq!(out.len(), STEPS);
-    out
 }
 
 /// Loss bits of every step, dense parameters and whole tables after training.
@@ -208,7 +182,7 @@ fn tower_plan(cfg: &Config, topology: Topology, k: usize, towers: usize, inside:
 
 fn check(kind: &str, topology: Topology, k: usize, towers: usize, inside: Inside) {
     let cfg = config(kind);
-    let batches = batches(&cfg);
+    let batches = common::uneven_batches(&cfg, STEPS);
     let sptt = tower_plan(&cfg, topology, k, towers, inside);
     let flat = Plan {
         towers: Vec::new(),

@@ -12,6 +12,30 @@ use towerrec_comm::Phase;
 use towerrec_core::embedding::Pooling;
 use towerrec_core::Batch;
 
+/// Writes the rows of `block` (`cols` wide) into columns `off..off + cols` of the rows
+/// of `rows` (`width` wide): copied, or added for row-wise partial sums (summed in the
+/// order the blocks arrive, the same order on every path).
+pub(super) fn place_block(
+    rows: &mut [f32],
+    width: usize,
+    off: usize,
+    block: &[f32],
+    cols: usize,
+    add: bool,
+) {
+    for (row, part) in rows
+        .chunks_exact_mut(width.max(1))
+        .zip(block.chunks_exact(cols.max(1)))
+    {
+        let dst = &mut row[off..off + cols];
+        if add {
+            dst.iter_mut().zip(part).for_each(|(d, &v)| *d += v);
+        } else {
+            dst.copy_from_slice(part);
+        }
+    }
+}
+
 impl ShardedEmbeddings {
     /// Sends every sample owner its rows of every local shard and assembles this rank's
     /// `b_local` feature rows in `out`.
@@ -54,17 +78,7 @@ impl ShardedEmbeddings {
                 let off = slots.slot(t).offset + shard.columns.0;
                 let block = &recv[at..at + b_local * cols];
                 at += b_local * cols;
-                for (row, part) in out
-                    .chunks_exact_mut(width)
-                    .zip(block.chunks_exact(cols.max(1)))
-                {
-                    let dst = &mut row[off..off + cols];
-                    if table.row_split() {
-                        dst.iter_mut().zip(part).for_each(|(d, &v)| *d += v);
-                    } else {
-                        dst.copy_from_slice(part);
-                    }
-                }
+                place_block(out, width, off, block, cols, table.row_split());
             }
         }
         self.bufs.vec_recv = recv;

@@ -20,6 +20,7 @@
 //! the whole global batch in global sample order, as the flat path does, so the fused
 //! updates are the same.
 
+use super::flat::place_block;
 use super::ShardedEmbeddings;
 use crate::error::{Error, Result};
 use crate::slots::{FeatureSlots, Slot};
@@ -369,17 +370,7 @@ impl ShardedEmbeddings {
                     let block = &sp.recv[at..at + n * cols];
                     at += n * cols;
                     let rows = &mut sp.rows[first * width..(first + n) * width];
-                    for (row, part) in rows
-                        .chunks_exact_mut(width.max(1))
-                        .zip(block.chunks_exact(cols.max(1)))
-                    {
-                        let dst = &mut row[off..off + cols];
-                        if table.row_split() {
-                            dst.iter_mut().zip(part).for_each(|(d, &v)| *d += v);
-                        } else {
-                            dst.copy_from_slice(part);
-                        }
-                    }
+                    place_block(rows, width, off, block, cols, table.row_split());
                 }
             }
         }
