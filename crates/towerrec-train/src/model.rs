@@ -525,6 +525,38 @@ impl Model {
         Ok(())
     }
 
+    /// Forward FLOPs per sample of the dense part (MLPs, interaction, Tower Modules),
+    /// counted as the simulator and the DMT paper's Table 4 count them: a multiply-add
+    /// is 2 FLOPs, the dot interaction `2·n²·D` for `n` vectors of `D`, a cross layer of
+    /// width `W` `2·W² + 3·W` (`4·W·r + 3·W` at rank `r`). Embedding lookups are not
+    /// FLOPs.
+    pub fn forward_flops_per_sample(&mut self) -> u64 {
+        let mlp =
+            |dims: &[usize]| -> u64 { dims.windows(2).map(|w| 2 * (w[0] * w[1]) as u64).sum() };
+        let mut flops = mlp(self.top.dims());
+        match &self.interaction {
+            Interaction::Dot { bottom, dot, .. } => {
+                let d = self.dim as u64;
+                let n = Layer::<f32>::in_dim(dot) as u64 / d.max(1);
+                flops += mlp(bottom.dims()) + 2 * n * n * d;
+            }
+            Interaction::Cross(cross) => {
+                let w = Layer::<f32>::in_dim(cross) as u64;
+                let per_layer = match cross.rank() {
+                    None => 2 * w * w,
+                    Some(r) => 4 * w * r as u64,
+                };
+                flops += cross.num_layers() as u64 * (per_layer + 3 * w);
+            }
+        }
+        let towers = match (&mut self.towers, &mut self.embeddings) {
+            (Some(t), _) => Some(t),
+            (None, Embeddings::Sharded(s)) => s.towers_mut(),
+            (None, Embeddings::Local(_)) => None,
+        };
+        flops + towers.map_or(0, |t| t.counts().1 as u64)
+    }
+
     /// A DMT model's Tower Modules: their parameters and forward FLOPs per sample.
     pub fn tower_counts(&self) -> Option<(usize, usize)> {
         self.towers.as_ref().map(ModelTowers::counts)

@@ -302,3 +302,19 @@ fn module_gradients_stay_inside_their_tower() {
         }
     }
 }
+
+#[test]
+fn flops_per_sample_are_counted_as_the_paper_counts_them() {
+    let count = |towers: &str| {
+        let cfg = config("dlrm", towers);
+        let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+        let mut model = Model::build(&cfg.model, &cfg.optimizer, &s, cfg.train.seed).unwrap();
+        model.forward_flops_per_sample()
+    };
+    // Flat: bottom 4→16→8 (384), dot of 6 vectors of 8 (2·36·8 = 576), top 23→16→1 (768).
+    assert_eq!(count(""), 384 + 576 + 768);
+    // DMT-DLRM, c = p = 1, D = 4, towers of 3 and 2 tables of N = 8: bottom 4→16→4
+    // (256); modules 2·F·N·D·(c + p) = 384 and 256; 1 + 4 + 3 vectors of 4 (2·64·4 =
+    // 512); top 32→16→1 (1056).
+    assert_eq!(count(DLRM_TOWERS), 256 + 384 + 256 + 512 + 1056);
+}

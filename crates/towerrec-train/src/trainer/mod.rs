@@ -76,6 +76,8 @@ pub struct Summary {
     pub steps: u64,
     pub model: ModelKind,
     pub params: usize,
+    /// Forward FLOPs per sample of the dense part ([`crate::Model::forward_flops_per_sample`]).
+    pub flops_per_sample: u64,
     pub train_samples: u64,
     pub eval_samples: usize,
     pub skipped_train_rows: u64,

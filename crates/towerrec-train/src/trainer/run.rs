@@ -211,6 +211,7 @@ impl Run<'_> {
             steps: self.progress.step,
             model: self.model.kind(),
             params,
+            flops_per_sample: self.model.forward_flops_per_sample(),
             train_samples: self.progress.samples,
             eval_samples: report.as_ref().map_or(0, |r| r.samples),
             skipped_train_rows: self.skipped_train,
