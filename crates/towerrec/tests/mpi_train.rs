@@ -250,9 +250,19 @@ fn mpi_equals_in_process_on_2x2() {
         ("greedy plan", None),
         ("row-wise plan", Some(&plan)),
         ("tower plan", Some(&towers)),
+        ("dmt model", None),
     ] {
         let start = Instant::now();
         let mut args = small_args();
+        if case == "dmt model" {
+            // DMT-DLRM: two towers with DLRM Tower Modules, run inside SPTT.
+            for set in [
+                "model.towers={module=\"dlrm\",count=2,d=8,c=1,p=1}",
+                "model.bottom_mlp=[64,8]",
+            ] {
+                args.extend(["--set".into(), set.into()]);
+            }
+        }
         if let Some(p) = plan {
             args.extend(["--plan".into(), p.to_str().unwrap().into()]);
         }
