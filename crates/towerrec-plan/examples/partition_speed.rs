@@ -2,7 +2,7 @@
 //! and the constrained k-means), the size DMT's production models reach. Run in release:
 //!
 //! ```text
-//! cargo run --release -p towerrec-plan --example partition_speed [FEATURES TOWERS]
+//! cargo run --release -p towerrec-plan --example partition_speed [FEATURES TOWERS [K]]
 //! ```
 //!
 //! The interaction is synthetic: 20 hidden groups of features with noisy affinities.
@@ -16,18 +16,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let f: usize = args.next().map_or(Ok(1000), |a| a.parse())?;
     let t: usize = args.next().map_or(Ok(64), |a| a.parse())?;
+    let k: f64 = args.next().map_or(Ok(1.0), |a| a.parse())?;
     let interaction = synthetic(f, 2);
     let start = Instant::now();
     let d = Mode::Coherent.distance(&interaction);
     let e = embed(&d, &StressOptions::default(), 0)?;
     let embedded = start.elapsed();
-    let c = constrained_kmeans(&e.coords, e.dims, &KMeansOptions::new(t))?;
+    let opts = KMeansOptions {
+        max_ratio: k,
+        ..KMeansOptions::new(t)
+    };
+    let c = constrained_kmeans(&e.coords, e.dims, &opts)?;
     let total = start.elapsed();
     let towers = towers_of(&c.assignment, t);
     let sizes: Vec<usize> = towers.iter().map(Vec::len).collect();
     let a = affinity(&interaction, &towers);
     println!(
-        "{f} features → {t} towers: embedding {:.2} s ({} Adam steps, stress-1 {:.3}), \
+        "{f} features → {t} towers (K = {k}): embedding {:.2} s ({} Adam steps, stress-1 {:.3}), \
          k-means {:.2} s (8 starts; {} iterations in the best), total {:.2} s; \
          sizes {}..{}; mean I within {:.3}, between {:.3}",
         embedded.as_secs_f64(),

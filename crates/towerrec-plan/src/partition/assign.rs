@@ -20,7 +20,9 @@
 //! `O(F·T + T³)`, usually far less (the cheapest moves are recomputed only for the
 //! clusters the last cycle touched, and a cycle shows up after a few rounds). Warm-started from the previous k-means iteration's assignment, few cycles
 //! remain. `pathfinding`'s Hungarian method on a point × slot matrix is exact too but
-//! `O(F³)` per step; it serves as a check in the tests.
+//! `O(F³)` per step (0.25 s for 1,000 points into 64 clusters, against 0.2 s for the
+//! whole k-means of about 100 steps here; docs/DMT.md); it serves as a check in the
+//! tests.
 
 /// Points `0..F` to clusters `0..T` (`cost[g·T + t]`, finite) with every cluster size
 /// in `lo..=hi`, at the least total cost. `start`, if feasible, is where the search
