@@ -23,6 +23,11 @@ pub enum Error {
     /// column shards, cost parameters that are not positive).
     #[error("planning request: {0}")]
     Request(String),
+    /// A tower partition that cannot be made as asked (no features, more towers than
+    /// features, features of different widths, a size ratio below 1, non-finite input)
+    /// or a partition file that does not hold each feature exactly once.
+    #[error("tower partition: {0}")]
+    Partition(String),
     /// A plan file could not be read or written.
     #[error("{}: {error}", path.display())]
     Io {

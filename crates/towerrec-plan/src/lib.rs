@@ -7,10 +7,14 @@
 //! a cost- and memory-aware [`planners::greedy`], the default. The OPER paper's
 //! planner (access-aware partitioning, balanced placement, hot-row replication) comes
 //! later, as another planner over the same types.
+//!
+//! [`partition`] is DMT's Tower Partitioner: sparse features into balanced towers of
+//! features that interact, learned from a trained model's embeddings.
 
 mod cost;
 mod error;
 mod json;
+pub mod partition;
 mod plan;
 pub mod planners;
 mod validate;

@@ -128,3 +128,84 @@ proptest! {
         check(&String::from_utf8_lossy(&bytes));
     }
 }
+
+// Tower partition JSON (`towerrec partition`'s output): `TowerPartition::from_json` on
+// mutated partitions and arbitrary text, then `indices` against a model's features.
+// A partition that parses writes back to one that parses with the same towers; one
+// whose indices are accepted holds every feature exactly once.
+
+mod partition {
+    use super::*;
+    use towerrec_plan::partition::{naive, Method, TowerPartition};
+
+    const TOKENS: &[&[u8]] = &[
+        b"{",
+        b"}",
+        b"[",
+        b"]",
+        b",",
+        b"\"",
+        b"null",
+        b"1e400",
+        b"-0",
+        b"\"C1\"",
+        b"\"C9\"",
+        b"\"\"",
+        b"[]",
+        b"\"mode\": \"naive\"",
+        b"\"mode\": \"diverse\"",
+        b"\"max_ratio\": 1.5",
+        b"\"affinity\": { \"within\": null, \"between\": 0.5 }",
+        b"\"samples\": 18446744073709551616",
+    ];
+
+    const ALPHABET: &[u8] = b"{}[],:\" 0123456789.Cmodetowersnaivecoherentdiverse";
+
+    fn names() -> Vec<String> {
+        (1..=7).map(|i| format!("C{i}")).collect()
+    }
+
+    fn seeds() -> Vec<Vec<u8>> {
+        let n = names();
+        let mut p = TowerPartition::new(Method::Naive, &naive(7, 3).unwrap(), &n).unwrap();
+        let bare = p.to_json_pretty().into_bytes();
+        p.mode = Method::Coherent;
+        (p.max_ratio, p.seed, p.dims, p.samples, p.stress) =
+            (Some(1.0), Some(4), Some(2), Some(2048), Some(0.35));
+        vec![
+            bare,
+            p.to_json_pretty().into_bytes(),
+            serde_json::to_vec(&p).unwrap(),
+        ]
+    }
+
+    fn check(text: &str) {
+        let Ok(p) = TowerPartition::from_json(text) else {
+            return;
+        };
+        let back = TowerPartition::from_json(&p.to_json_pretty())
+            .unwrap_or_else(|e| panic!("a partition that parses does not parse again: {e}"));
+        assert_eq!((back.mode, &back.towers), (p.mode, &p.towers));
+        let n = names();
+        if let Ok(towers) = p.indices(&n) {
+            let mut all: Vec<usize> = towers.concat();
+            all.sort_unstable();
+            assert_eq!(all, (0..n.len()).collect::<Vec<_>>());
+            assert!(towers.iter().all(|t| !t.is_empty()));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn partition_from_json_and_indices(
+            bytes in prop_oneof![
+                4 => mutated(seeds(), TOKENS, 256),
+                1 => arbitrary(ALPHABET, 400),
+            ],
+        ) {
+            check(&String::from_utf8_lossy(&bytes));
+        }
+    }
+}

@@ -5,6 +5,8 @@ mod bench_kernels;
 mod calibrate;
 mod commands;
 mod data_cmds;
+mod partition_cmd;
+mod partition_plot;
 mod plan_cmd;
 mod progress;
 mod simulate;
@@ -34,6 +36,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Plan how to shard the embedding tables over hosts × ranks; writes the plan as JSON.
     Plan(plan_cmd::PlanArgs),
+    /// Group a trained run's sparse features into balanced towers (DMT's Tower Partitioner); writes JSON and SVGs.
+    Partition(partition_cmd::PartitionArgs),
     /// Predict inference or training steps on described hardware, at scale (the performance model).
     Simulate(simulate::SimulateArgs),
     /// Measure this machine (GEMM, memory, collectives) and write a hardware file for the simulator.
@@ -61,6 +65,7 @@ fn main() {
         Some(Command::Preprocess(a)) => data_cmds::preprocess(a),
         Some(Command::Bench(a)) => bench::run(a),
         Some(Command::Plan(a)) => plan_cmd::run(a),
+        Some(Command::Partition(a)) => partition_cmd::run(a),
         Some(Command::Calibrate(a)) => calibrate::run(a),
         None => {
             use clap::CommandFactory;
