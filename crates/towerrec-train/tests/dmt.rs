@@ -318,3 +318,32 @@ fn flops_per_sample_are_counted_as_the_paper_counts_them() {
     // 512); top 32→16→1 (1056).
     assert_eq!(count(DLRM_TOWERS), 256 + 384 + 256 + 512 + 1056);
 }
+
+#[test]
+fn towers_can_come_from_a_partition_file() {
+    let dir = std::env::temp_dir().join(format!("towerrec-dmt-file-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("partition.json");
+    let json = r#"{"mode":"coherent","towers":[["C2","C5"],["C1","C3","C4"]]}"#;
+    std::fs::write(&file, json).unwrap();
+    let towers = format!(
+        "[model.towers]\nmodule = \"dlrm\"\nfile = {:?}\nd = 4\nc = 1\np = 1",
+        file.display().to_string()
+    );
+    let cfg = config("dlrm", &towers);
+    let t = cfg.model.towers.as_ref().expect("towers");
+    let want: Vec<Vec<String>> = vec![
+        vec!["C2".into(), "C5".into()],
+        vec!["C1".into(), "C3".into(), "C4".into()],
+    ];
+    assert_eq!(t.features.as_ref(), Some(&want));
+    let missing = towers.replace("partition.json", "nowhere.json");
+    let err = Config::from_toml(&config_text("dlrm", &missing), "test", Path::new("."))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("model.towers.file") && err.contains("nowhere.json"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}

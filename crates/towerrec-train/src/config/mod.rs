@@ -194,6 +194,14 @@ impl Config {
         })?;
         cfg.base_dir = base_dir.to_path_buf();
         cfg.origin = origin.to_string();
+        if let Some(towers) = &mut cfg.model.towers {
+            towers
+                .read_file(base_dir)
+                .map_err(|message| Error::Config {
+                    file: origin.to_string(),
+                    message,
+                })?;
+        }
         cfg.validate_static().map_err(|message| Error::Config {
             file: origin.to_string(),
             message,

@@ -7,6 +7,7 @@
 //! module = "dlrm"   # dlrm (Listing 1), dcn (Listing 2) or identity (pass-through)
 //! count = 2         # towers: table i in tower i mod count (the paper's naive split)
 //! # features = [["C1", "C3"], ["C2", "C4"]]   # or the towers by name, every table once
+//! # file = "partition.json"  # or the towers `towerrec partition` wrote (read on load)
 //! d = 8             # D: width of the module's output vectors
 //! c = 1             # dlrm: c·D outputs per feature
 //! p = 0             # dlrm: p·D outputs from the whole tower
@@ -36,6 +37,10 @@ pub struct TowersConfig {
     /// The towers by table name (exclusive with `count`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub features: Option<Vec<Vec<String>>>,
+    /// A partition file written by `towerrec partition`, relative to the config; read
+    /// into `features` when the config is loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<std::path::PathBuf>,
     /// D: width of the output vectors (dlrm, dcn); for DLRM also the bottom MLP's output.
     #[serde(default)]
     pub d: usize,
@@ -91,6 +96,23 @@ impl TowersConfig {
             (None, Some(t)) => Ok(towerrec_plan::planners::strided_towers(names.len(), t)),
             (Some(towers), None) => by_name(towers, names),
         }
+    }
+
+    /// Reads `file` (relative to `base`) into `features`.
+    pub(super) fn read_file(&mut self, base: &std::path::Path) -> std::result::Result<(), String> {
+        let Some(file) = self.file.take() else {
+            return Ok(());
+        };
+        if self.features.is_some() || self.count.is_some() {
+            return Err("model.towers: give one of count, features and file".into());
+        }
+        let path = base.join(&file);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("model.towers.file {}: {e}", path.display()))?;
+        let partition = towerrec_plan::partition::TowerPartition::from_json(&text)
+            .map_err(|e| format!("model.towers.file {}: {e}", path.display()))?;
+        self.features = Some(partition.towers);
+        Ok(())
     }
 
     /// Checks what does not depend on the data.
