@@ -4,13 +4,15 @@
 //! AllReduce is a ReduceScatter followed by an AllGather, each one direct exchange. So
 //! every backend gives the same bits, and the bytes counted are exactly the bytes sent:
 //! AllReduce of `n` elements on `p` ranks sends `2·(p−1)/p·n` elements per rank, the
-//! bandwidth-optimal volume (scale-in paper §IV-D).
+//! bandwidth-optimal volume (scale-in paper §IV-D). On several hosts of several ranks,
+//! [`crate::HierarchicalAllReduce`] sends `L` (ranks per host) times fewer of those bytes
+//! across hosts, at the price of a different summation order.
 
 use crate::backend::{Backend, RecvBuf};
 use crate::error::{Error, Result};
 use crate::topology::Topology;
 use crate::traffic::{Phase, RankTraffic};
-use crate::watchdog::{Activity, Op};
+use crate::watchdog::{Activity, Entered, Op};
 use std::sync::{Arc, Mutex};
 
 /// A value collectives can move and sum: plain numbers.
@@ -198,7 +200,7 @@ impl Comm {
 
     /// [`Comm::reduce_scatter`] into `out`, with `scratch` for what arrives (both
     /// resized; their allocations are reused).
-    fn reduce_scatter_into<T: Element>(
+    pub(crate) fn reduce_scatter_into<T: Element>(
         &self,
         send: &[T],
         counts: &[usize],
@@ -225,7 +227,9 @@ impl Comm {
         Ok(())
     }
 
-    /// Sums `buf` over the ranks, in place, the same bits on every rank.
+    /// Sums `buf` over the ranks, in place, the same bits on every rank: every element
+    /// is the sum of the ranks' values in group-rank order. (For the topology-aware
+    /// version, see [`crate::HierarchicalAllReduce`].)
     pub fn all_reduce<T: Element>(&self, buf: &mut [T], phase: Phase) -> Result<()> {
         self.all_reduce_with(buf, &mut (Vec::new(), Vec::new()), phase)
     }
@@ -246,28 +250,49 @@ impl Comm {
         let counts = even_split(buf.len(), p);
         let (arrived, mine) = scratch;
         self.reduce_scatter_into(buf, &counts, arrived, mine, phase)?;
+        self.all_gather_chunks(mine, buf, &counts, "all_reduce", phase)
+    }
+
+    /// The AllGather that ends an AllReduce: every rank's `mine` (chunk `r` of
+    /// `counts[r]` elements on group rank `r`), concatenated in rank order, straight
+    /// into `buf` (the chunks tile it). `op` names the collective in errors.
+    pub(crate) fn all_gather_chunks<T: Element>(
+        &self,
+        mine: &[T],
+        buf: &mut [T],
+        counts: &[usize],
+        op: &str,
+        phase: Phase,
+    ) -> Result<()> {
+        let _watch = self.activity.enter(Op::AllGather, Some(phase));
         let size = std::mem::size_of::<T>();
         {
             let mut t = self.traffic.lock().expect("traffic lock");
-            for r in 0..p {
+            for r in 0..self.size() {
                 t.record(
                     phase,
                     self.world_rank_of(r),
-                    std::mem::size_of_val(&mine[..]) as u64,
+                    std::mem::size_of_val(mine) as u64,
                 );
             }
         }
         let mut into = Exact(bytemuck::cast_slice_mut::<T, u8>(buf), Vec::new());
         let from = self
             .backend
-            .all_gather_v(bytemuck::cast_slice(&mine[..]), &mut into)?;
+            .all_gather_v(bytemuck::cast_slice(mine), &mut into)?;
         let from: Vec<usize> = from.into_iter().map(|b| b / size).collect();
         if from != counts {
             return Err(Error::Mismatch(format!(
-                "all_reduce: expected chunks {counts:?}, got {from:?}"
+                "{op}: expected chunks {counts:?}, got {from:?}"
             )));
         }
         Ok(())
+    }
+
+    /// Marks this rank as inside `op` (for the watchdog) until the guard drops; for
+    /// collectives built outside this file from the ones here.
+    pub(crate) fn enter(&self, op: Op, phase: Option<Phase>) -> Entered<'_> {
+        self.activity.enter(op, phase)
     }
 
     /// Copies `root`'s `buf` to every rank (resizing theirs).

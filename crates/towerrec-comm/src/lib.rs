@@ -4,6 +4,9 @@
 //! - [`Topology`]: hosts × ranks per host, intra-host and peer groups (DMT §3.1).
 //! - [`Comm`]: AlltoAllv, AllReduce, ReduceScatter, AllGather, Broadcast, Barrier and
 //!   splits, for f32/f64 and integer payloads, over a [`Backend`].
+//! - [`HierarchicalAllReduce`]: the topology-aware AllReduce (intra-host ReduceScatter,
+//!   peer AllReduce, intra-host AllGather), its sub-communicators made once; `L` times
+//!   fewer cross-host bytes than [`Comm::all_reduce`] on `L` ranks per host.
 //! - Backends: in-process threads ([`run_in_process`], the default) and MPI (feature
 //!   `mpi`: `init_mpi`, `MpiSession`, `MpiBackend`; see the `mpi` module).
 //! - [`RankTraffic`] / [`ClusterTraffic`]: bytes by phase, source and destination,
@@ -17,6 +20,7 @@
 mod backend;
 mod comm;
 mod error;
+mod hierarchical;
 mod inprocess;
 #[cfg(feature = "mpi")]
 pub mod mpi;
@@ -35,6 +39,7 @@ pub use self::mpi::{init_mpi, init_mpi_with, MpiBackend, MpiSession, RANKS_PER_H
 pub use backend::{Backend, RecvBuf};
 pub use comm::{even_split, Comm, Element};
 pub use error::{Error, Result};
+pub use hierarchical::HierarchicalAllReduce;
 pub use inprocess::{run_in_process, run_in_process_with, InProcess, WorkerFailure};
 pub use selftest::{selftest, SelfTestReport};
 pub use stderr::print_line;

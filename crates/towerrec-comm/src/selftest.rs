@@ -3,7 +3,9 @@
 //! [`selftest`] runs AlltoAllv (varied counts, zeros included), AllReduce (values whose
 //! float sum depends on the order), ReduceScatter (uneven chunks), AllGather (a
 //! different size on every rank), Broadcast, Barrier, splits into intra-host, peer and
-//! custom groups with collectives on each, and `check_same`, on f32, u64 and i64
+//! custom groups with collectives on each, the [`HierarchicalAllReduce`] on the world,
+//! a host, the peers and the custom groups (or its refusal of a group that is not the
+//! same number of ranks on every host), and `check_same`, on f32, u64 and i64
 //! payloads. Every rank recomputes what it must receive and fails with
 //! [`Error::Mismatch`] on any difference; it also hashes every result's bits, so two
 //! backends (in-process threads and MPI, say) that agree give the same
@@ -11,7 +13,9 @@
 
 use crate::comm::{Comm, Element};
 use crate::error::{Error, Result};
+use crate::hierarchical::HierarchicalAllReduce;
 use crate::traffic::{Bytes, Phase};
+use std::collections::BTreeMap;
 
 /// What one rank's self-test produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +73,14 @@ pub fn selftest(world: &Comm) -> Result<SelfTestReport> {
     let half = host.split(host.rank() % 2, host.rank())?;
     h.members(&half);
     exercise::<i64>(&half, 501, &mut h)?;
+
+    // The hierarchical AllReduce on groups of every shape: the world, one host, one
+    // rank per host, and the parity groups (whose rank order is not the host order;
+    // on some topologies they are not the same number of ranks on every host).
+    for (g, salt) in [(world, 601), (&host, 611), (&peers, 621), (&parity, 631)] {
+        hierarchical::<f32>(g, salt, &mut h)?;
+        hierarchical::<u64>(g, salt + 1, &mut h)?;
+    }
 
     world.check_same("selftest version", 0x5e1f_7e57)?;
     let differ = world.check_same("world rank", world.rank() as u64);
@@ -144,6 +156,86 @@ fn rank_sum<T: Value>(salt: u64, what: u64, p: usize, n: usize) -> Vec<T> {
         }
     }
     sum
+}
+
+/// Group `g`'s `values(seed(salt, what, r, 0), n)` of every group rank `r`, summed
+/// as [`HierarchicalAllReduce`] documents: on each host in local-rank order, then over
+/// the hosts in host order. `None` if `g` is not the same number of ranks on every host.
+fn host_then_peer_sum<T: Value>(g: &Comm, salt: u64, what: u64, n: usize) -> Option<Vec<T>> {
+    let t = g.topology();
+    let mut by_host: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new();
+    for r in 0..g.size() {
+        let w = g.world_rank_of(r);
+        by_host
+            .entry(t.host_of(w))
+            .or_default()
+            .push((t.local_rank(w), r));
+    }
+    let per_host = by_host.values().next().map_or(0, Vec::len);
+    if by_host.values().any(|m| m.len() != per_host) {
+        return None;
+    }
+    let add = |sum: &mut Vec<T>, v: Vec<T>| {
+        for (s, x) in sum.iter_mut().zip(v) {
+            *s = *s + x;
+        }
+    };
+    let mut total: Option<Vec<T>> = None;
+    for mut members in by_host.into_values() {
+        members.sort_unstable();
+        let mut host_sum: Option<Vec<T>> = None;
+        for (_, r) in members {
+            let v = values::<T>(seed(salt, what, r, 0), n);
+            match &mut host_sum {
+                None => host_sum = Some(v),
+                Some(s) => add(s, v),
+            }
+        }
+        let host_sum = host_sum.unwrap_or_default();
+        match &mut total {
+            None => total = Some(host_sum),
+            Some(s) => add(s, host_sum),
+        }
+    }
+    total
+}
+
+/// The hierarchical AllReduce of group `g` on payload `T`, checked against its
+/// documented order and hashed, for several lengths (empty, shorter than the group,
+/// uneven chunks) with one reducer; or its refusal of a group it cannot serve.
+fn hierarchical<T: Value>(g: &Comm, salt: u64, h: &mut Fnv) -> Result<()> {
+    let me = g.rank();
+    let lengths = [(70, 0), (71, 1), (72, g.size().saturating_sub(1)), (73, 37)];
+    // Whether the group is the same number of ranks on every host (the sum exists).
+    let regular = host_then_peer_sum::<T>(g, salt, 0, 0).is_some();
+    match HierarchicalAllReduce::<T>::new(g) {
+        Ok(mut reducer) if regular => {
+            h.word(1);
+            h.word(reducer.hosts() as u64);
+            h.word(reducer.ranks_per_host() as u64);
+            for (what, n) in lengths {
+                let mut buf = values::<T>(seed(salt, what, me, 0), n);
+                reducer.all_reduce(&mut buf, Phase::DenseGradSync)?;
+                let want = host_then_peer_sum::<T>(g, salt, what, n).unwrap_or_default();
+                expect_eq("hierarchical all_reduce", &buf, &want)?;
+                h.values(&buf);
+            }
+        }
+        Err(Error::Usage { .. }) if !regular => h.word(0),
+        other => {
+            return Err(Error::Mismatch(format!(
+                "selftest: hierarchical all_reduce on a group of world ranks {:?}: {}",
+                (0..g.size())
+                    .map(|r| g.world_rank_of(r))
+                    .collect::<Vec<_>>(),
+                match other {
+                    Ok(_) => "accepted a group of uneven hosts".to_string(),
+                    Err(e) => format!("refused with {e}"),
+                }
+            )))
+        }
+    }
+    g.barrier()
 }
 
 fn expect_eq<T: Value>(what: &str, got: &[T], want: &[T]) -> Result<()> {

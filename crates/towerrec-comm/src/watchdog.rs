@@ -105,10 +105,11 @@ pub(crate) enum Op {
     Barrier,
     Split,
     CheckSame,
+    HierarchicalAllReduce,
 }
 
 impl Op {
-    const ALL: [Op; 8] = [
+    const ALL: [Op; 9] = [
         Op::AllToAllV,
         Op::AllGather,
         Op::ReduceScatter,
@@ -117,6 +118,7 @@ impl Op {
         Op::Barrier,
         Op::Split,
         Op::CheckSame,
+        Op::HierarchicalAllReduce,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -129,6 +131,7 @@ impl Op {
             Op::Barrier => "barrier",
             Op::Split => "split",
             Op::CheckSame => "check_same",
+            Op::HierarchicalAllReduce => "hierarchical_all_reduce",
         }
     }
 

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use towerrec_comm::{
-    run_in_process_with, Comm, Error, Phase, Stall, Topology, Watchdog, WorkerFailure,
+    run_in_process_with, Comm, Error, HierarchicalAllReduce, Phase, Stall, Topology, Watchdog,
+    WorkerFailure,
 };
 
 fn two_by_two() -> Topology {
@@ -91,6 +92,10 @@ fn stall_of(op: &str, group: &str) -> Stall {
                 _ => Some(comm.peers()?),
             };
             let g = sub.as_ref().unwrap_or(&comm);
+            let mut hierarchical = match op {
+                "hierarchical_all_reduce" => Some(HierarchicalAllReduce::new(g)?),
+                _ => None,
+            };
             if comm.rank() == 1 {
                 let start = Instant::now();
                 while !released.load(Ordering::SeqCst) && start.elapsed().as_secs() < 30 {
@@ -107,6 +112,10 @@ fn stall_of(op: &str, group: &str) -> Stall {
                     .reduce_scatter(&v, &vec![2; p], Phase::SparseGradSync)
                     .map(drop),
                 "all_reduce" => g.all_reduce(&mut v, Phase::DenseGradSync),
+                "hierarchical_all_reduce" => match &mut hierarchical {
+                    Some(h) => h.all_reduce(&mut v, Phase::DenseGradSync),
+                    None => unreachable!("made above"),
+                },
                 "broadcast" => g.broadcast(&mut v, 0, Phase::Control),
                 "barrier" => g.barrier(),
                 "split" => g.split(0, g.rank()).map(drop),
@@ -154,6 +163,28 @@ fn every_collective_on_every_group_is_watched() {
             assert_eq!(s.silent, Some(vec![1]), "{case}");
             assert!(reporters.contains(&s.rank), "{case}");
         }
+    }
+}
+
+#[test]
+fn the_hierarchical_all_reduce_is_watched_under_its_own_name() {
+    // On the world, rank 0 waits for rank 1 on their host and rank 3 for it among
+    // their peers, but rank 2 waits for rank 0 among its peers: whichever reports first.
+    for (group, reporters) in [
+        ("world", &[(0, 1), (2, 0), (3, 1)][..]),
+        ("intra_host", &[(0, 1)][..]),
+        ("peers", &[(3, 1)][..]),
+    ] {
+        let s = stall_of("hierarchical_all_reduce", group);
+        let case = format!("on {group}: {s}");
+        assert_eq!(s.collective, "hierarchical_all_reduce", "{case}");
+        assert_eq!(s.phase, Some(Phase::DenseGradSync), "{case}");
+        assert_eq!(s.step, 3, "{case}");
+        let silent = s.silent.as_deref().unwrap_or(&[]);
+        assert!(
+            reporters.iter().any(|&(r, w)| r == s.rank && silent == [w]),
+            "{case}"
+        );
     }
 }
 
