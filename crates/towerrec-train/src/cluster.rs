@@ -128,7 +128,7 @@ pub fn train_rank(
     comm.check_same("the plan", fingerprint(&plan.to_json_pretty()))?;
     let data_schema = schema(&cfg.data, &cfg.base_dir)?;
     cfg.validate_against(&data_schema)?;
-    let model = Model::build_sharded(
+    let mut model = Model::build_sharded(
         &cfg.model,
         &cfg.optimizer,
         &data_schema,
@@ -136,6 +136,7 @@ pub fn train_rank(
         comm,
         plan,
     )?;
+    model.set_dense_sync(cfg.cluster.dense_sync);
     train_model(cfg, opts, model, observer)
 }
 

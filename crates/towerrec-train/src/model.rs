@@ -22,8 +22,9 @@ use crate::times::lap;
 use crate::towers::ModelTowers;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
 use std::time::Instant;
-use towerrec_comm::{Comm, Phase};
+use towerrec_comm::{Comm, HierarchicalAllReduce, Phase};
 use towerrec_core::embedding::{EmbeddingBag, SparseOptimizer};
 use towerrec_core::layers::activation::Activation;
 use towerrec_core::layers::crossnet::CrossNet;
@@ -557,6 +558,12 @@ impl Model {
         flops + towers.map_or(0, |t| t.counts().1 as u64)
     }
 
+    /// How the dense gradients are summed over the world (default hierarchical). Every
+    /// rank must choose the same, before the first step.
+    pub fn set_dense_sync(&mut self, mode: DenseSync) {
+        self.grad_sync.mode = mode;
+    }
+
     /// A DMT model's Tower Modules: their parameters and forward FLOPs per sample.
     pub fn tower_counts(&self) -> Option<(usize, usize)> {
         self.towers.as_ref().map(ModelTowers::counts)
@@ -691,6 +698,24 @@ fn prefixed<'a>(
 struct GradSync {
     flat: Vec<f32>,
     scratch: (Vec<f32>, Vec<f32>),
+    /// How the world's dense gradients are summed.
+    mode: DenseSync,
+    /// The hierarchical all-reduce over the world, made at the first step (a collective
+    /// every rank reaches at the same point).
+    hier: Option<HierarchicalAllReduce<f32>>,
+}
+
+/// How the dense gradients are summed over the world (`[cluster] dense_sync`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DenseSync {
+    /// Intra-host reduce-scatter, peer all-reduce, intra-host all-gather: the
+    /// cross-host bytes fall by the ranks per host (summed host by host, then over the
+    /// hosts in host order: deterministic, and the same bits on both backends).
+    #[default]
+    Hierarchical,
+    /// One reduce-scatter and all-gather over the whole world (summed in rank order).
+    Flat,
 }
 
 /// Sums the dense gradients of the parameters `which` selects over the ranks of `comm`
@@ -707,7 +732,17 @@ fn all_reduce_grads(
     for (_, p) in params.iter().enumerate().filter(|(i, _)| which(*i)) {
         flat.extend_from_slice(p.grad);
     }
-    comm.all_reduce_with(flat, &mut sync.scratch, phase)?;
+    let world = comm.size() == comm.topology().world_size();
+    if world && phase == Phase::DenseGradSync && sync.mode == DenseSync::Hierarchical {
+        if sync.hier.is_none() {
+            sync.hier = Some(HierarchicalAllReduce::new(comm)?);
+        }
+        if let Some(hier) = sync.hier.as_mut() {
+            hier.all_reduce(flat, phase)?;
+        }
+    } else {
+        comm.all_reduce_with(flat, &mut sync.scratch, phase)?;
+    }
     let mut at = 0;
     for (_, p) in params.iter_mut().enumerate().filter(|(i, _)| which(*i)) {
         let n = p.grad.len();

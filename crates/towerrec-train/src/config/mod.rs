@@ -147,6 +147,10 @@ pub struct ClusterConfig {
     /// default: the greedy planner's plan for this model and cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<PathBuf>,
+    /// How dense gradients are summed over the ranks: `hierarchical` (default; the
+    /// cross-host bytes fall by the ranks per host) or `flat`.
+    #[serde(default)]
+    pub dense_sync: crate::model::DenseSync,
 }
 
 impl Default for ClusterConfig {
@@ -155,6 +159,7 @@ impl Default for ClusterConfig {
             hosts: 1,
             ranks_per_host: 1,
             plan: None,
+            dense_sync: crate::model::DenseSync::default(),
         }
     }
 }
