@@ -24,7 +24,8 @@ pub struct LineChart {
     pub log_x: bool,
 }
 
-const COLORS: [RGBColor; 8] = [
+/// The colours of series, in order (matplotlib's first eight).
+pub const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -116,7 +117,7 @@ where
         .y_label_formatter(&|y| short(*y))
         .draw()?;
     for (i, s) in chart.series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
+        let color = PALETTE[i % PALETTE.len()];
         c.draw_series(LineSeries::new(
             s.points.iter().copied(),
             color.stroke_width(2),
@@ -194,7 +195,7 @@ fn draw_stacked(
         .y_label_formatter(&|y| format!("{:.0}%", y * 100.0))
         .draw()?;
     for k in 0..parts.len() {
-        let color = COLORS[k % COLORS.len()];
+        let color = PALETTE[k % PALETTE.len()];
         let rects = bars.iter().enumerate().map(|(i, b)| {
             let total: f64 = b.parts.iter().sum::<f64>().max(f64::MIN_POSITIVE);
             let below: f64 = b.parts[..k].iter().sum::<f64>() / total;
@@ -216,7 +217,7 @@ fn draw_stacked(
 
 fn draw_legend(area: &DrawingArea<SVGBackend, Shift>, parts: &[&str]) -> DrawResult {
     for (k, name) in parts.iter().enumerate() {
-        let color = COLORS[k % COLORS.len()];
+        let color = PALETTE[k % PALETTE.len()];
         let y = 60 + 24 * k as i32;
         area.draw(&Rectangle::new([(8, y - 6), (20, y + 6)], color.filled()))?;
         area.draw(&Text::new(

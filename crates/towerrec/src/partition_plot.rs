@@ -8,23 +8,13 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
 use towerrec_plan::partition::{Embedding, Matrix};
+use towerrec_sim::plot::PALETTE;
 
 /// Beyond this many features a side the heatmap shows block means, not single pairs
 /// (a cell per pair of a thousand features would be a million SVG rectangles).
 const MAX_CELLS: usize = 200;
 /// Up to this many features their names are written.
 const MAX_NAMES: usize = 64;
-
-const PALETTE: [RGBColor; 8] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-];
 
 /// Tower `t` of `n`: the palette for a few towers, hues around the circle for more.
 fn tower_color(t: usize, n: usize) -> RGBColor {
