@@ -11,6 +11,7 @@
 pub use crate::embeddings::Embeddings;
 pub use crate::times::PhaseTimes;
 
+use crate::config::DenseSync;
 use crate::config::{ModelConfig, ModelKind, OptimizerConfig};
 use crate::error::{Error, Result};
 use crate::init::TableInit;
@@ -22,7 +23,6 @@ use crate::times::lap;
 use crate::towers::ModelTowers;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use serde::{Deserialize, Serialize};
 use std::time::Instant;
 use towerrec_comm::{Comm, HierarchicalAllReduce, Phase};
 use towerrec_core::embedding::{EmbeddingBag, SparseOptimizer};
@@ -703,19 +703,6 @@ struct GradSync {
     /// The hierarchical all-reduce over the world, made at the first step (a collective
     /// every rank reaches at the same point).
     hier: Option<HierarchicalAllReduce<f32>>,
-}
-
-/// How the dense gradients are summed over the world (`[cluster] dense_sync`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DenseSync {
-    /// Intra-host reduce-scatter, peer all-reduce, intra-host all-gather: the
-    /// cross-host bytes fall by the ranks per host (summed host by host, then over the
-    /// hosts in host order: deterministic, and the same bits on both backends).
-    #[default]
-    Hierarchical,
-    /// One reduce-scatter and all-gather over the whole world (summed in rank order).
-    Flat,
 }
 
 /// Sums the dense gradients of the parameters `which` selects over the ranks of `comm`

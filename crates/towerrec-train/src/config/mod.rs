@@ -150,7 +150,20 @@ pub struct ClusterConfig {
     /// How dense gradients are summed over the ranks: `hierarchical` (default; the
     /// cross-host bytes fall by the ranks per host) or `flat`.
     #[serde(default)]
-    pub dense_sync: crate::model::DenseSync,
+    pub dense_sync: DenseSync,
+}
+
+/// How the dense gradients are summed over the world (`[cluster] dense_sync`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DenseSync {
+    /// Intra-host reduce-scatter, peer all-reduce, intra-host all-gather: the
+    /// cross-host bytes fall by the ranks per host (summed host by host, then over the
+    /// hosts in host order: deterministic, and the same bits on both backends).
+    #[default]
+    Hierarchical,
+    /// One reduce-scatter and all-gather over the whole world (summed in rank order).
+    Flat,
 }
 
 impl Default for ClusterConfig {
@@ -159,7 +172,7 @@ impl Default for ClusterConfig {
             hosts: 1,
             ranks_per_host: 1,
             plan: None,
-            dense_sync: crate::model::DenseSync::default(),
+            dense_sync: DenseSync::default(),
         }
     }
 }
