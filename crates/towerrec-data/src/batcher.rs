@@ -22,6 +22,19 @@ pub fn next_batch(stream: &mut dyn RecordStream, batch_size: usize) -> Result<Op
     assemble(stream, &records).map(Some)
 }
 
+/// The next `n` records (fewer at the end of the stream) as one batch, empty when the
+/// stream has none left or `n` is 0: a cluster rank's slice of a global batch.
+pub fn read_records(stream: &mut dyn RecordStream, n: usize) -> Result<Batch> {
+    let mut records = Vec::with_capacity(n.min(1 << 16));
+    while records.len() < n {
+        match stream.next_record()? {
+            Some(r) => records.push(r),
+            None => break,
+        }
+    }
+    assemble(stream, &records)
+}
+
 fn assemble(stream: &dyn RecordStream, records: &[Record]) -> Result<Batch> {
     let schema = stream.schema();
     let (b, d, f) = (records.len(), schema.num_dense(), schema.num_sparse());

@@ -20,7 +20,7 @@ pub mod source;
 pub mod synthetic;
 pub mod text;
 
-pub use batcher::next_batch;
+pub use batcher::{next_batch, read_records};
 pub use binary::{estimated_size, write_binary, BinaryDataset, BinaryStream, BinaryWriter};
 pub use criteo::CriteoReader;
 pub use csv_schema::{CsvReader, CsvSchema, DenseColumn, DenseTransform, LabelSpec, SparseColumn};

@@ -77,6 +77,20 @@ pub trait RecordStream: Send {
     fn next_record(&mut self) -> Result<Option<Record>>;
     /// Rows skipped so far as malformed.
     fn skipped(&self) -> u64;
+    /// How many records are left, where the stream knows it without reading them.
+    fn remaining(&self) -> Option<u64> {
+        None
+    }
+    /// Passes over the next `n` records (fewer at the end) and returns how many it passed
+    /// over. Streams that can jump ahead without building the records override it: a
+    /// cluster rank reads its own slice of every global batch and passes over the rest.
+    fn skip_records(&mut self, n: u64) -> Result<u64> {
+        let mut passed = 0;
+        while passed < n && self.next_record()?.is_some() {
+            passed += 1;
+        }
+        Ok(passed)
+    }
 }
 
 impl<S: RecordStream + ?Sized> RecordStream for Box<S> {
@@ -88,6 +102,12 @@ impl<S: RecordStream + ?Sized> RecordStream for Box<S> {
     }
     fn skipped(&self) -> u64 {
         (**self).skipped()
+    }
+    fn remaining(&self) -> Option<u64> {
+        (**self).remaining()
+    }
+    fn skip_records(&mut self, n: u64) -> Result<u64> {
+        (**self).skip_records(n)
     }
 }
 

@@ -531,6 +531,17 @@ impl RecordStream for SyntheticStream {
     fn skipped(&self) -> u64 {
         0
     }
+
+    fn remaining(&self) -> Option<u64> {
+        Some(self.range.end - self.range.start)
+    }
+
+    /// Sample `i` depends on `i` alone, so passing over samples costs nothing.
+    fn skip_records(&mut self, n: u64) -> Result<u64> {
+        let passed = n.min(self.range.end - self.range.start);
+        self.range.start += passed;
+        Ok(passed)
+    }
 }
 
 #[cfg(test)]
@@ -578,6 +589,24 @@ mod tests {
             }
         }
         0.5 * (lo + hi)
+    }
+
+    #[test]
+    fn skipping_passes_over_exactly_the_records_reading_would() {
+        let cfg = SyntheticConfig::criteo_like(50, 3, PoolingFactor::Fixed(2), 1.05);
+        let mut read = SyntheticStream::new(&cfg, 3..20).unwrap();
+        let mut skip = SyntheticStream::new(&cfg, 3..20).unwrap();
+        assert_eq!(skip.remaining(), Some(17));
+        for _ in 0..5 {
+            read.next_record().unwrap();
+        }
+        assert_eq!(skip.skip_records(5).unwrap(), 5);
+        assert_eq!(skip.remaining(), Some(12));
+        assert_eq!(skip.next_record().unwrap(), read.next_record().unwrap());
+        // At the end it passes over what is left and says how much that was.
+        assert_eq!(skip.skip_records(100).unwrap(), 11);
+        assert_eq!(skip.remaining(), Some(0));
+        assert_eq!(skip.next_record().unwrap(), None);
     }
 
     #[test]

@@ -3,9 +3,9 @@
 use crate::error::{Error, Result};
 use crate::forward::{default_group, PipelinedForward};
 use crate::model::Model;
-use crate::prefetch::{Prefetcher, ReadCounts};
+use crate::prefetch::{Prefetcher, ReadCounts, Share};
 use crate::ranks::rank_slice;
-use crate::trainer::check_read;
+use crate::read_check::check_read;
 use std::borrow::Cow;
 use towerrec_comm::{Comm, Phase};
 use towerrec_core::layers::activation::sigmoid;
@@ -54,7 +54,9 @@ pub fn score(
     stream: Box<dyn RecordStream>,
     batch_size: usize,
 ) -> Result<Scored> {
-    let mut reader = Prefetcher::start(stream, batch_size, 0, 2);
+    // Every rank needs every label (the metrics are the global batch's), so it reads
+    // whole batches.
+    let mut reader = Prefetcher::start(stream, batch_size, 0, 2, Share::Whole);
     let mut probs = Vec::new();
     let mut labels = Vec::new();
     let (rank, world) = model.comm().map_or((0, 1), |c| (c.rank(), c.size()));
@@ -72,7 +74,7 @@ pub fn score(
         Ok(())
     };
     while let Some(batch) = reader.next() {
-        let global = batch?;
+        let global = batch?.batch;
         labels.extend_from_slice(&global.labels);
         let mine = match rank_slice(&global, rank, world) {
             Cow::Borrowed(_) => Cow::Owned(global),

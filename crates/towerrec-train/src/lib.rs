@@ -17,6 +17,7 @@ pub mod memory;
 pub mod model;
 mod prefetch;
 mod ranks;
+mod read_check;
 mod report;
 pub mod rundir;
 pub mod sharded;

@@ -109,7 +109,7 @@ impl Model {
     /// Builds this rank's part of a model whose tables are spread over the ranks of
     /// `comm` by `plan` (validated by the caller). Every rank starts from the values
     /// [`Model::build`] gives. Ranks of an in-process cluster must each run in their own
-    /// rayon pool ([`crate::cluster::run_ranks`]).
+    /// rayon pool (`cluster::run_ranks`).
     pub fn build_sharded(
         cfg: &ModelConfig,
         opt: &OptimizerConfig,
@@ -254,7 +254,7 @@ impl Model {
     /// DLRM's table lookups (memory-bound) and bottom MLP (compute-bound) are
     /// independent and run side by side; their phase times then overlap. To score a
     /// stream of batches faster, overlap consecutive batches with
-    /// [`PipelinedForward`](crate::forward::PipelinedForward).
+    /// `forward::PipelinedForward`.
     pub fn forward(&mut self, batch: &Batch, logits: &mut Vec<f32>) -> Result<()> {
         let (mut front, mut back, (features, bottom_out), times) = self.forward_parts();
         let bottom_outs = match bottom_out {

@@ -1,5 +1,5 @@
 //! A model's ranks: the slice of every global batch a rank trains on, and sums over
-//! the ranks (the cluster's data-parallel arithmetic; see [`crate::cluster`]).
+//! the ranks (the cluster's data-parallel arithmetic; see `cluster.rs`).
 
 use crate::error::Result;
 use crate::model::Model;

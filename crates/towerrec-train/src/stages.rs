@@ -1,7 +1,7 @@
 //! The two halves of a model's forward, as stages that borrow the model's parts: the
 //! *front* (table lookups and, for DLRM, the bottom MLP) and the *back* (interaction
 //! and top MLP). [`crate::Model::forward`] runs them one after the other;
-//! [`crate::forward::PipelinedForward`] overlaps consecutive groups of batches.
+//! `forward::PipelinedForward` overlaps consecutive groups of batches.
 
 use crate::embeddings::Embeddings;
 use crate::error::Result;

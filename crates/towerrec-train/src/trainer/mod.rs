@@ -1,6 +1,6 @@
 //! The training loop: batches in, fused forward/backward/update, periodic evaluation,
 //! the metrics log, checkpoints and resume; in one process, or as one rank of a cluster
-//! (each rank trains on its slice of every global batch; see [`crate::cluster`]).
+//! (each rank trains on its slice of every global batch; see `cluster.rs`).
 //!
 //! Outputs in the run directory (written by rank 0): `config.toml` (the resolved config), `metrics.jsonl`
 //! (one JSON object per logged step and per evaluation), `checkpoint.safetensors` and,
@@ -11,7 +11,7 @@ mod evaluation;
 mod log;
 mod run;
 
-pub use checks::check_read;
+pub use crate::read_check::check_read;
 pub use run::{finished, train_model};
 
 use crate::config::{Config, ModelKind};
@@ -121,26 +121,39 @@ pub fn train(cfg: &Config, opts: &TrainOptions, observer: &mut dyn Observer) -> 
 pub fn train_step(
     model: &mut Model,
     global: &Batch,
-    (dense_lr, sparse_lr): (f32, f32),
+    lrs: (f32, f32),
     logits: &mut Vec<f32>,
     grad: &mut Vec<f32>,
 ) -> Result<f64> {
     let (rank, world) = model.comm().map_or((0, 1), |c| (c.rank(), c.size()));
     let batch = rank_slice(global, rank, world);
-    model.forward(&batch, logits)?;
+    train_step_on_slice(model, &batch, global.batch_size(), lrs, logits, grad)
+}
+
+/// [`train_step`] on this rank's slice `batch` of a global batch of `global_size`
+/// samples (the readers of a cluster run hand each rank its slice).
+pub fn train_step_on_slice(
+    model: &mut Model,
+    batch: &Batch,
+    global_size: usize,
+    (dense_lr, sparse_lr): (f32, f32),
+    logits: &mut Vec<f32>,
+    grad: &mut Vec<f32>,
+) -> Result<f64> {
+    model.forward(batch, logits)?;
     grad.resize(logits.len(), 0.0);
-    let n = global.batch_size().max(1);
+    let n = global_size.max(1);
     let loss_sum = bce_with_logits_sum(logits, &batch.labels, Some(grad));
     if !loss_sum.is_finite() {
         // Before the update: the parameters stay as they were, to be named.
         return Err(Error::NonFinite {
             what: format!("loss ({loss_sum})"),
             place: "a training step".into(),
-            culprit: non_finite_culprit(model, Some(&batch)),
+            culprit: non_finite_culprit(model, Some(batch)),
         });
     }
     let scale = 1.0 / n as f32;
     grad.iter_mut().for_each(|g| *g *= scale);
-    model.backward_update(&batch, logits, grad, dense_lr, sparse_lr)?;
+    model.backward_update(batch, logits, grad, dense_lr, sparse_lr)?;
     Ok(loss_sum / n as f64)
 }

@@ -5,16 +5,17 @@
 //! only then is the run directory changed ([`crate::rundir::begin`]), so a run that
 //! fails at start-up leaves it as it was.
 
-use super::checks::{at, check_read, place};
+use super::checks::{at, place};
 use super::evaluation::evaluate_aside;
 use super::log::{write_json, MetricsLog};
-use super::{train_step, EvalReport, Observer, Silent, StepReport, Summary, TrainOptions};
+use super::{train_step_on_slice, EvalReport, Observer, Silent, StepReport, Summary, TrainOptions};
 use crate::checkpoint::{self, Checkpoint, DataFile, Progress};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::model::Model;
-use crate::prefetch::{Prefetcher, ReadCounts};
+use crate::prefetch::{Prefetcher, ReadCounts, Share};
 use crate::ranks::global_sum;
+use crate::read_check::check_read;
 use crate::report::ClusterReport;
 use crate::rundir::{self, METRICS_FILE, SUMMARY_FILE};
 use std::path::PathBuf;
@@ -231,11 +232,16 @@ impl Run<'_> {
         let cfg = self.cfg;
         let stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir)?;
         let from_start = self.progress.batch_in_epoch == 0;
+        let share = match self.model.comm() {
+            Some(c) => Share::Rank(c.rank(), c.size()),
+            None => Share::Whole,
+        };
         let mut reader = Prefetcher::start(
             stream,
             cfg.train.batch_size,
             self.progress.batch_in_epoch,
             4,
+            share,
         );
         let outcome = self.steps(&mut reader);
         let read = reader.finish();
@@ -272,16 +278,17 @@ impl Run<'_> {
         let (mut logits, mut grad) = (Vec::new(), Vec::new());
         let mut step_start = Instant::now();
         while let Some(batch) = reader.next() {
-            let global = batch?;
+            let fed = batch?;
             let factor = cfg.optimizer.schedule.factor(self.progress.step);
             let lrs = ((dense_lr * factor) as f32, (sparse_lr * factor) as f32);
             let p = self.progress;
             if let Some(comm) = self.model.comm() {
                 comm.set_step(p.step + 1);
             }
-            let loss = train_step(&mut self.model, &global, lrs, &mut logits, &mut grad)
+            let (batch, n) = (&fed.batch, fed.global_size);
+            let loss = train_step_on_slice(&mut self.model, batch, n, lrs, &mut logits, &mut grad)
                 .map_err(|e| at(e, place(p.step + 1, p.epoch, p.batch_in_epoch + 1)))?;
-            let b = global.batch_size() as u64;
+            let b = n as u64;
             self.progress.step += 1;
             self.progress.batch_in_epoch += 1;
             self.progress.samples += b;
