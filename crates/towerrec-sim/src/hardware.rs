@@ -331,7 +331,7 @@ mod tests {
                 "bandwidth_gbs = 0.0 }\nall_reduce",
                 "cross_host.all_to_all.bandwidth_gbs",
             ),
-            ("knee = 768.0", "knee = -768.0", "cross_host.scaling.knee"),
+            ("knee = 512.0", "knee = -512.0", "cross_host.scaling.knee"),
             (
                 "exponent = 1.0",
                 "exponent = nan",

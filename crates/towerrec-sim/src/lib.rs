@@ -6,6 +6,8 @@
 //!   for the scale-in paper's RecSpeed and DGX-2, a DGX-A100 and an H100 cluster.
 //! - [`Workload`]: a DLRM/DCN model's FLOPs and bytes per sample (the paper's Table XII
 //!   DLRM-RM2 as presets).
+//! - [`Towers`]: a DMT model's towers as towerrec builds them (tables per tower, Tower
+//!   Module, hosts per tower) and what SPTT and the modules cost on a cluster.
 //! - [`simulate`]: one inference query or training step, phase by phase, for unsharded
 //!   or fully sharded tables and a flat, SPTT or DMT embedding exchange.
 //! - [`paper`]: the scale-in paper's Tables XVI and XVII, reproduced.
@@ -20,11 +22,14 @@ pub mod paper;
 pub mod plot;
 pub mod scale;
 mod step;
+mod towers;
 mod workload;
 
 pub use collective::{AlphaBeta, Collective, CrossHost, Group, Level, Network, Scaling};
 pub use error::{Error, Result};
 pub use hardware::{Compute, Hardware, SystemTraits};
 pub use memory::{DramTiming, MemorySystem, TimingRef};
-pub use step::{simulate, Exchange, Mode, Phase, Resource, Scenario, Sharding, Step, TowerModules};
-pub use workload::{Interaction, TableGroup, Workload};
+pub use step::{simulate, Exchange, Mode, Phase, Resource, Scenario, Sharding, Step};
+pub use towerrec_core::layers::tower::TowerModuleKind;
+pub use towers::{GroupLoad, TowerCosts, Towers};
+pub use workload::{DenseCounts, Interaction, InteractionInput, TableGroup, Workload};

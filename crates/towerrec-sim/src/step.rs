@@ -14,6 +14,7 @@
 use crate::collective::{Collective, Group};
 use crate::error::{Error, Result};
 use crate::hardware::Hardware;
+use crate::towers::TowerCosts;
 use crate::workload::Workload;
 
 /// Inference (forward only) or a training step (forward, backward, updates).
@@ -34,51 +35,16 @@ pub enum Sharding {
     Sharded,
 }
 
-/// The DMT paper's Tower Modules: what they cost and what they save.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TowerModules {
-    /// Pooled-embedding bytes in ÷ bytes sent across hosts (the paper's CR).
-    pub compression: f64,
-    /// Forward FLOPs per sample of all towers' modules together.
-    pub flops_per_sample: f64,
-    /// Parameters of one tower's module (all-reduced within its host).
-    pub params_per_tower: f64,
-    /// The model's other dense FLOPs with towers ÷ without (the over-arch shrinks when
-    /// it interacts compressed tower outputs: Table 4).
-    pub dense_flops_factor: f64,
-}
-
-impl TowerModules {
-    /// The DMT paper's DLRM towers (§5.2.2: `c = 1, p = 0, D = 64` on dimension-128
-    /// embeddings, so CR = 2) for `workload`: a per-feature linear map N → N/CR. The
-    /// paper's Table 4 gives the whole dense model with towers at 8.95 MFLOPs per trained
-    /// sample against 14.74 without: the rest of the dense model is scaled so that the
-    /// total, towers included, keeps that ratio.
-    pub fn dlrm(workload: &Workload, compression: f64) -> Self {
-        let n = workload.embedding_dim as f64;
-        let d = (n / compression).max(1.0);
-        let flops_per_sample = 2.0 * n * d * workload.num_tables() as f64;
-        let dense = workload.bottom_flops() + workload.interaction_flops() + workload.top_flops();
-        let factor = (8.95 / 14.74 * dense - flops_per_sample) / dense;
-        TowerModules {
-            compression,
-            flops_per_sample,
-            params_per_tower: n * d + d,
-            dense_flops_factor: factor.max(0.05),
-        }
-    }
-}
-
 /// How pooled embeddings travel back to the samples' owners.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Exchange {
     /// One global all-to-all (or reduce-scatter) over every chip.
     Flat,
-    /// SPTT (DMT §3.1): peer permute, intra-host all-to-all, shuffle, and concurrent
-    /// cross-host all-to-alls among each local rank's peers.
-    Sptt,
-    /// SPTT with Tower Modules compressing what crosses hosts (DMT §3.2).
-    Dmt(TowerModules),
+    /// SPTT (DMT §3.1) over towers: peer permute, an all-to-all within each tower
+    /// group, shuffle, and concurrent all-to-alls among each rank's peers; with Tower
+    /// Modules compressing what crosses hosts (DMT §3.2), or pass-through towers (SPTT
+    /// alone). [`Towers::costs`](crate::Towers::costs) gives the figures.
+    Towers(TowerCosts),
 }
 
 /// What to simulate.
@@ -221,22 +187,32 @@ pub fn simulate(workload: &Workload, hw: &Hardware, scenario: Scenario) -> Resul
     let b = workload.batch_per_chip(chips);
     let row = workload.row_bytes() as f64;
     let towers = match scenario.exchange {
-        Exchange::Dmt(t) => {
-            let ok = t.compression >= 1.0
-                && t.dense_flops_factor > 0.0
-                && t.flops_per_sample >= 0.0
-                && [t.compression, t.dense_flops_factor, t.flops_per_sample]
-                    .iter()
-                    .all(|x| x.is_finite());
+        Exchange::Towers(t) => {
+            let ok = t.groups >= 1
+                && t.hosts_per_group >= 1
+                && t.groups * t.hosts_per_group == hw.hosts
+                && [
+                    t.busiest.intra_values,
+                    t.busiest.peer_values,
+                    t.busiest.module_flops,
+                    t.busiest.module_params,
+                    t.busiest.lookups,
+                    t.module_params,
+                ]
+                .iter()
+                .all(|x| x.is_finite() && *x >= 0.0);
             if !ok {
                 return Err(Error::invalid(
-                    "tower modules",
-                    "compression must be finite and ≥ 1, the dense FLOPs factor finite and > 0",
+                    "towers",
+                    format!(
+                        "{} groups of {} hosts do not fit {} hosts, or a figure is not a finite number ≥ 0",
+                        t.groups, t.hosts_per_group, hw.hosts
+                    ),
                 ));
             }
             Some(t)
         }
-        _ => None,
+        Exchange::Flat => None,
     };
     if scenario.exchange != Exchange::Flat && scenario.sharding == Sharding::Sharded {
         return Err(Error::invalid(
@@ -244,7 +220,14 @@ pub fn simulate(workload: &Workload, hw: &Hardware, scenario: Scenario) -> Resul
             "SPTT and DMT are modelled for unsharded (table- or column-wise) tables only",
         ));
     }
-    let dense = towers.map_or(1.0, |t| t.dense_flops_factor);
+    let dense = towers.map_or_else(|| workload.dense_counts(), |t| t.dense);
+    // A rank of the busiest tower group looks up and updates its group's share.
+    let lookup_share = match towers {
+        Some(t) if workload.lookups_per_sample() > 0.0 => {
+            t.busiest.lookups / workload.lookups_per_sample()
+        }
+        _ => 1.0,
+    };
     let compute = |flops_per_sample: f64| hw.compute_time(flops_per_sample * b);
     let training = scenario.mode == Mode::Training;
 
@@ -257,16 +240,12 @@ pub fn simulate(workload: &Workload, hw: &Hardware, scenario: Scenario) -> Resul
     );
     t.overlapped(
         phase("index_all_to_all", Resource::Network, index),
-        phase(
-            "bottom_mlp",
-            Resource::Compute,
-            compute(workload.bottom_flops() * dense),
-        ),
+        phase("bottom_mlp", Resource::Compute, compute(dense.bottom_flops)),
         1.0,
     );
-    let rows = workload.lookups_per_sample() * b;
+    let rows = workload.lookups_per_sample() * b * lookup_share;
     // Each chip pools the bags of its tables for the whole batch: b bags per table.
-    let bags = workload.num_tables() as f64 * b;
+    let bags = workload.num_tables() as f64 * b * lookup_share;
     let lookup = rows * row / mem.random_read(row) + bags * hw.system.lookup_overhead_ns * 1e-9;
     let pooled = workload.pooled_bytes_per_sample() * b;
     let exchange = match (scenario.exchange, scenario.sharding) {
@@ -276,7 +255,7 @@ pub fn simulate(workload: &Workload, hw: &Hardware, scenario: Scenario) -> Resul
             workload.unpooled_bytes_per_sample() * b,
             world,
         ),
-        (_, _) => tower_exchange(hw, pooled, towers),
+        (Exchange::Towers(tc), _) => tower_exchange(hw, workload, &tc, b),
     };
     t.overlapped(
         phase("lookup", Resource::Memory, lookup),
@@ -286,32 +265,28 @@ pub fn simulate(workload: &Workload, hw: &Hardware, scenario: Scenario) -> Resul
     t.push(
         "pooling",
         Resource::Compute,
-        compute(workload.pooling_flops()),
+        compute(workload.pooling_flops() * lookup_share),
     );
-    if let Some(tm) = towers {
+    if let Some(tm) = towers.filter(TowerCosts::has_modules) {
         t.push(
             "tower_modules",
             Resource::Compute,
-            compute(tm.flops_per_sample),
+            compute(tm.busiest.module_flops),
         );
     }
     t.push(
         "interaction",
         Resource::Compute,
-        compute(workload.interaction_flops() * dense),
+        compute(dense.interaction_flops),
     );
-    t.push(
-        "top_mlp",
-        Resource::Compute,
-        compute(workload.top_flops() * dense),
-    );
+    t.push("top_mlp", Resource::Compute, compute(dense.top_flops));
 
     if training {
         // Backward and updates (Algorithm 2).
         t.push(
             "top_mlp_backward",
             Resource::Compute,
-            compute(2.0 * (workload.top_flops() + workload.interaction_flops()) * dense),
+            compute(2.0 * (dense.top_flops + dense.interaction_flops)),
         );
         let grads = match (scenario.exchange, scenario.sharding) {
             (Exchange::Flat, Sharding::Unsharded) => net.flat(Collective::AllToAll, pooled, world),
@@ -320,50 +295,57 @@ pub fn simulate(workload: &Workload, hw: &Hardware, scenario: Scenario) -> Resul
                 workload.pooled_bytes_per_sample() * workload.global_batch(chips),
                 world,
             ),
-            (_, _) => tower_exchange(hw, pooled, towers),
+            (Exchange::Towers(tc), _) => tower_exchange(hw, workload, &tc, b),
         };
         t.push("embedding_grad_exchange", Resource::Network, grads);
-        if let Some(tm) = towers {
+        if let Some(tm) = towers.filter(TowerCosts::has_modules) {
             t.push(
                 "tower_modules_backward",
                 Resource::Compute,
-                compute(2.0 * tm.flops_per_sample),
+                compute(2.0 * tm.busiest.module_flops),
             );
-            // Tower parameters sync within the host only (DMT §3.2).
+            // A module's gradients are summed over its tower group only (DMT §3.2):
+            // within a host, or hierarchically over the group's K hosts.
+            let group = Group {
+                hosts: tm.hosts_per_group,
+                per_host: hw.chips_per_host,
+            };
             t.push(
                 "tower_sync",
                 Resource::Network,
-                net.intra(
-                    Collective::AllReduce,
-                    tm.params_per_tower * workload.grad_bytes as f64,
-                    hw.chips_per_host,
+                net.hierarchical_all_reduce(
+                    tm.busiest.module_params * workload.grad_bytes as f64,
+                    group,
                 ),
             );
         }
         let on_chip = hw.system.on_chip_buffers;
         let update_passes = if on_chip { 1.0 } else { 2.0 };
         // Each distinct row is written (read too without on-chip buffers) once.
-        let distinct = workload.distinct_rows_per_step(workload.global_batch(chips)) / chips as f64;
+        let distinct = workload.distinct_rows_per_step(workload.global_batch(chips)) / chips as f64
+            * lookup_share;
         let update = distinct * row / mem.random_read(row);
         t.push(
             "sparse_update",
             Resource::Memory,
             update_passes * update
                 + bags * hw.system.update_overhead_ns * 1e-9
-                + compute(workload.pooling_flops()),
+                + compute(workload.pooling_flops() * lookup_share),
         );
-        let allreduce = net.hierarchical_all_reduce(workload.dense_grad_bytes(), world);
+        let allreduce =
+            net.hierarchical_all_reduce(dense.params * workload.grad_bytes as f64, world);
         t.overlapped(
             phase(
                 "bottom_mlp_backward",
                 Resource::Compute,
-                compute(2.0 * workload.bottom_flops() * dense),
+                compute(2.0 * dense.bottom_flops),
             ),
             phase("dense_allreduce", Resource::Network, allreduce),
             hw.system.allreduce_overlap,
         );
         if !on_chip {
-            let params = workload.dense_params();
+            // Every rank holds (and updates) every module.
+            let params = dense.params + towers.map_or(0.0, |t| t.module_params);
             let update_bytes =
                 params * (2.0 * workload.param_bytes as f64 + workload.grad_bytes as f64);
             t.push(
@@ -399,18 +381,21 @@ pub fn simulate(workload: &Workload, hw: &Hardware, scenario: Scenario) -> Resul
     })
 }
 
-/// Seconds of one direction of the SPTT exchange of `pooled` bytes per chip (DMT §3.1,
-/// Figure 7): peer permute and shuffle on the memory system, an all-to-all among the
-/// host's chips, then concurrent all-to-alls among each chip's peers on the other hosts,
-/// carrying the Tower Modules' compressed output when there are towers.
-fn tower_exchange(hw: &Hardware, pooled: f64, towers: Option<TowerModules>) -> f64 {
-    let shuffles = 2.0 * (2.0 * pooled) / hw.memory.stream();
-    let intra = hw
-        .network
-        .intra(Collective::AllToAll, pooled, hw.chips_per_host);
-    let cross_bytes = pooled / towers.map_or(1.0, |t| t.compression);
-    let peers = hw
-        .network
-        .peers(Collective::AllToAll, cross_bytes, hw.hosts);
+/// Seconds of one direction of the SPTT exchange on a rank of the busiest tower group
+/// (DMT §3.1, Figure 7; the runtime's steps c–f): peer permute and shuffle on the memory
+/// system (each reads and writes the group rows), an all-to-all among the group's ranks
+/// (crossing hosts when a tower spans several, §3.1.3), then concurrent all-to-alls among
+/// each rank's peers in the other groups, carrying the modules' outputs.
+fn tower_exchange(hw: &Hardware, workload: &Workload, tc: &TowerCosts, b: f64) -> f64 {
+    let value = workload.wire_row_bytes() / workload.embedding_dim as f64;
+    let rows = tc.busiest.intra_values * value * b;
+    let shuffles = 2.0 * (2.0 * rows) / hw.memory.stream();
+    let group = Group {
+        hosts: tc.hosts_per_group,
+        per_host: hw.chips_per_host,
+    };
+    let intra = hw.network.flat(Collective::AllToAll, rows, group);
+    let sent = tc.busiest.peer_values * value * b;
+    let peers = hw.network.peers(Collective::AllToAll, sent, tc.groups);
     shuffles + intra + peers
 }

@@ -29,6 +29,32 @@ pub enum Interaction {
     },
 }
 
+/// What the interaction reads per sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InteractionInput {
+    /// `vectors` vectors of `width` (the bottom-MLP output among them).
+    Dot { vectors: usize, width: usize },
+    /// One row of `width` columns.
+    Cross { width: usize },
+}
+
+/// Forward FLOPs per sample of the dense layers outside the towers, and their
+/// parameters (what the dense gradient all-reduce moves).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DenseCounts {
+    pub bottom_flops: f64,
+    pub interaction_flops: f64,
+    pub top_flops: f64,
+    pub params: f64,
+}
+
+impl DenseCounts {
+    /// All forward FLOPs per sample.
+    pub fn forward_flops(&self) -> f64 {
+        self.bottom_flops + self.interaction_flops + self.top_flops
+    }
+}
+
 /// A group of `count` identical embedding tables.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -213,6 +239,14 @@ impl Workload {
         self.tables.iter().map(|t| t.count).sum()
     }
 
+    /// Lookups per sample of every table, one entry per table (groups expanded).
+    pub fn table_lookups(&self) -> Vec<f64> {
+        self.tables
+            .iter()
+            .flat_map(|t| std::iter::repeat_n(t.lookups, t.count))
+            .collect()
+    }
+
     /// Embedding rows looked up per sample, over all tables.
     pub fn lookups_per_sample(&self) -> f64 {
         self.tables.iter().map(|t| t.count as f64 * t.lookups).sum()
@@ -223,71 +257,115 @@ impl Workload {
         self.embedding_dim * self.param_bytes
     }
 
-    /// Width of the interaction's output (the top MLP's input).
-    pub fn interaction_width(&self) -> usize {
-        let d = self.embedding_dim;
-        let f = self.num_tables() + 1;
+    /// What the interaction of this model reads without towers: the bottom-MLP output
+    /// and one pooled vector per table (DLRM), or their concatenation (DCN).
+    pub fn interaction_input(&self) -> InteractionInput {
         match self.interaction {
-            Interaction::Dot { self_interaction } => {
-                let pairs = if self_interaction {
-                    f * (f + 1) / 2
-                } else {
-                    f * (f - 1) / 2
-                };
-                pairs + d
-            }
-            Interaction::Cross { .. } => self.cross_width(),
+            Interaction::Dot { .. } => InteractionInput::Dot {
+                vectors: self.num_tables() + 1,
+                width: self.embedding_dim,
+            },
+            Interaction::Cross { .. } => InteractionInput::Cross {
+                width: self.dense_width() + self.num_tables() * self.embedding_dim,
+            },
         }
     }
 
-    /// Width of the cross network's input: the dense part (bottom MLP output, or the
-    /// raw dense features without one) and every pooled embedding.
-    fn cross_width(&self) -> usize {
-        let dense = self
-            .bottom_mlp
+    /// Width of the dense part a cross network reads: the bottom MLP output, or the raw
+    /// dense features without one.
+    pub(crate) fn dense_width(&self) -> usize {
+        self.bottom_mlp
             .last()
             .copied()
-            .unwrap_or(self.dense_features);
-        dense + self.num_tables() * self.embedding_dim
+            .unwrap_or(self.dense_features)
     }
 
-    /// (inputs, outputs) of every bottom MLP layer.
-    fn bottom_layers(&self) -> Vec<(usize, usize)> {
-        layers(self.dense_features, &self.bottom_mlp)
+    /// Width of the interaction's output (the top MLP's input).
+    pub fn interaction_width(&self) -> usize {
+        self.interaction_width_of(self.interaction_input())
     }
 
-    /// (inputs, outputs) of every top MLP layer.
-    fn top_layers(&self) -> Vec<(usize, usize)> {
-        layers(self.interaction_width(), &self.top_mlp)
+    fn interaction_width_of(&self, input: InteractionInput) -> usize {
+        match input {
+            InteractionInput::Dot { vectors: f, width } => {
+                let self_interaction = matches!(
+                    self.interaction,
+                    Interaction::Dot {
+                        self_interaction: true
+                    }
+                );
+                let pairs = if self_interaction {
+                    f * (f + 1) / 2
+                } else {
+                    f * f.saturating_sub(1) / 2
+                };
+                pairs + width
+            }
+            InteractionInput::Cross { width } => width,
+        }
+    }
+
+    /// Forward FLOPs per sample and parameters of the dense layers (bottom MLP,
+    /// interaction, top MLP) without towers.
+    pub fn dense_counts(&self) -> DenseCounts {
+        self.dense_counts_of(self.interaction_input())
+    }
+
+    /// The same for an interaction that reads `input` (a DMT model's over-arch, §3.2:
+    /// the interaction sees the towers' outputs). For the dot interaction the bottom
+    /// MLP's last layer is `input`'s vector width (towerrec requires the bottom MLP of a
+    /// DMT-DLRM to end in D).
+    pub fn dense_counts_of(&self, input: InteractionInput) -> DenseCounts {
+        let mut bottom_widths = self.bottom_mlp.clone();
+        if let (InteractionInput::Dot { width, .. }, Some(last)) = (input, bottom_widths.last_mut())
+        {
+            *last = width;
+        }
+        let bottom = layers(self.dense_features, &bottom_widths);
+        let top = layers(self.interaction_width_of(input), &self.top_mlp);
+        let (interaction_flops, cross_params) = match (input, self.interaction) {
+            (InteractionInput::Dot { vectors, width }, _) => {
+                let (f, d) = (vectors as f64, width as f64);
+                (2.0 * f * f * d, 0.0)
+            }
+            (InteractionInput::Cross { width }, Interaction::Cross { layers, rank }) => {
+                let w = width as f64;
+                let (per_layer, per_params) = match rank {
+                    None => (2.0 * w * w, w * w),
+                    Some(r) => (4.0 * w * r as f64, 2.0 * w * r as f64),
+                };
+                (
+                    layers as f64 * (per_layer + 3.0 * w),
+                    layers as f64 * (per_params + w),
+                )
+            }
+            // A cross input with a dot interaction is never built.
+            (InteractionInput::Cross { .. }, Interaction::Dot { .. }) => (0.0, 0.0),
+        };
+        let mlp_params: usize = bottom.iter().chain(&top).map(|&(i, o)| i * o + o).sum();
+        DenseCounts {
+            bottom_flops: mlp_flops(&bottom),
+            interaction_flops,
+            top_flops: mlp_flops(&top),
+            params: mlp_params as f64 + cross_params,
+        }
     }
 
     /// Forward FLOPs per sample of the bottom MLP (2 per multiply-add).
     pub fn bottom_flops(&self) -> f64 {
-        mlp_flops(&self.bottom_layers())
+        self.dense_counts().bottom_flops
     }
 
     /// Forward FLOPs per sample of the top MLP.
     pub fn top_flops(&self) -> f64 {
-        mlp_flops(&self.top_layers())
+        self.dense_counts().top_flops
     }
 
     /// Forward FLOPs per sample of the interaction: for the dot, the batched product
     /// F = A·Aᵀ of the paper §III-D over all (s+1)² pairs; for the cross network, one
     /// (low-rank) matrix product and element-wise terms per layer.
     pub fn interaction_flops(&self) -> f64 {
-        let d = self.embedding_dim as f64;
-        let f = (self.num_tables() + 1) as f64;
-        match self.interaction {
-            Interaction::Dot { .. } => 2.0 * f * f * d,
-            Interaction::Cross { layers, rank } => {
-                let w = self.cross_width() as f64;
-                let per_layer = match rank {
-                    None => 2.0 * w * w,
-                    Some(r) => 4.0 * w * r as f64,
-                };
-                layers as f64 * (per_layer + 3.0 * w)
-            }
-        }
+        self.dense_counts().interaction_flops
     }
 
     /// Forward FLOPs per sample of the sum pooling (one add per looked-up element).
@@ -302,24 +380,7 @@ impl Workload {
 
     /// Dense parameters (weights and biases of both MLPs and of a cross network).
     pub fn dense_params(&self) -> f64 {
-        let mlp: usize = self
-            .bottom_layers()
-            .into_iter()
-            .chain(self.top_layers())
-            .map(|(i, o)| i * o + o)
-            .sum();
-        let cross = match self.interaction {
-            Interaction::Dot { .. } => 0.0,
-            Interaction::Cross { layers, rank } => {
-                let w = self.cross_width() as f64;
-                let per = match rank {
-                    None => w * w,
-                    Some(r) => 2.0 * w * r as f64,
-                };
-                layers as f64 * (per + w)
-            }
-        };
-        mlp as f64 + cross
+        self.dense_counts().params
     }
 
     /// Bytes of embedding rows read per sample.

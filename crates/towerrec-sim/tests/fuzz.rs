@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use std::path::Path;
 use towerrec_fuzz::{arbitrary, config, mutated, AllocGuard};
 use towerrec_sim::{
-    simulate, Exchange, Hardware, Mode, Scenario, Sharding, TowerModules, Workload,
+    simulate, Exchange, Hardware, Mode, Scenario, Sharding, TowerModuleKind, Towers, Workload,
 };
 
 #[global_allocator]
@@ -143,14 +143,20 @@ fn check(text: &str) {
         let _ = hw.with_chips(n);
     }
     let workload = Workload::rm2(false);
-    let towers = TowerModules::dlrm(&workload, 2.0);
+    let mut exchanges = vec![
+        (Sharding::Unsharded, Exchange::Flat),
+        (Sharding::Sharded, Exchange::Flat),
+    ];
+    let kind = TowerModuleKind::Dlrm { c: 1, p: 0, d: 16 };
+    if let Ok(towers) = Towers::per_host(&workload, kind, hw.hosts) {
+        for t in [towers.pass_through(), towers] {
+            if let Ok(c) = t.costs(&workload, hw.hosts) {
+                exchanges.push((Sharding::Unsharded, Exchange::Towers(c)));
+            }
+        }
+    }
     for mode in [Mode::Training, Mode::Inference] {
-        for (sharding, exchange) in [
-            (Sharding::Unsharded, Exchange::Flat),
-            (Sharding::Sharded, Exchange::Flat),
-            (Sharding::Unsharded, Exchange::Sptt),
-            (Sharding::Unsharded, Exchange::Dmt(towers)),
-        ] {
+        for &(sharding, exchange) in &exchanges {
             let scenario = Scenario {
                 mode,
                 sharding,

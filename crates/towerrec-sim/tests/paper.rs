@@ -2,8 +2,8 @@
 //! shape of the DMT paper's Figure 10 (docs/SIMULATOR.md explains each tolerance).
 
 use towerrec_sim::paper::{reproduce, FIGURES};
-use towerrec_sim::scale::{compare, Plan};
-use towerrec_sim::{Hardware, Mode, Workload};
+use towerrec_sim::scale::{compare, with_knee, Plan, KNEES};
+use towerrec_sim::{Hardware, Mode, Towers, Workload};
 
 #[test]
 fn scale_in_tables_are_reproduced() {
@@ -35,32 +35,42 @@ fn scale_in_tables_are_reproduced() {
     }
 }
 
-#[test]
-fn dmt_speedup_rises_with_scale_to_the_papers_range() {
-    let hw = Hardware::preset("h100-cluster").unwrap();
+/// The speedups at 16 to 512 GPUs with the cross-host knee at `knee`.
+fn dmt_speedups(knee: f64) -> (Vec<f64>, Vec<f64>) {
+    let hw = with_knee(&Hardware::preset("h100-cluster").unwrap(), knee).unwrap();
+    let w = Workload::dmt_dlrm();
+    let kind = Towers::module_for(&w, 2.0).unwrap();
+    let towers = |hosts| Towers::per_host(&w, kind, hosts);
     let points = compare(
-        &Workload::dmt_dlrm(),
+        &w,
         &hw,
         &[16, 32, 64, 128, 256, 512],
         &[Plan::Flat, Plan::Sptt, Plan::Dmt],
         Mode::Training,
-        2.0,
+        &towers,
     )
     .unwrap();
-    let dmt: Vec<f64> = points
-        .iter()
-        .map(|p| p.speedup(Plan::Dmt).unwrap())
-        .collect();
-    let sptt: Vec<f64> = points
-        .iter()
-        .map(|p| p.speedup(Plan::Sptt).unwrap())
-        .collect();
-    assert!(dmt.windows(2).all(|w| w[1] > w[0]), "{dmt:?}");
-    assert!(sptt.windows(2).all(|w| w[1] > w[0]), "{sptt:?}");
-    // Figure 10: up to about 1.9× at 512 GPUs.
-    let top = *dmt.last().unwrap();
-    assert!((1.7..=2.0).contains(&top), "{dmt:?}");
-    assert!(dmt[0] > 1.0 && dmt[0] < 1.5, "{dmt:?}");
-    // Towers help on top of SPTT at every scale (Figure 11).
-    assert!(dmt.iter().zip(&sptt).all(|(d, s)| d > s));
+    let of = |plan| points.iter().map(|p| p.speedup(plan).unwrap()).collect();
+    (of(Plan::Dmt), of(Plan::Sptt))
+}
+
+#[test]
+fn dmt_across_the_knee_band() {
+    // Figure 10's values are not in the paper's text and its Figure 5 gives no knee, so
+    // nothing here is fitted to its 1.9×; docs/SIMULATOR.md prints the band. What holds
+    // over every knee of the band:
+    let mut at_512 = Vec::new();
+    for knee in KNEES {
+        let (dmt, sptt) = dmt_speedups(knee);
+        // Towers help on top of SPTT at every size (Figure 11's direction).
+        assert!(dmt.iter().zip(&sptt).all(|(d, s)| d > s), "knee {knee}");
+        // With one tower per host (16 to 128 GPUs) DMT beats flat.
+        assert!(dmt[..4].iter().all(|&s| s > 1.0), "knee {knee}: {dmt:?}");
+        at_512.push(dmt[5]);
+    }
+    // A sharper loss of cross-host efficiency with scale favours DMT more.
+    assert!(at_512.windows(2).all(|w| w[0] > w[1]), "{at_512:?}");
+    // At the band's sharpest knee, the speedup rises with scale, as in Figure 10.
+    let (dmt, _) = dmt_speedups(KNEES[0]);
+    assert!(dmt[5] > dmt[3] && dmt[3] > dmt[0], "{dmt:?}");
 }

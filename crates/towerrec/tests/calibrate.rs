@@ -83,6 +83,24 @@ fn quick_calibration_writes_a_loadable_hardware_file() {
     let again = dir.join("again.toml");
     hw.save(&again).unwrap();
     assert_eq!(Hardware::load(again.to_str().unwrap()).unwrap(), hw);
+
+    // The simulator predicts the DMT speed run from it, per exchange.
+    let o = towerrec(&[
+        "simulate",
+        "--config",
+        "bench/dmt/speed.toml",
+        "--hardware",
+        out.to_str().unwrap(),
+        "--compare",
+        "flat,sptt,dmt",
+        "--compression",
+        "4",
+    ]);
+    assert!(o.status.success(), "{}", describe(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    for row in ["     2  flat", "     2  sptt", "     2  dmt"] {
+        assert!(stdout.contains(row), "missing {row:?}: {stdout}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

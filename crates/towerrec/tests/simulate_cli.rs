@@ -98,9 +98,120 @@ fn a_towerrec_config_simulates_at_several_sizes() {
     }
 }
 
+/// A 2 hosts × 2 ranks CPU cluster, written as `towerrec calibrate` would.
+const TWO_BY_TWO: &str = r#"name = "2 x 2"
+hosts = 2
+chips_per_host = 2
+[compute]
+peak_tflops = 0.05
+efficiency = 0.5
+[memory]
+model = "measured"
+stream_gbs = 5.0
+random_read = [[64, 1.0], [256, 2.0]]
+[network.intra_host]
+all_to_all = { latency_us = 20.0, bandwidth_gbs = 2.0 }
+[network.cross_host]
+all_to_all = { latency_us = 100.0, bandwidth_gbs = 0.06 }
+[system]
+on_chip_buffers = false
+lookup_comm_overlap = 0.0
+allreduce_overlap = 0.0
+"#;
+
+#[test]
+fn the_dmt_speed_run_is_predicted_per_exchange() {
+    let dir = tmp_dir("speed");
+    let hw = dir.join("hw.toml");
+    std::fs::write(&hw, TWO_BY_TWO).unwrap();
+    let step = |compression: &str| -> Vec<(String, f64)> {
+        let out = towerrec(&[
+            "simulate",
+            "--config",
+            "bench/dmt/speed.toml",
+            "--hardware",
+            hw.to_str().unwrap(),
+            "--compare",
+            "flat,sptt,dmt",
+            "--compression",
+            compression,
+            "--json",
+        ]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stderr}");
+        stdout
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (
+                    v["plan"].as_str().unwrap().to_string(),
+                    v["step_seconds"].as_f64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let c2 = step("2");
+    let c8 = step("8");
+    let names: Vec<&str> = c2.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(names, ["flat", "sptt", "dmt"]);
+    // Two towers on two hosts move what flat moves across hosts plus an intra-host
+    // step; their modules halve (then eighth) step f, on a link this slow a win.
+    assert!(c2[1].1 > c2[0].1, "{c2:?}");
+    assert!(c2[2].1 < c2[1].1 && c8[2].1 < c2[2].1, "{c2:?} {c8:?}");
+    assert_eq!(c2[0], c8[0]);
+}
+
+#[test]
+fn a_config_with_towers_is_simulated_with_its_towers() {
+    let out = towerrec(&[
+        "simulate",
+        "--config",
+        "examples/dmt_dlrm.toml",
+        "--hardware",
+        "h100-cluster",
+        "--gpus",
+        "16,32",
+        "--compare",
+        "flat,sptt,dmt",
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    // [model.towers] count = 2: on 2 hosts one tower each; on 4 hosts, as `towerrec
+    // train` places them without a plan, each on a group of 2 hosts (§3.1.3).
+    assert!(
+        stdout.contains("16  towers: 2 in 2 group(s) of 1 host(s), compression 2.00"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("32  towers: 2 in 2 group(s) of 2 host(s), compression 2.00"),
+        "{stdout}"
+    );
+    let out = towerrec(&[
+        "simulate",
+        "--config",
+        "examples/dmt_dlrm.toml",
+        "--hardware",
+        "h100-cluster",
+        "--gpus",
+        "32",
+        "--compare",
+        "flat,dmt",
+        "--towers",
+        "4",
+        "--compression",
+        "4",
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("32  towers: 4 in 4 group(s) of 1 host(s), compression 4.00"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn bad_requests_say_what_is_wrong() {
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 11] = [
         (
             &["simulate", "--hardware", "cray-1"],
             "unknown hardware preset 'cray-1'",
@@ -129,6 +240,34 @@ fn bad_requests_say_what_is_wrong() {
         (
             &["simulate", "--compare", "dmt", "--compression", "0.5"],
             "--compression: must be a finite number ≥ 1",
+        ),
+        (
+            &[
+                "simulate",
+                "--hardware",
+                "h100-cluster",
+                "--gpus",
+                "32",
+                "--compare",
+                "dmt",
+                "--towers",
+                "4",
+                "--hosts-per-tower",
+                "3",
+            ],
+            "the hosts per tower must divide the hosts",
+        ),
+        (
+            &[
+                "simulate",
+                "--config",
+                "rm2-small",
+                "--compare",
+                "dmt",
+                "--towers",
+                "41",
+            ],
+            "41 towers for 40 tables",
         ),
         (
             &["simulate", "--gpus", "4294967296"],

@@ -238,23 +238,99 @@ pub const DMT_GPUS: [usize; 6] = [16, 32, 64, 128, 256, 512];
 pub(super) fn reproduce_dmt(plots: Option<&Path>) -> Result<()> {
     let hw = Hardware::preset("h100-cluster")?;
     let w = Workload::dmt_dlrm();
-    let points = scale::compare(
-        &w,
-        &hw,
-        &DMT_GPUS,
-        &[Plan::Flat, Plan::Sptt, Plan::Dmt],
-        Mode::Training,
-        2.0,
-    )?;
+    let kind = Towers::module_for(&w, 2.0)?;
+    let towers = |hosts: usize| Towers::per_host(&w, kind, hosts);
+    let plans = [Plan::Flat, Plan::Sptt, Plan::Dmt];
+    let points = scale::compare(&w, &hw, &DMT_GPUS, &plans, Mode::Training, &towers)?;
     println!(
-        "The DMT paper's Figure 10 (DLRM on H100, local batch 16K, towers with CR 2), simulated:\n"
+        "The DMT paper's Figure 10 (DLRM on H100, local batch 16K, DLRM towers c = 1, p = 0, \
+         D = 64: CR 2), simulated:\n"
     );
     print_header(&w, &hw, Mode::Training, Sharding::Unsharded);
-    print_points(&points);
+    print_table_4(&w, kind)?;
+    print_points(&w, &points);
+    let knee = hw
+        .network
+        .cross_host
+        .map_or(f64::INFINITY, |c| c.scaling.knee);
+    println!(
+        "\nThe cross-host knee is not known (the paper's Figure 5 has no values; the preset's \
+         {knee} is the band's middle, not fitted).\nDMT (and SPTT) speedup over flat across \
+         the band of knees {:?}:\n",
+        scale::KNEES
+    );
+    let band = scale::KNEES
+        .iter()
+        .map(|&k| {
+            let hw = scale::with_knee(&hw, k)?;
+            Ok((
+                k,
+                scale::compare(&w, &hw, &DMT_GPUS, &plans, Mode::Training, &towers)?,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut head = String::from("| GPUs | towers |");
+    let mut rule = String::from("|---:|---|");
+    for (k, _) in &band {
+        head += &format!(" knee {k} |");
+        rule += "---:|";
+    }
+    println!("{head} DMT band |\n{rule}---:|");
+    for (i, &n) in DMT_GPUS.iter().enumerate() {
+        let t = points[i].towers.expect("towers compared");
+        let mut row = format!("| {n} | {} × {} host(s) |", t.towers, t.hosts_per_group);
+        let mut lo = f64::INFINITY;
+        let mut hi: f64 = 0.0;
+        for (_, pts) in &band {
+            let (d, s) = (
+                pts[i].speedup(Plan::Dmt).unwrap_or(f64::NAN),
+                pts[i].speedup(Plan::Sptt).unwrap_or(f64::NAN),
+            );
+            row += &format!(" {d:.2}× ({s:.2}×) |");
+            lo = lo.min(d);
+            hi = hi.max(d);
+        }
+        println!("{row} {lo:.2}–{hi:.2}× |");
+    }
+    println!(
+        "\nThe paper: \"up to 1.9×\" for DLRM at 512 GPUs, rising with scale (Figure 10's bars are \
+         not in its text)."
+    );
     if let Some(dir) = plots {
+        let mut chart = speedup_chart(&points, &w.name);
+        for (k, pts) in &band {
+            chart.series.push(towerrec_sim::plot::Series {
+                label: format!("dmt, knee {k}"),
+                points: pts
+                    .iter()
+                    .filter_map(|p| Some((p.chips as f64, p.speedup(Plan::Dmt)?)))
+                    .collect(),
+            });
+        }
         let path = dir.join("fig10_dmt_speedup.svg");
-        plot::line_charts(&path, &[speedup_chart(&points, &w.name)], 1)?;
+        plot::line_charts(&path, &[chart], 1)?;
         println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// The DMT paper's Table 4 analogue: trained FLOPs per sample of the model and of its
+/// DMT version with towers of `kind` (2, 4, 8 towers), from the layers, not fitted.
+fn print_table_4(w: &Workload, kind: towerrec_sim::TowerModuleKind) -> Result<()> {
+    let flat = 3.0 * w.dense_counts().forward_flops();
+    println!(
+        "\nTable 4 (MFLOPs per trained sample, 3 × forward): flat {:.2} (paper 14.74)",
+        flat / 1e6
+    );
+    for t in [2, 4, 8] {
+        let c = Towers::strided(kind, w.num_tables(), t)?.costs(w, t)?;
+        let dmt = 3.0 * (c.dense.forward_flops() + c.module_flops);
+        println!(
+            "  DMT {t} towers: {:.2} (ratio {:.3}; paper 8.95, ratio {:.3})",
+            dmt / 1e6,
+            dmt / flat,
+            8.95 / 14.74
+        );
     }
     Ok(())
 }

@@ -8,12 +8,15 @@ use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
 use towerrec_sim::scale::{self, Plan, ScalePoint};
 use towerrec_sim::{
-    simulate, Exchange, Hardware, Interaction, Mode, Scenario, Sharding, TableGroup, Workload,
+    simulate, Exchange, Hardware, Interaction, Mode, Scenario, Sharding, TableGroup, Towers,
+    Workload,
 };
 use towerrec_train::config::{Config, ModelKind};
 
 mod figures;
+mod model;
 use figures::*;
+use model::{load_model, SimModel};
 
 #[derive(Args)]
 pub struct SimulateArgs {
@@ -37,9 +40,18 @@ pub struct SimulateArgs {
     /// row-wise over all chips).
     #[arg(long, value_enum, default_value_t = ShardingArg::Unsharded)]
     sharding: ShardingArg,
-    /// Tower Modules' compression ratio for `dmt`.
-    #[arg(long, default_value_t = 2.0)]
-    compression: f64,
+    /// Tower Modules' compression ratio for `dmt`: the paper's DLRM tower (c = 1, p = 0,
+    /// D = N / C; DCN: one cross layer, D = N / C) instead of the config's towers
+    /// [default: the config's [model.towers], else 2].
+    #[arg(long)]
+    compression: Option<f64>,
+    /// Towers for `sptt` and `dmt` (table i in tower i mod T) [default: the config's,
+    /// else one per host while there are tables, else the most that divide the hosts].
+    #[arg(long)]
+    towers: Option<usize>,
+    /// Hosts per tower, K (§3.1.3) [default: as `towerrec train` places the towers].
+    #[arg(long)]
+    hosts_per_tower: Option<usize>,
     /// Global batch (or per chip with --per-chip-batch) instead of the model's.
     #[arg(long)]
     batch: Option<usize>,
@@ -76,11 +88,15 @@ enum Reproduce {
 }
 
 pub fn run(a: SimulateArgs) -> Result<()> {
-    if !(a.compression.is_finite() && a.compression >= 1.0) {
-        bail!(
-            "--compression: must be a finite number ≥ 1 (how many times smaller the towers' output is), got {}",
-            a.compression
-        );
+    if let Some(c) = a.compression {
+        if !(c.is_finite() && c >= 1.0) {
+            bail!(
+                "--compression: must be a finite number ≥ 1 (how many times smaller the towers' output is), got {c}"
+            );
+        }
+    }
+    if a.towers == Some(0) || a.hosts_per_tower == Some(0) {
+        bail!("--towers and --hosts-per-tower must be at least 1");
     }
     if let Some(dir) = &a.plots {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -90,7 +106,11 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         Some(Reproduce::Dmt) => return reproduce_dmt(a.plots.as_deref()),
         None => {}
     }
-    let mut workload = load_workload(&a.config)?;
+    let SimModel {
+        mut workload,
+        towers: config_towers,
+        cluster,
+    } = load_model(&a.config)?;
     if let Some(b) = a.batch {
         workload.batch = b;
         workload.batch_per_chip = a.per_chip_batch;
@@ -121,8 +141,24 @@ pub fn run(a: SimulateArgs) -> Result<()> {
     } else {
         a.gpus.clone()
     };
+    let kind = match (a.compression, &config_towers) {
+        (Some(c), _) => Towers::module_for(&workload, c)?,
+        (None, Some(t)) => t.kind,
+        (None, None) => Towers::module_for(&workload, 2.0)?,
+    };
+    let towers = |hosts: usize| -> towerrec_sim::Result<Towers> {
+        let mut t = match (a.towers, &config_towers) {
+            (Some(n), _) => Towers::strided(kind, workload.num_tables(), n)?,
+            (None, Some(t)) => Towers { kind, ..t.clone() },
+            (None, None) => Towers::per_host(&workload, kind, hosts)?,
+        };
+        if a.hosts_per_tower.is_some() {
+            t.hosts_per_tower = a.hosts_per_tower;
+        }
+        Ok(t)
+    };
     let points = if sharding == Sharding::Unsharded {
-        scale::compare(&workload, &hw, &gpus, &plans, mode, a.compression)?
+        scale::compare(&workload, &hw, &gpus, &plans, mode, &towers)?
     } else {
         sharded_points(&workload, &hw, &gpus, mode)?
     };
@@ -130,7 +166,15 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         print_json(&points)?;
     } else {
         print_header(&workload, &hw, mode, sharding);
-        print_points(&points);
+        if let Some((h, r)) = cluster.filter(|&c| c != (hw.hosts, hw.chips_per_host)) {
+            if a.gpus.is_empty() {
+                println!(
+                    "note: the config's [cluster] is {h} × {r}; simulating the hardware's {} × {}",
+                    hw.hosts, hw.chips_per_host
+                );
+            }
+        }
+        print_points(&workload, &points);
     }
     if let Some(dir) = &a.plots {
         let scenario = Scenario {
@@ -160,82 +204,10 @@ fn sharded_points(
             Ok(ScalePoint {
                 chips: n,
                 steps: vec![(Plan::Flat, simulate(workload, &sized, scenario)?)],
+                towers: None,
             })
         })
         .collect()
-}
-
-/// A model preset, or the model of a towerrec config file.
-fn load_workload(name: &str) -> Result<Workload> {
-    if Workload::PRESETS.contains(&name) {
-        return Ok(Workload::preset(name)?);
-    }
-    let path = Path::new(name);
-    if !path.exists() {
-        bail!(
-            "--config {name}: neither a model preset ({}) nor a file",
-            Workload::PRESETS.join(", ")
-        );
-    }
-    let cfg = Config::load(path, &[])?;
-    workload_of(&cfg, name)
-}
-
-/// The simulator's view of a towerrec run: its tables and lookups per sample, its
-/// layers, its batch; f32 everywhere, 32-bit ids.
-pub fn workload_of(cfg: &Config, name: &str) -> Result<Workload> {
-    let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir).with_context(|| {
-        format!("{name}: the table sizes come from the config's data, which could not be read")
-    })?;
-    let lookups: Vec<f64> = match &cfg.data {
-        towerrec_data::DataConfig::Synthetic(s) => s
-            .tables
-            .iter()
-            .flat_map(|t| {
-                let ids = match t.pooling {
-                    towerrec_data::PoolingFactor::Fixed(n) => n as f64,
-                    towerrec_data::PoolingFactor::Mean { mean } => mean,
-                };
-                std::iter::repeat_n(ids, t.count)
-            })
-            .collect(),
-        _ => vec![1.0; schema.num_sparse()],
-    };
-    let tables = schema
-        .sparse
-        .iter()
-        .zip(lookups.iter().chain(std::iter::repeat(&1.0)))
-        .map(|(f, &l)| TableGroup {
-            count: 1,
-            lookups: l,
-            rows: f.rows,
-        })
-        .collect();
-    let m = &cfg.model;
-    let interaction = match m.kind {
-        ModelKind::Dlrm => Interaction::Dot {
-            self_interaction: m.self_interaction,
-        },
-        ModelKind::Dcn => Interaction::Cross {
-            layers: m.cross_layers,
-            rank: m.cross_rank,
-        },
-    };
-    Ok(Workload {
-        name: name.to_string(),
-        dense_features: schema.num_dense(),
-        embedding_dim: m.embedding_dim,
-        tables,
-        bottom_mlp: m.bottom_mlp.clone(),
-        top_mlp: m.top_mlp.clone(),
-        interaction,
-        batch: cfg.train.batch_size,
-        batch_per_chip: false,
-        param_bytes: 4,
-        grad_bytes: 4,
-        index_bytes: 4,
-        wire_bytes: None,
-    })
 }
 
 fn print_header(w: &Workload, hw: &Hardware, mode: Mode, sharding: Sharding) {
@@ -276,12 +248,31 @@ fn print_header(w: &Workload, hw: &Hardware, mode: Mode, sharding: Sharding) {
     );
 }
 
-fn print_points(points: &[ScalePoint]) {
+fn print_points(w: &Workload, points: &[ScalePoint]) {
+    if let Some(t) = points.iter().find_map(|p| p.towers) {
+        let flat = w.dense_counts().forward_flops();
+        let dmt = t.dense.forward_flops() + t.module_flops;
+        println!(
+            "DMT model: dense forward {:.3} MFLOPs per sample against {:.3} flat (ratio {:.3}; \
+             Tower Modules {:.3} MFLOPs, {} parameters)",
+            dmt / 1e6,
+            flat / 1e6,
+            dmt / flat,
+            t.module_flops / 1e6,
+            t.module_params,
+        );
+    }
     println!(
         "\n{:>6}  {:<5} {:>11} {:>12} {:>13} {:>8} {:>10} {:>8}",
         "chips", "plan", "step", "QPS", "samples/s", "mem", "all-reduce", "speedup"
     );
     for p in points {
+        if let Some(t) = &p.towers {
+            println!(
+                "{:>6}  towers: {} in {} group(s) of {} host(s), compression {:.2}",
+                p.chips, t.towers, t.groups, t.hosts_per_group, t.compression
+            );
+        }
         for (plan, step) in &p.steps {
             let speedup = p
                 .speedup(*plan)
@@ -340,6 +331,12 @@ fn print_json(points: &[ScalePoint]) -> Result<()> {
                 "memory_utilization": step.memory_utilization(),
                 "allreduce_share": step.allreduce_share(),
                 "speedup_over_flat": p.speedup(*plan),
+                "towers": p.towers.map(|t| serde_json::json!({
+                    "towers": t.towers,
+                    "groups": t.groups,
+                    "hosts_per_group": t.hosts_per_group,
+                    "compression": t.compression,
+                })),
                 "exposed_seconds": phases,
             });
             println!("{}", serde_json::to_string(&line)?);

@@ -23,7 +23,7 @@
 //! # FLOP convention
 //!
 //! FLOPs are counted as the rest of the repository counts them (`towerrec-sim`'s
-//! `Workload` and `TowerModules::dlrm`, and the paper's MFlops/sample): a multiply-add is
+//! `Workload` and `Towers`, and the paper's MFlops/sample): a multiply-add is
 //! 2 FLOPs, so a `Linear(in → out)` costs `2·in·out` per row and its bias add is not
 //! counted; a DCN-v2 cross layer of width `W` costs `2·W²` (or `4·W·r` at rank `r`) plus
 //! `3·W` for its element-wise terms. Copies, reshapes and concatenations cost nothing.
@@ -137,7 +137,7 @@ fn grow<T: Real>(buf: &mut Vec<T>, len: usize) -> &mut [T] {
 /// §4 prints the formula as `Σ O_i / (|F|·N)`, but every number the paper reports is its
 /// reciprocal: Table 5 calls `D = 64` on `N = 128` (`c = 1, p = 0`, so `Σ O_i = |F|·N/2`)
 /// a ratio of 2, and 16 for `D = 8`. This follows the reported numbers, as
-/// `towerrec-sim`'s `TowerModules::compression` does, so a larger ratio means fewer
+/// `towerrec-sim`'s `TowerCosts::compression` does, so a larger ratio means fewer
 /// bytes across hosts.
 ///
 /// `outputs` are the towers' `O_i`. Returns `+∞` if they sum to 0 (and NaN if

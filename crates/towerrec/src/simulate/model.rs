@@ -1,0 +1,215 @@
+//! The simulator's view of a towerrec config: its tables, layers and batch as a
+//! [`Workload`], and its DMT towers (`[model.towers]`, DMT paper §3.2 and §4) as
+//! [`Towers`], counted as `towerrec train` builds the model.
+
+use super::*;
+use towerrec_train::config::TowersConfig;
+
+/// A model to simulate: the flat model, its towers when the config has them, and the
+/// config's `[cluster]` shape.
+pub(super) struct SimModel {
+    /// The model without towers (a DMT-DLRM's bottom MLP ending in N, not D: the flat
+    /// and SPTT baselines of `scripts/dmt-speed.sh`).
+    pub workload: Workload,
+    pub towers: Option<Towers>,
+    /// `(hosts, ranks_per_host)` of the config's `[cluster]`, if it has one.
+    pub cluster: Option<(usize, usize)>,
+}
+
+/// A model preset, or the model of a towerrec config file.
+pub(super) fn load_model(name: &str) -> Result<SimModel> {
+    if Workload::PRESETS.contains(&name) {
+        return Ok(SimModel {
+            workload: Workload::preset(name)?,
+            towers: None,
+            cluster: None,
+        });
+    }
+    let path = Path::new(name);
+    if !path.exists() {
+        bail!(
+            "--config {name}: neither a model preset ({}) nor a file",
+            Workload::PRESETS.join(", ")
+        );
+    }
+    let cfg = Config::load(path, &[])?;
+    let workload = workload_of(&cfg, name)?;
+    let towers = match &cfg.model.towers {
+        Some(t) => Some(towers_of(t, &cfg, name)?),
+        None => None,
+    };
+    let c = &cfg.cluster;
+    let cluster = (c.hosts * c.ranks_per_host > 1).then_some((c.hosts, c.ranks_per_host));
+    Ok(SimModel {
+        workload,
+        towers,
+        cluster,
+    })
+}
+
+/// The towers of `[model.towers]`: the same tables in each as `towerrec train` puts
+/// there, the same module; hosts per tower as `towerrec train` places them without a
+/// plan.
+fn towers_of(t: &TowersConfig, cfg: &Config, name: &str) -> Result<Towers> {
+    let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir)
+        .with_context(|| format!("{name}: reading the data's schema for the towers"))?;
+    let names: Vec<String> = schema.sparse.iter().map(|f| f.name.clone()).collect();
+    let tables = t
+        .assignment(&names)
+        .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    Ok(Towers {
+        kind: t.kind(),
+        tables,
+        hosts_per_tower: None,
+    })
+}
+
+/// The simulator's view of a towerrec run: its tables and lookups per sample, its
+/// layers, its batch; f32 everywhere, 32-bit ids. A DMT model's bottom MLP is given
+/// back ending in the embedding width (the model without towers); [`Towers`] rebuilds
+/// the DMT over-arch.
+pub(super) fn workload_of(cfg: &Config, name: &str) -> Result<Workload> {
+    let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir).with_context(|| {
+        format!("{name}: the table sizes come from the config's data, which could not be read")
+    })?;
+    let lookups: Vec<f64> = match &cfg.data {
+        towerrec_data::DataConfig::Synthetic(s) => s
+            .tables
+            .iter()
+            .flat_map(|t| {
+                let ids = match t.pooling {
+                    towerrec_data::PoolingFactor::Fixed(n) => n as f64,
+                    towerrec_data::PoolingFactor::Mean { mean } => mean,
+                };
+                std::iter::repeat_n(ids, t.count)
+            })
+            .collect(),
+        _ => vec![1.0; schema.num_sparse()],
+    };
+    let tables = schema
+        .sparse
+        .iter()
+        .zip(lookups.iter().chain(std::iter::repeat(&1.0)))
+        .map(|(f, &l)| TableGroup {
+            count: 1,
+            lookups: l,
+            rows: f.rows,
+        })
+        .collect();
+    let m = &cfg.model;
+    let (interaction, bottom_mlp) = match m.kind {
+        ModelKind::Dlrm => {
+            let mut bottom = m.bottom_mlp.clone();
+            if let Some(last) = bottom.last_mut() {
+                *last = m.embedding_dim;
+            }
+            let dot = Interaction::Dot {
+                self_interaction: m.self_interaction,
+            };
+            (dot, bottom)
+        }
+        // towerrec's DCN crosses the raw dense features: it has no bottom MLP.
+        ModelKind::Dcn => (
+            Interaction::Cross {
+                layers: m.cross_layers,
+                rank: m.cross_rank,
+            },
+            Vec::new(),
+        ),
+    };
+    Ok(Workload {
+        name: name.to_string(),
+        dense_features: schema.num_dense(),
+        embedding_dim: m.embedding_dim,
+        tables,
+        bottom_mlp,
+        top_mlp: m.top_mlp.clone(),
+        interaction,
+        batch: cfg.train.batch_size,
+        batch_per_chip: false,
+        param_bytes: 4,
+        grad_bytes: 4,
+        index_bytes: 4,
+        wire_bytes: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use towerrec_train::model::Model;
+
+    /// The quickstart with `overrides`: its simulator view, and the model towerrec
+    /// trains.
+    fn both(overrides: &[&str]) -> (Workload, Option<Towers>, Model) {
+        let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        let cfg = Config::quickstart(&o).unwrap();
+        let w = workload_of(&cfg, "quickstart").unwrap();
+        let towers = cfg
+            .model
+            .towers
+            .as_ref()
+            .map(|t| towers_of(t, &cfg, "quickstart").unwrap());
+        let s = towerrec_data::schema(&cfg.data, &cfg.base_dir).unwrap();
+        let model = Model::build(&cfg.model, &cfg.optimizer, &s, cfg.train.seed).unwrap();
+        (w, towers, model)
+    }
+
+    #[test]
+    fn the_simulator_counts_the_flops_towerrec_builds() {
+        // Flat DLRM and DCN, then DMT with each module kind, towers by count and by
+        // name: the simulator's forward FLOPs per sample (dense layers and modules) are
+        // the built model's, exactly.
+        // Towers by name: C1–C3 and the other 23 tables.
+        let rest: Vec<String> = (4..=26).map(|i| format!("\"C{i}\"")).collect();
+        let by_name = format!(
+            "model.towers={{module=\"dcn\",features=[[\"C1\",\"C2\",\"C3\"],[{}]],d=2,cross_layers=1,cross_rank=2}}",
+            rest.join(",")
+        );
+        let cases: &[&[&str]] = &[
+            &[],
+            &["model.kind=\"dcn\"", "model.cross_layers=2"],
+            &[
+                "model.towers={module=\"dlrm\",count=2,d=8,c=1,p=0}",
+                "model.bottom_mlp=[32,8]",
+            ],
+            &[
+                "model.towers={module=\"dlrm\",count=5,d=4,c=2,p=1}",
+                "model.bottom_mlp=[32,4]",
+            ],
+            &["model.towers={module=\"identity\",count=3}"],
+            &[
+                "model.kind=\"dcn\"",
+                "model.cross_layers=1",
+                "model.towers={module=\"dcn\",count=4,d=4,cross_layers=2}",
+            ],
+            &[
+                "model.kind=\"dcn\"",
+                "model.cross_layers=1",
+                "model.cross_rank=8",
+                &by_name,
+            ],
+        ];
+        for overrides in cases {
+            let (w, towers, mut model) = both(overrides);
+            let built = model.forward_flops_per_sample() as f64;
+            let simulated = match &towers {
+                None => w.dense_counts().forward_flops(),
+                Some(t) => {
+                    let c = t.costs(&w, 1).unwrap();
+                    c.dense.forward_flops() + c.module_flops
+                }
+            };
+            assert_eq!(simulated, built, "{overrides:?}");
+            let params: usize = model.dense_params().iter().map(|p| p.value.len()).sum();
+            let simulated = match &towers {
+                None => w.dense_counts().params,
+                Some(t) => {
+                    let c = t.costs(&w, 1).unwrap();
+                    c.dense.params + c.module_params
+                }
+            };
+            assert_eq!(simulated, params as f64, "{overrides:?}");
+        }
+    }
+}
