@@ -23,6 +23,10 @@ const STEPS: usize = 20;
 const DIM: usize = 8;
 
 fn config(kind: &str) -> Config {
+    pooled(kind, "sum")
+}
+
+fn pooled(kind: &str, pooling: &str) -> Config {
     let data = common::SYNTHETIC;
     let text = format!(
         r#"
@@ -31,7 +35,7 @@ kind = "{kind}"
 embedding_dim = {DIM}
 bottom_mlp = [16, {DIM}]
 top_mlp = [16, 1]
-pooling = "sum"
+pooling = "{pooling}"
 cross_layers = 2
 
 [optimizer]
@@ -181,7 +185,11 @@ fn tower_plan(cfg: &Config, topology: Topology, k: usize, towers: usize, inside:
 }
 
 fn check(kind: &str, topology: Topology, k: usize, towers: usize, inside: Inside) {
-    let cfg = config(kind);
+    check_config(config(kind), topology, k, towers, inside);
+}
+
+fn check_config(cfg: Config, topology: Topology, k: usize, towers: usize, inside: Inside) {
+    let kind = format!("{:?} pooling {:?}", cfg.model.kind, cfg.model.pooling);
     let batches = common::uneven_batches(&cfg, STEPS);
     let sptt = tower_plan(&cfg, topology, k, towers, inside);
     let flat = Plan {
@@ -237,4 +245,29 @@ fn sptt_is_the_flat_path_bit_for_bit_on_4x2() {
 fn sptt_is_the_flat_path_bit_for_bit_for_dcn() {
     check("dcn", Topology::new(2, 2).unwrap(), 1, 2, Inside::Mixed);
     check("dcn", Topology::new(4, 2).unwrap(), 2, 4, Inside::RowWise);
+}
+
+/// Mean-pooled row-wise tables: summed inside the tower, then divided by bag lengths
+/// the peers share, as the flat path divides at the sample owner.
+#[test]
+fn sptt_is_the_flat_path_bit_for_bit_with_mean_pooling() {
+    let t = Topology::new(2, 2).unwrap();
+    for inside in [Inside::RowWise, Inside::Mixed] {
+        check_config(pooled("dlrm", "mean"), t, 1, 2, inside);
+        check_config(pooled("dlrm", "mean"), t, 2, 2, inside);
+    }
+    check_config(
+        pooled("dcn", "mean"),
+        Topology::new(4, 2).unwrap(),
+        2,
+        4,
+        Inside::RowWise,
+    );
+    check_config(
+        pooled("dlrm", "mean"),
+        Topology::new(2, 4).unwrap(),
+        1,
+        4,
+        Inside::RowWise,
+    );
 }

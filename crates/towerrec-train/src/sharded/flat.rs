@@ -182,13 +182,17 @@ impl ShardedEmbeddings {
             return None;
         }
         let ids = batch.sparse.feature(t);
-        Some(move |b: usize| {
-            let len = ids.ids(b).len();
-            if len > 1 {
-                1.0 / len as f32
-            } else {
-                1.0
-            }
-        })
+        Some(move |b: usize| mean_scale(ids.ids(b).len()))
+    }
+}
+
+/// The factor that turns the sum of a bag of `len` rows into their mean (1 for empty
+/// and single-id bags); the flat and SPTT paths both scale by it, so they agree bit
+/// for bit.
+pub(super) fn mean_scale(len: usize) -> f32 {
+    if len > 1 {
+        1.0 / len as f32
+    } else {
+        1.0
     }
 }

@@ -155,19 +155,15 @@ impl ShardedEmbeddings {
         let sptt = if plan.towers.is_empty() {
             None
         } else {
-            if let Some(t) = states
-                .iter()
-                .position(|s| s.row_split() && s.pooling == Pooling::Mean)
-            {
-                return Err(Error::Plan(format!(
-                    "table '{}' is split by rows inside a tower with mean pooling, which \
-                     towers do not support yet: use sum pooling or another sharding",
-                    tables[t].name
-                )));
-            }
             let dims: Vec<usize> = tables.iter().map(|d| d.dim).collect();
             let index = |name: &str| tables.iter().position(|d| d.name == name);
-            Some(Sptt::new(&comm, plan, &dims, index)?)
+            let mean_split = states
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.row_split() && s.pooling == Pooling::Mean)
+                .map(|(t, _)| t)
+                .collect();
+            Some(Sptt::new(&comm, plan, &dims, index)?.with_mean_split(mean_split))
         };
         Ok(Self {
             comm,

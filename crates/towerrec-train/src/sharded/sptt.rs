@@ -19,8 +19,12 @@
 //! Backward runs f, e, d, c in reverse and leaves in every local shard the gradient of
 //! the whole global batch in global sample order, as the flat path does, so the fused
 //! updates are the same.
+//!
+//! A mean-pooled row-wise table is summed in step d and then divided, as the flat path
+//! divides at the sample owner; the rank that sums holds other ranks' samples, so the
+//! peers first share their samples' bag lengths (an AllGather among peers).
 
-use super::flat::place_block;
+use super::flat::{mean_scale, place_block};
 use super::ShardedEmbeddings;
 use crate::error::{Error, Result};
 use crate::slots::{FeatureSlots, Slot};
@@ -43,8 +47,13 @@ pub(super) struct Sptt {
     features: Vec<Vec<(usize, usize)>>,
     /// Per group, the width of its rows.
     widths: Vec<usize>,
-    /// Per table, its offset in its group's row.
+    /// Per table, its offset in its group's row, and its width.
     offset_of: Vec<usize>,
+    dim_of: Vec<usize>,
+    /// The mean-pooled row-split tables, and for each (in that order) the factor
+    /// 1 / bag length of every group row of the step (`scales[m * rows + row]`).
+    mean_split: Vec<usize>,
+    scales: Vec<f32>,
     /// Per group, its towers: `(tower, first column in the group row, columns)`.
     towers: Vec<Vec<(usize, usize, usize)>>,
     /// A DMT model's Tower Modules, run between steps e and f (every rank holds all of
@@ -145,6 +154,9 @@ impl Sptt {
             features,
             widths,
             offset_of,
+            dim_of: dims.to_vec(),
+            mean_split: Vec::new(),
+            scales: Vec::new(),
             towers,
             modules: None,
             rows: Vec::new(),
@@ -154,6 +166,75 @@ impl Sptt {
             send: Vec::new(),
             recv: Vec::new(),
         })
+    }
+
+    /// Tables `mean_split` (mean-pooled, split by rows) are divided by bag length after
+    /// their partial sums are added in step d.
+    pub(super) fn with_mean_split(mut self, mean_split: Vec<usize>) -> Self {
+        self.mean_split = mean_split;
+        self
+    }
+
+    /// Fills `scales` for the `total` group rows of this step: every peer's bag lengths
+    /// of the mean-pooled row-split tables, shared among the peers.
+    fn gather_mean_scales(&mut self, batch: &Batch, peer_rows: &[(usize, usize)]) -> Result<()> {
+        self.scales.clear();
+        let m = self.mean_split.len();
+        if m == 0 {
+            return Ok(());
+        }
+        let b = batch.batch_size();
+        let mut lens: Vec<u64> = Vec::with_capacity(m * b);
+        for &t in &self.mean_split {
+            let ids = batch.sparse.feature(t);
+            lens.extend((0..b).map(|k| ids.ids(k).len() as u64));
+        }
+        let (all, from) = self.peers.all_gather(&lens, Phase::TowerPeer)?;
+        let total: usize = peer_rows.iter().map(|&(_, n)| n).sum();
+        self.scales.resize(m * total, 1.0);
+        let mut at = 0;
+        for (&(first, n), &count) in peer_rows.iter().zip(&from) {
+            if count != m * n {
+                return Err(Error::Cluster(format!(
+                    "a peer sent {count} bag lengths where {} were expected",
+                    m * n
+                )));
+            }
+            for (i, chunk) in all[at..at + count].chunks_exact(n.max(1)).enumerate() {
+                for (k, &len) in chunk.iter().enumerate() {
+                    self.scales[i * total + first + k] = mean_scale(len as usize);
+                }
+            }
+            at += count;
+        }
+        Ok(())
+    }
+
+    /// Divides this group's mean-pooled row-split slots of the `total` rows by their
+    /// bags' lengths.
+    fn scale_mean_rows(&mut self, total: usize) {
+        let width = self.widths[self.my_group];
+        for (i, &t) in self.mean_split.iter().enumerate() {
+            if !self.features[self.my_group].iter().any(|&(f, _)| f == t) {
+                continue;
+            }
+            let cols = self.offset_of[t]..self.offset_of[t] + self.dim_of[t];
+            let scales = &self.scales[i * total..(i + 1) * total];
+            for (row, &s) in self.rows.chunks_exact_mut(width.max(1)).zip(scales) {
+                if s != 1.0 {
+                    row[cols.clone()].iter_mut().for_each(|v| *v *= s);
+                }
+            }
+        }
+    }
+
+    /// The factor of group row `row` of table `t` (1 for tables not mean-pooled and
+    /// split by rows).
+    fn mean_scale_of(&self, t: usize, row: usize, total: usize) -> f32 {
+        match self.mean_split.iter().position(|&m| m == t) {
+            Some(i) => self.scales[i * total + row],
+            None => 1.0,
+        }
     }
 
     /// Takes a DMT model's Tower Modules, to run them between steps e and f.
@@ -374,6 +455,8 @@ impl ShardedEmbeddings {
                 }
             }
         }
+        sp.gather_mean_scales(batch, &peer_rows)?;
+        sp.scale_mean_rows(total);
         // Between e and f: the Tower Modules, if any.
         sp.run_modules(total);
         // f: each peer gets the rows of its own samples.
@@ -432,10 +515,10 @@ impl ShardedEmbeddings {
             *count = sp.send.len() - before;
         }
         let peer_rows = sp.peer_rows(&self.samples);
+        let total: usize = peer_rows.iter().map(|&(_, n)| n).sum();
         if sp.modules.is_some() {
             sp.peers
                 .all_to_all_v_into(&sp.send, &counts, &mut sp.outs, Phase::TowerPeer)?;
-            let total = peer_rows.iter().map(|&(_, n)| n).sum();
             sp.modules_backward(total);
         } else {
             sp.peers
@@ -451,10 +534,15 @@ impl ShardedEmbeddings {
                 let shard = &self.tables[t].shards[s];
                 let (cols, off) = (shard.num_columns(), sp.offset_of[t] + shard.columns.0);
                 for &(first, n) in &peer_rows {
-                    for row in
-                        sp.rows[first * width..(first + n) * width].chunks_exact(width.max(1))
-                    {
-                        sp.send.extend_from_slice(&row[off..off + cols]);
+                    let rows = &sp.rows[first * width..(first + n) * width];
+                    for (k, row) in rows.chunks_exact(width.max(1)).enumerate() {
+                        let part = &row[off..off + cols];
+                        let scale = sp.mean_scale_of(t, first + k, total);
+                        if scale != 1.0 {
+                            sp.send.extend(part.iter().map(|&g| g * scale));
+                        } else {
+                            sp.send.extend_from_slice(part);
+                        }
                     }
                 }
             }
