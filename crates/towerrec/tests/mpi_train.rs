@@ -246,10 +246,41 @@ fn mpi_equals_in_process_on_2x2() {
         describe(&o)
     );
 
+    // Towers spanning both hosts with their tables split by rows: step d crosses hosts
+    // and sums partial sums (a ReduceScatter); with mean pooling (below) the peers
+    // share their bag lengths.
+    let wide = dir.join("wide-towers.json");
+    let o = towerrec(
+        &[
+            "plan",
+            "--strategy",
+            "row-wise",
+            "--towers",
+            "2",
+            "--hosts-per-tower",
+            "2",
+            "--hosts",
+            "2",
+            "--ranks-per-host",
+            "2",
+            "--output",
+            wide.to_str().unwrap(),
+        ]
+        .map(String::from),
+        &[],
+        60,
+    );
+    assert!(
+        o.status.success(),
+        "towerrec plan --hosts-per-tower: {}",
+        describe(&o)
+    );
+
     for (case, plan) in [
         ("greedy plan", None),
         ("row-wise plan", Some(&plan)),
         ("tower plan", Some(&towers)),
+        ("row-wise towers of 2 hosts", Some(&wide)),
         ("dmt model", None),
     ] {
         let start = Instant::now();
@@ -259,6 +290,14 @@ fn mpi_equals_in_process_on_2x2() {
             for set in [
                 "model.towers={module=\"dlrm\",count=2,d=8,c=1,p=1}",
                 "model.bottom_mlp=[64,8]",
+            ] {
+                args.extend(["--set".into(), set.into()]);
+            }
+        }
+        if case == "row-wise towers of 2 hosts" {
+            for set in [
+                "model.pooling=\"mean\"",
+                "data.tables=[{rows=20000,zipf_exponent=1.05,pooling={mean=3.0},count=26}]",
             ] {
                 args.extend(["--set".into(), set.into()]);
             }
