@@ -654,8 +654,19 @@ impl Model {
 
     /// Number of trainable parameters, embeddings included.
     pub fn param_count(&mut self) -> usize {
-        let dense: usize = self.dense_params().iter().map(|p| p.value.len()).sum();
-        dense + self.table_params
+        self.dense_param_count() + self.table_params
+    }
+
+    /// Number of dense parameters: MLPs, interaction and Tower Modules (every module
+    /// once, wherever it runs), as [`Model::dense_params`] lists them.
+    pub fn dense_param_count(&mut self) -> usize {
+        self.dense_params().iter().map(|p| p.value.len()).sum()
+    }
+
+    /// Number of embedding parameters: every table whole (rows × width), however it is
+    /// sharded.
+    pub fn embedding_param_count(&self) -> usize {
+        self.table_params
     }
 }
 

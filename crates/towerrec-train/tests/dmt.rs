@@ -347,3 +347,57 @@ fn towers_can_come_from_a_partition_file() {
     );
     std::fs::remove_dir_all(dir).ok();
 }
+
+#[test]
+fn the_summary_counts_dense_and_embedding_parameters() {
+    // Tables of 50, 50, 97, 97 and 7 rows of width 8.
+    let embedding = (50 + 50 + 97 + 97 + 7) * 8;
+    // Flat: bottom 4→16→8 (80 + 136); 6 vectors, 15 pairs: top 23→16→1 (384 + 17).
+    let flat = 80 + 136 + 384 + 17;
+    // DMT-DLRM, c = p = 1, D = 4, towers of 3 and 2 tables: bottom 4→16→4 (80 + 68);
+    // modules F·N → p·D and N → c·D with biases (3·8·4 + 4 + 8·4 + 4 = 136, and
+    // 2·8·4 + 4 + 36 = 104); 1 + 4 + 3 vectors, 28 pairs: top 32→16→1 (528 + 17).
+    let dmt = 80 + 68 + 136 + 104 + 528 + 17;
+    let dir = std::env::temp_dir().join(format!("towerrec-dmt-params-{}", std::process::id()));
+    let summary = |towers: &str, topology: Option<Topology>, name: &str| {
+        let mut cfg = config("dlrm", towers);
+        cfg.train.max_steps = Some(1);
+        let opts = towerrec_train::TrainOptions {
+            out_dir: dir.join(name),
+            ..Default::default()
+        };
+        match topology {
+            None => towerrec_train::train(&cfg, &opts, &mut towerrec_train::Silent),
+            Some(t) => towerrec_train::cluster::train_in_process(
+                &cfg,
+                &opts,
+                t,
+                None,
+                1,
+                &mut towerrec_train::Silent,
+            ),
+        }
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let text = std::fs::read_to_string(dir.join(name).join("summary.json")).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let get = |key: &str| {
+            json[key]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{name}: {key}"))
+        };
+        (get("dense_params"), get("embedding_params"), get("params"))
+    };
+    let two_by_two = Topology::new(2, 2).unwrap();
+    for (towers, topology, dense, name) in [
+        ("", None, flat, "flat"),
+        (DLRM_TOWERS, None, dmt, "dmt"),
+        // Modules inside SPTT: every rank holds every module; counted once.
+        (DLRM_TOWERS, Some(two_by_two), dmt, "dmt-2x2"),
+    ] {
+        let (d, e, all) = summary(towers, topology, name);
+        assert_eq!(d, dense as u64, "{name}: dense parameters");
+        assert_eq!(e, embedding as u64, "{name}: embedding parameters");
+        assert_eq!(all, d + e, "{name}: params");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -75,7 +75,12 @@ pub struct Summary {
     pub train_samples_per_sec: f64,
     pub steps: u64,
     pub model: ModelKind,
+    /// Trainable parameters: `dense_params + embedding_params`.
     pub params: usize,
+    /// Dense parameters (MLPs, interaction, Tower Modules).
+    pub dense_params: usize,
+    /// Embedding parameters (every table's rows × width).
+    pub embedding_params: usize,
     /// Forward FLOPs per sample of the dense part ([`crate::Model::forward_flops_per_sample`]).
     pub flops_per_sample: u64,
     pub train_samples: u64,

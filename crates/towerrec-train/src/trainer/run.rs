@@ -212,6 +212,8 @@ impl Run<'_> {
             steps: self.progress.step,
             model: self.model.kind(),
             params,
+            dense_params: self.model.dense_param_count(),
+            embedding_params: self.model.embedding_param_count(),
             flops_per_sample: self.model.forward_flops_per_sample(),
             train_samples: self.progress.samples,
             eval_samples: report.as_ref().map_or(0, |r| r.samples),
