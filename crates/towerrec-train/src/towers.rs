@@ -3,8 +3,9 @@
 //!
 //! This stage maps *feature rows* (the base part, then every table's slot) to
 //! *interaction rows* (the same base part, then every tower's output slot), and back.
-//! It runs where the sample lives; SPTT's placement of the modules between its steps e
-//! and f (so that step f carries the compressed outputs) is the next step of issue 12.
+//! In one process, and on a cluster whose plan has no towers, the modules run here,
+//! where the sample lives; with a tower plan SPTT runs them between its steps e and f
+//! (`sharded/sptt.rs`), so that step f carries their compressed outputs.
 
 use crate::error::{Error, Result};
 use crate::slots::FeatureSlots;
