@@ -93,6 +93,18 @@ fn towerrec(args: &[String], env: &[(&str, &str)], limit_s: u64) -> Output {
 /// `mpirun -np 4` of `towerrec ARGS` as 2 hosts × 2 ranks (TOWERREC_RANKS_PER_HOST=2)
 /// with `env` exported to the ranks, killed after `limit_s`.
 fn mpirun(args: &[String], env: &[(&str, &str)], limit_s: u64) -> Output {
+    mpirun_as((2, 2), args, env, limit_s)
+}
+
+/// [`mpirun`] as `hosts × ranks_per_host` ranks.
+fn mpirun_as(
+    (hosts, ranks_per_host): (usize, usize),
+    args: &[String],
+    env: &[(&str, &str)],
+    limit_s: u64,
+) -> Output {
+    let np = (hosts * ranks_per_host).to_string();
+    let rph = format!("TOWERREC_RANKS_PER_HOST={ranks_per_host}");
     let mut cmd = Command::new("timeout");
     cmd.args(["-k", "5", &limit_s.to_string(), "mpirun"])
         .args([
@@ -101,8 +113,8 @@ fn mpirun(args: &[String], env: &[(&str, &str)], limit_s: u64) -> Output {
             "--bind-to",
             "none",
         ])
-        .args(["-np", "4", "--mca", "mpi_yield_when_idle", "1"])
-        .args(["-x", "TOWERREC_RANKS_PER_HOST=2"]);
+        .args(["-np", &np, "--mca", "mpi_yield_when_idle", "1"])
+        .args(["-x", &rph]);
     for k in OURS {
         cmd.env_remove(k);
     }
@@ -150,6 +162,10 @@ fn checkpoint(run: &Path) -> (Value, Vec<u8>) {
 /// evaluations, exactly), the same final metrics, the same bytes per step in every
 /// phase, and the same checkpoint (weights bit for bit). Returns the number of losses.
 fn assert_same_run(case: &str, a: &Path, b: &Path) -> usize {
+    assert_same_run_as(case, (2, 2), a, b)
+}
+
+fn assert_same_run_as(case: &str, shape: (usize, usize), a: &Path, b: &Path) -> usize {
     let (ma, mb) = (metrics(a), metrics(b));
     let losses: Vec<&Value> = ma.iter().filter_map(|r| r.get("loss")).collect();
     assert!(!losses.is_empty(), "{case}: no losses in {}", a.display());
@@ -178,9 +194,9 @@ fn assert_same_run(case: &str, a: &Path, b: &Path) -> usize {
         bytes, &sb["cluster"]["bytes_per_step"],
         "{case}: bytes per step"
     );
-    for key in ["hosts", "ranks_per_host"] {
-        assert_eq!(sa["cluster"][key], 2, "{case}: {key}");
-        assert_eq!(sb["cluster"][key], 2, "{case}: {key}");
+    for (key, want) in [("hosts", shape.0), ("ranks_per_host", shape.1)] {
+        assert_eq!(sa["cluster"][key], want, "{case}: {key}");
+        assert_eq!(sb["cluster"][key], want, "{case}: {key}");
     }
     let (ca, cb) = (checkpoint(a), checkpoint(b));
     assert_eq!(
@@ -198,136 +214,155 @@ fn assert_same_run(case: &str, a: &Path, b: &Path) -> usize {
     losses.len()
 }
 
+/// Writes `towerrec plan ARGS` into `dir/name` and returns its path.
+fn write_plan(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
+    let path = dir.join(name);
+    let mut all: Vec<String> = std::iter::once("plan")
+        .chain(args.iter().copied())
+        .map(String::from)
+        .collect();
+    all.extend(["--output".into(), path.to_str().unwrap().into()]);
+    let o = towerrec(&all, &[], 60);
+    assert!(
+        o.status.success(),
+        "towerrec plan {args:?}: {}",
+        describe(&o)
+    );
+    path
+}
+
+/// Trains `args` on `hosts × ranks_per_host` in-process into `dir/CASE-in-process` and
+/// under mpirun into `dir/CASE-mpi`, and checks the two runs are the same; returns the
+/// number of losses logged.
+fn train_both(dir: &Path, case: &str, shape: (usize, usize), args: &[String]) -> usize {
+    let run = |name: &str| dir.join(format!("{}-{name}", case.replace(' ', "-")));
+    let (a, b) = (run("in-process"), run("mpi"));
+    let (hosts, rph) = (shape.0.to_string(), shape.1.to_string());
+    let mut in_process: Vec<String> = ["train", "--hosts", &hosts, "--ranks-per-host", &rph]
+        .map(String::from)
+        .into();
+    in_process.extend(args.iter().cloned());
+    in_process.extend(["--out".into(), a.to_str().unwrap().into()]);
+    let o = towerrec(&in_process, &[], 300);
+    assert!(o.status.success(), "{case}, in-process: {}", describe(&o));
+
+    let mut mpi: Vec<String> = ["train", "--backend", "mpi"].map(String::from).into();
+    mpi.extend(args.iter().cloned());
+    mpi.extend(["--out".into(), b.to_str().unwrap().into()]);
+    let o = mpirun_as(shape, &mpi, &[], 300);
+    assert!(o.status.success(), "{case}, mpirun: {}", describe(&o));
+    assert_same_run_as(case, shape, &a, &b)
+}
+
 #[test]
 fn mpi_equals_in_process_on_2x2() {
     let _serial = serial();
     let dir = tmp("equal");
-    let plan = dir.join("row-wise.json");
-    let o = towerrec(
-        &[
-            "plan",
-            "--strategy",
-            "row-wise",
-            "--hosts",
-            "2",
-            "--ranks-per-host",
-            "2",
-            "--output",
-            plan.to_str().unwrap(),
-        ]
-        .map(String::from),
-        &[],
-        60,
+    let shape = ["--hosts", "2", "--ranks-per-host", "2"];
+    let row_wise = write_plan(
+        &dir,
+        "row-wise.json",
+        &[&["--strategy", "row-wise"][..], &shape].concat(),
     );
-    assert!(o.status.success(), "towerrec plan: {}", describe(&o));
     // DMT's SPTT: two towers, one per host, tables whole on the ranks of their host.
-    let towers = dir.join("towers.json");
-    let o = towerrec(
-        &[
-            "plan",
-            "--strategy",
-            "table-wise",
-            "--towers",
-            "2",
-            "--hosts",
-            "2",
-            "--ranks-per-host",
-            "2",
-            "--output",
-            towers.to_str().unwrap(),
-        ]
-        .map(String::from),
-        &[],
-        60,
+    let towers = write_plan(
+        &dir,
+        "towers.json",
+        &[&["--strategy", "table-wise", "--towers", "2"][..], &shape].concat(),
     );
-    assert!(
-        o.status.success(),
-        "towerrec plan --towers: {}",
-        describe(&o)
-    );
-
     // Towers spanning both hosts with their tables split by rows: step d crosses hosts
     // and sums partial sums (a ReduceScatter); with mean pooling (below) the peers
     // share their bag lengths.
-    let wide = dir.join("wide-towers.json");
-    let o = towerrec(
+    let wide = write_plan(
+        &dir,
+        "wide-towers.json",
         &[
-            "plan",
-            "--strategy",
-            "row-wise",
-            "--towers",
-            "2",
-            "--hosts-per-tower",
-            "2",
-            "--hosts",
-            "2",
-            "--ranks-per-host",
-            "2",
-            "--output",
-            wide.to_str().unwrap(),
+            &[
+                "--strategy",
+                "row-wise",
+                "--towers",
+                "2",
+                "--hosts-per-tower",
+                "2",
+            ][..],
+            &shape,
         ]
-        .map(String::from),
-        &[],
-        60,
-    );
-    assert!(
-        o.status.success(),
-        "towerrec plan --hosts-per-tower: {}",
-        describe(&o)
+        .concat(),
     );
 
     for (case, plan) in [
         ("greedy plan", None),
-        ("row-wise plan", Some(&plan)),
+        ("row-wise plan", Some(&row_wise)),
         ("tower plan", Some(&towers)),
         ("row-wise towers of 2 hosts", Some(&wide)),
         ("dmt model", None),
     ] {
         let start = Instant::now();
         let mut args = small_args();
-        if case == "dmt model" {
+        let sets: &[&str] = match case {
             // DMT-DLRM: two towers with DLRM Tower Modules, run inside SPTT.
-            for set in [
+            "dmt model" => &[
                 "model.towers={module=\"dlrm\",count=2,d=8,c=1,p=1}",
                 "model.bottom_mlp=[64,8]",
-            ] {
-                args.extend(["--set".into(), set.into()]);
-            }
-        }
-        if case == "row-wise towers of 2 hosts" {
-            for set in [
+            ],
+            "row-wise towers of 2 hosts" => &[
                 "model.pooling=\"mean\"",
                 "data.tables=[{rows=20000,zipf_exponent=1.05,pooling={mean=3.0},count=26}]",
-            ] {
-                args.extend(["--set".into(), set.into()]);
-            }
+            ],
+            _ => &[],
+        };
+        for set in sets {
+            args.extend(["--set".into(), set.to_string()]);
         }
         if let Some(p) = plan {
             args.extend(["--plan".into(), p.to_str().unwrap().into()]);
         }
-        let run = |name: &str| dir.join(format!("{}-{name}", case.replace(' ', "-")));
-        let (a, b) = (run("in-process"), run("mpi"));
-
-        let mut in_process: Vec<String> = ["train", "--hosts", "2", "--ranks-per-host", "2"]
-            .map(String::from)
-            .into();
-        in_process.extend(args.iter().cloned());
-        in_process.extend(["--out".into(), a.to_str().unwrap().into()]);
-        let o = towerrec(&in_process, &[], 300);
-        assert!(o.status.success(), "{case}, in-process: {}", describe(&o));
-
-        let mut mpi: Vec<String> = ["train", "--backend", "mpi"].map(String::from).into();
-        mpi.extend(args);
-        mpi.extend(["--out".into(), b.to_str().unwrap().into()]);
-        let o = mpirun(&mpi, &[], 300);
-        assert!(o.status.success(), "{case}, mpirun: {}", describe(&o));
-
-        let n = assert_same_run(case, &a, &b);
+        let n = train_both(&dir, case, (2, 2), &args);
         assert_eq!(n, 6, "{case}: a loss every 5 steps of 30");
         println!(
             "{case}: both runs in {:.1} s",
             start.elapsed().as_secs_f64()
         );
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// SPTT on 8 MPI processes, as in-process (which the towerrec-train `sptt` tests show
+/// is the flat path bit for bit): 4 hosts × 2 ranks with two towers of 2 hosts
+/// (column-wise tables: step d crosses hosts with column blocks), and 2 hosts × 4 ranks
+/// with four one-host towers, two per host (row-wise tables: step d sums).
+#[test]
+fn mpi_sptt_equals_in_process_on_8_ranks() {
+    let _serial = serial();
+    let dir = tmp("sptt8");
+    for (shape, towers, per_tower, strategy) in [
+        ((4, 2), "2", "2", "column-wise"),
+        ((2, 4), "4", "1", "row-wise"),
+    ] {
+        let case = format!("{}x{} {strategy} towers", shape.0, shape.1);
+        let (hosts, rph) = (shape.0.to_string(), shape.1.to_string());
+        let plan = write_plan(
+            &dir,
+            &format!("{}x{}.json", shape.0, shape.1),
+            &[
+                "--strategy",
+                strategy,
+                "--towers",
+                towers,
+                "--hosts-per-tower",
+                per_tower,
+                "--hosts",
+                &hosts,
+                "--ranks-per-host",
+                &rph,
+            ],
+        );
+        let mut args = small_args();
+        // The quickstart's row-wise Adagrad keeps one accumulator per whole row, which
+        // column-split tables cannot.
+        args.extend(["--set".into(), "optimizer.sparse={kind=\"adam\"}".into()]);
+        args.extend(["--plan".into(), plan.to_str().unwrap().into()]);
+        assert_eq!(train_both(&dir, &case, shape, &args), 6, "{case}");
     }
     std::fs::remove_dir_all(dir).ok();
 }
