@@ -1,5 +1,6 @@
 //! What a cluster run adds to its summary: bytes per step by phase, intra-host and
-//! cross-host, from every rank, and rank 0's time per phase.
+//! cross-host, from every rank, and every rank's time per phase (a rank that waits at a
+//! collective for a slower one shows it there).
 
 use crate::error::{Error, Result};
 use crate::model::Model;
@@ -24,11 +25,13 @@ pub struct ClusterReport {
     pub bytes_per_step: Vec<PhaseBytes>,
     /// Rank 0's wall time per step in each phase of the model, in milliseconds.
     pub phase_ms_per_step: Vec<(String, f64)>,
+    /// Every rank's wall time per step in each phase, in milliseconds, by rank.
+    pub phase_ms_per_step_by_rank: Vec<(String, Vec<f64>)>,
 }
 
 impl ClusterReport {
-    /// Gathers every rank's traffic since `start` less `excluded` (evaluations;
-    /// collective) and rank 0's phase times.
+    /// Gathers every rank's traffic since `start` less `excluded` (evaluations) and
+    /// phase times (collective).
     pub fn gather(
         model: &Model,
         start: &RankTraffic,
@@ -47,6 +50,17 @@ impl ClusterReport {
         let topology = comm.topology();
         let traffic = ClusterTraffic::from_flat(topology, &all);
         let per = steps.max(1) as f64;
+        let phases = model.phase_times().entries();
+        let ms: Vec<f64> = phases.iter().map(|(_, secs)| secs * 1e3 / per).collect();
+        let (every, _) = comm.all_gather(&ms, Phase::Control)?;
+        let by_rank = phases
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _))| {
+                let ranks = every.chunks_exact(ms.len()).map(|r| r[i]).collect();
+                (name.to_string(), ranks)
+            })
+            .collect();
         Ok(Self {
             hosts: topology.hosts,
             ranks_per_host: topology.ranks_per_host,
@@ -61,12 +75,12 @@ impl ClusterReport {
                     }
                 })
                 .collect(),
-            phase_ms_per_step: model
-                .phase_times()
-                .entries()
+            phase_ms_per_step: phases
                 .iter()
-                .map(|(name, secs)| (name.to_string(), secs * 1e3 / per))
+                .zip(&ms)
+                .map(|((name, _), &ms)| (name.to_string(), ms))
                 .collect(),
+            phase_ms_per_step_by_rank: by_rank,
         })
     }
 }

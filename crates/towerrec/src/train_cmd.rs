@@ -436,6 +436,16 @@ fn print_cluster(c: &towerrec_train::cluster::ClusterReport) {
         .map(|(name, ms)| format!("{name} {ms:.2}"))
         .collect();
     println!("  rank 0 ms per step: {}", phases.join(", "));
+    let spread: Vec<String> = c
+        .phase_ms_per_step_by_rank
+        .iter()
+        .filter_map(|(name, ranks)| {
+            let lo = ranks.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = ranks.iter().copied().fold(0.0, f64::max);
+            (hi > 0.0).then(|| format!("{name} {lo:.2}–{hi:.2}"))
+        })
+        .collect();
+    println!("  ms per step, fastest–slowest rank: {}", spread.join(", "));
 }
 
 fn human_bytes(b: f64) -> String {

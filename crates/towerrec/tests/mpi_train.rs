@@ -198,6 +198,15 @@ fn assert_same_run_as(case: &str, shape: (usize, usize), a: &Path, b: &Path) -> 
         assert_eq!(sa["cluster"][key], want, "{case}: {key}");
         assert_eq!(sb["cluster"][key], want, "{case}: {key}");
     }
+    for s in [&sa, &sb] {
+        let by_rank = s["cluster"]["phase_ms_per_step_by_rank"].as_array();
+        let phases = by_rank.map_or(0, Vec::len);
+        assert_eq!(phases, 10, "{case}: every phase's times by rank: {s}");
+        for entry in by_rank.into_iter().flatten() {
+            let ranks = entry[1].as_array().map_or(0, Vec::len);
+            assert_eq!(ranks, shape.0 * shape.1, "{case}: a time per rank: {entry}");
+        }
+    }
     let (ca, cb) = (checkpoint(a), checkpoint(b));
     assert_eq!(
         ca.0, cb.0,
