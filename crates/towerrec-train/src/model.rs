@@ -11,7 +11,7 @@
 pub use crate::embeddings::Embeddings;
 pub use crate::times::PhaseTimes;
 
-use crate::config::DenseSync;
+use crate::config::{BiasInit, DenseSync};
 use crate::config::{ModelConfig, ModelKind, OptimizerConfig};
 use crate::error::{Error, Result};
 use crate::init::TableInit;
@@ -160,7 +160,8 @@ impl Model {
                 let names: Vec<String> = schema.sparse.iter().map(|f| f.name.clone()).collect();
                 let assignment = t.assignment(&names).map_err(Error::Model)?;
                 crate::towers::check_widths(&slots)?;
-                Some(ModelTowers::new(&assignment, t.kind(), dim, base, seed)?)
+                let init = (t.kind(), t.bias_init == BiasInit::Zero);
+                Some(ModelTowers::new(&assignment, init, dim, base, seed)?)
             }
         };
         let inter_width = towers

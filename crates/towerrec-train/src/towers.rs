@@ -35,11 +35,12 @@ pub(crate) struct ModelTowers {
 
 impl ModelTowers {
     /// Towers of `assignment` (table indices) over tables `dim` wide, with modules of
-    /// `kind`, after a base part of `base` columns; module `t` is initialized from
-    /// `(seed, t)` so that every rank and topology builds the same one.
+    /// `kind` (their linear biases zero when `zero_biases`), after a base part of `base`
+    /// columns; module `t` is initialized from `(seed, t)` so that every rank and
+    /// topology builds the same one.
     pub(crate) fn new(
         assignment: &[Vec<usize>],
-        kind: TowerModuleKind,
+        (kind, zero_biases): (TowerModuleKind, bool),
         dim: usize,
         base: usize,
         seed: u64,
@@ -47,7 +48,10 @@ impl ModelTowers {
         let mut towers = Vec::with_capacity(assignment.len());
         for (t, tables) in assignment.iter().enumerate() {
             let mut rng = StdRng::seed_from_u64(seed ^ 0x70_77e7_0000 ^ t as u64);
-            let module = TowerModule::new(kind, tables.len(), dim, &mut rng)?;
+            let mut module = TowerModule::new(kind, tables.len(), dim, &mut rng)?;
+            if zero_biases {
+                module.zero_biases();
+            }
             towers.push(Tower {
                 tables: tables.clone(),
                 module,

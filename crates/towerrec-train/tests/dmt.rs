@@ -401,3 +401,36 @@ fn the_summary_counts_dense_and_embedding_parameters() {
     }
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// `bias_init = "zero"` starts every Tower Module's linear biases at zero and leaves
+/// everything else as drawn; the default draws them.
+#[test]
+fn tower_module_biases_can_start_at_zero() {
+    let tower_biases = |towers: &str| -> Vec<(String, Vec<f32>)> {
+        let cfg = config("dlrm", towers);
+        let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+        let mut model = Model::build(&cfg.model, &cfg.optimizer, &s, cfg.train.seed).unwrap();
+        model
+            .dense_params()
+            .into_iter()
+            .filter(|p| p.name.starts_with("tower."))
+            .map(|p| (p.name.clone(), p.value.to_vec()))
+            .collect()
+    };
+    let drawn = tower_biases(DLRM_TOWERS);
+    let zero = tower_biases(&format!("{DLRM_TOWERS}\nbias_init = \"zero\""));
+    assert_eq!(drawn.len(), zero.len());
+    let mut biases = 0;
+    for ((name, a), (name_z, z)) in drawn.iter().zip(&zero) {
+        assert_eq!(name, name_z);
+        if name.ends_with("bias") {
+            biases += 1;
+            assert!(a.iter().any(|&v| v != 0.0), "{name} is drawn by default");
+            assert!(z.iter().all(|&v| v == 0.0), "{name} starts at zero");
+        } else {
+            assert_eq!(a, z, "{name}: only the biases change");
+        }
+    }
+    // Two towers, each with a flat (p = 1) and a per-feature (c = 1) map.
+    assert_eq!(biases, 4);
+}

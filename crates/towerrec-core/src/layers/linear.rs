@@ -40,6 +40,12 @@ pub struct Linear<T> {
 const BLOCK_ROWS: usize = 64;
 
 impl<T: Real> Linear<T> {
+    /// Sets the bias to zero (a Tower Module's optional start: see
+    /// [`crate::layers::tower::TowerModule::zero_biases`]).
+    pub fn zero_bias(&mut self) {
+        self.bias.iter_mut().for_each(|b| *b = T::zero());
+    }
+
     /// Initialized as the DLRM reference does: `W ~ N(0, √(2/(in+out)))`,
     /// `b ~ N(0, √(1/out))`.
     pub fn new(in_dim: usize, out_dim: usize, activation: Activation, rng: &mut impl Rng) -> Self {

@@ -8,7 +8,7 @@ mod validate;
 
 pub use overrides::with_overrides;
 pub use resume::SAFE_ON_RESUME;
-pub use towers::{TowerModuleName, TowersConfig};
+pub use towers::{BiasInit, TowerModuleName, TowersConfig};
 pub use validate::{MAX_BATCH_SIZE, MAX_EVAL_BATCH_SIZE, MAX_WORLD_SIZE};
 
 use crate::error::{Error, Result};

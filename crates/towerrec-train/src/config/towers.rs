@@ -12,6 +12,7 @@
 //! c = 1             # dlrm: c·D outputs per feature
 //! p = 0             # dlrm: p·D outputs from the whole tower
 //! cross_layers = 1  # dcn: depth of the tower's CrossNet
+//! bias_init = "normal"  # or "zero": the modules' linear biases start at zero
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -24,6 +25,17 @@ pub enum TowerModuleName {
     Identity,
     Dlrm,
     Dcn,
+}
+
+/// How a Tower Module's linear biases start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BiasInit {
+    /// Drawn as every linear layer's (the DLRM reference: `N(0, 1/out)`).
+    #[default]
+    Normal,
+    /// Zero.
+    Zero,
 }
 
 /// `[model.towers]`.
@@ -52,6 +64,13 @@ pub struct TowersConfig {
     pub cross_layers: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cross_rank: Option<usize>,
+    /// How the modules' linear biases start.
+    #[serde(default, skip_serializing_if = "is_normal")]
+    pub bias_init: BiasInit,
+}
+
+fn is_normal(b: &BiasInit) -> bool {
+    *b == BiasInit::Normal
 }
 
 impl TowersConfig {

@@ -77,6 +77,11 @@ pub(super) fn counts(
 }
 
 impl<T: Real> DcnTower<T> {
+    /// Sets the output projection's bias to zero (the CrossNet's biases start at zero).
+    pub fn zero_biases(&mut self) {
+        self.proj.zero_bias();
+    }
+
     /// A `layers`-deep cross network of width `F·N` (low-rank if `rank` is given), then
     /// `Linear(F·N → F·D)`; weights drawn as [`CrossNet::new`] and [`Linear::new`] draw
     /// theirs. `layers = 0` leaves only the projection.

@@ -30,6 +30,18 @@ enum Parts<T> {
     },
 }
 
+impl<T: Real> Parts<T> {
+    fn zero_biases(&mut self) {
+        match self {
+            Parts::Flat(l) | Parts::PerFeature(l) => l.zero_bias(),
+            Parts::Both { flat, per_feature } => {
+                flat.zero_bias();
+                per_feature.zero_bias();
+            }
+        }
+    }
+}
+
 /// Buffers for [`Parts::Both`] only: a single map writes straight into `y` and reads
 /// straight from `dy`.
 #[derive(Debug, Clone)]
@@ -85,6 +97,11 @@ pub(super) fn counts(f: usize, n: usize, c: usize, p: usize, d: usize) -> Result
 }
 
 impl<T: Real> DlrmTower<T> {
+    /// Sets the biases of both linear maps to zero.
+    pub fn zero_biases(&mut self) {
+        self.parts.zero_biases();
+    }
+
     /// `c·D` outputs per feature and `p·D` for the whole row; weights drawn as
     /// [`Linear::new`] draws them.
     ///

@@ -158,6 +158,18 @@ pub enum TowerModule<T> {
 }
 
 impl<T: Real> TowerModule<T> {
+    /// Sets the module's linear biases to zero, so that at the start every output is a
+    /// linear map of the tower's embeddings. Drawn as the DLRM reference draws a bias
+    /// (std `1/√out`), the bias dwarfs freshly initialized embedding rows and every
+    /// feature of a tower starts as nearly the same vector (docs/DMT.md, Table 4).
+    pub fn zero_biases(&mut self) {
+        match self {
+            TowerModule::Identity(_) => {}
+            TowerModule::Dlrm(m) => m.zero_biases(),
+            TowerModule::Dcn(m) => m.zero_biases(),
+        }
+    }
+
     /// A module of `kind` over `f` features of width `n`, its weights drawn from `rng`
     /// as [`Linear`](super::linear::Linear) and [`CrossNet`](super::crossnet::CrossNet)
     /// draw theirs.
