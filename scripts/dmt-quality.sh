@@ -21,13 +21,17 @@
 # fixed by the example config; only train.seed changes between seeds. A run whose
 # summary.json exists is not repeated, so an interrupted call resumes. Environment:
 # TOWERREC (binary), JOBS (default 2), SEEDS (Tables 4 and 5, default 9), TP_SEEDS
-# (Table 6, default 15), RUNS (run directories, default beside the CSV).
+# (Table 6, default 15), RUNS (run directories, default beside the CSV), BIAS_INIT
+# (the Tower Modules' `bias_init`, default normal; give another CSV path with it, since
+# finished runs are found by name: BIAS_INIT=zero scripts/dmt-quality.sh
+# target/dmt-quality-zero/results.csv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 csv=${1:-target/dmt-quality/results.csv}
 runs=${RUNS:-$(dirname "$csv")/runs}
 bin=${TOWERREC:-${CARGO_TARGET_DIR:-target}/release/towerrec}
 jobs=${JOBS:-2}
+bias_init=${BIAS_INIT:-normal}
 seeds=${SEEDS:-9}
 tp_seeds=${TP_SEEDS:-15}
 [ -x "$bin" ] || { echo "no $bin: cargo build --release first" >&2; exit 1; }
@@ -69,7 +73,7 @@ base() { # DATA MODEL: the flat model's config arguments
     fi
 }
 dlrm_towers() { # DATA TOWERS-SPEC D
-    echo "--set model.towers={module=\"dlrm\",$2,d=$3,c=1,p=0} --set model.bottom_mlp=[${bottom[$1]},$3]"
+    echo "--set model.towers={module=\"dlrm\",$2,d=$3,c=1,p=0,bias_init=\"$bias_init\"} --set model.bottom_mlp=[${bottom[$1]},$3]"
 }
 
 # Table 4.
@@ -87,7 +91,7 @@ for data in criteo avazu movielens; do
             for d in 16 8; do
                 read -ra b <<<"$(base $data dcn)"
                 add "$data-dcn-t$t-d$d-s$s" $data dcn 16 $t dcn $d naive "$s" -- "${b[@]}" \
-                    --set "model.towers={module=\"dcn\",count=$t,d=$d,cross_layers=1}" \
+                    --set "model.towers={module=\"dcn\",count=$t,d=$d,cross_layers=1,bias_init=\"$bias_init\"}" \
                     --set train.seed="$s"
             done
         done
