@@ -203,16 +203,31 @@ const DATA: [(&str, &str, u64); 3] = [
     ("avazu", "Avazu sample", 2),
 ];
 
+/// A markdown table's header row and its rule, from its column names.
+fn head(out: &mut String, columns: &[&str]) -> Res<()> {
+    writeln!(out, "| {} |", columns.join(" | "))?;
+    writeln!(out, "|{}", "---|".repeat(columns.len()))?;
+    Ok(())
+}
+
 fn table4(g: &BTreeMap<Key, Vec<Run>>, out: &mut String) -> Res<()> {
     writeln!(out, "### Table 4 analogue\n")?;
     for (data, title, epochs) in DATA {
         let s = if epochs == 1 { "" } else { "s" };
         writeln!(out, "{title}, {epochs} epoch{s}:\n")?;
-        writeln!(
+        head(
             out,
-            "| model | AUC median (std) | seeds | Δ median | within 1 std of flat? | MFLOPs/sample | dense params | params (M) |"
+            &[
+                "model",
+                "AUC median (std)",
+                "seeds",
+                "Δ median",
+                "within 1 std of flat?",
+                "MFLOPs/sample",
+                "dense params",
+                "params (M)",
+            ],
         )?;
-        writeln!(out, "|---|---|---|---|---|---|---|---|")?;
         for (model, name, ds) in [("dlrm", "DLRM", &[8][..]), ("dcn", "DCN", &[16, 8][..])] {
             let base_key = key(data, model, 16, 0, 0, "-");
             let Some(base) = g.get(&base_key) else {
@@ -257,11 +272,22 @@ fn table5(g: &BTreeMap<Key, Vec<Run>>, runs: &[Run], out: &mut String) -> Res<()
         out,
         "### Table 5 analogue (Criteo sample, N = 32, 8 towers)\n"
     )?;
-    writeln!(
+    head(
         out,
-        "| compression N/D | D | AUC median (std) | seeds | within 1 std of flat? | MFLOPs/sample | dense params | params (M) | tower_peer cross-host bytes/step | pass-through / this | exactly N/D? |"
+        &[
+            "compression N/D",
+            "D",
+            "AUC median (std)",
+            "seeds",
+            "within 1 std of flat?",
+            "MFLOPs/sample",
+            "dense params",
+            "params (M)",
+            "tower_peer cross-host bytes/step",
+            "pass-through / this",
+            "exactly N/D?",
+        ],
     )?;
-    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|")?;
     let bytes = |module: &str, d: usize| {
         runs.iter()
             .find(|r| r.is_bytes() && r.module == module && r.d == d)
@@ -320,11 +346,18 @@ fn table5(g: &BTreeMap<Key, Vec<Run>>, runs: &[Run], out: &mut String) -> Res<()
 
 fn table6(g: &BTreeMap<Key, Vec<Run>>, out: &mut String) -> Res<()> {
     writeln!(out, "### Table 6 analogue (DMT 8T-DLRM, D = 8)\n")?;
-    writeln!(
+    head(
         out,
-        "| data | TP mode | TP AUC median (std) | naive AUC median (std) | seeds | U (TP) | two-sided p |"
+        &[
+            "data",
+            "TP mode",
+            "TP AUC median (std)",
+            "naive AUC median (std)",
+            "seeds",
+            "U (TP)",
+            "two-sided p",
+        ],
     )?;
-    writeln!(out, "|---|---|---|---|---|---|---|")?;
     for (data, title, _) in DATA {
         let Some(naive) = g.get(&key(data, "dlrm", 16, 8, 8, "naive")) else {
             continue;
@@ -356,11 +389,18 @@ fn table6(g: &BTreeMap<Key, Vec<Run>>, out: &mut String) -> Res<()> {
 
 fn lengths(g: &BTreeMap<Key, Vec<Run>>, out: &mut String) -> Res<()> {
     writeln!(out, "### Table 4's DLRM rows by training length (D = 8)\n")?;
-    writeln!(
+    head(
         out,
-        "| data | epochs | flat | DMT 2T | DMT 4T | DMT 8T | DMT medians within 1 std of flat? |"
+        &[
+            "data",
+            "epochs",
+            "flat",
+            "DMT 2T",
+            "DMT 4T",
+            "DMT 8T",
+            "DMT medians within 1 std of flat?",
+        ],
     )?;
-    writeln!(out, "|---|---|---|---|---|---|---|")?;
     for (data, title, _) in DATA {
         let mut epochs: Vec<u64> = g
             .keys()

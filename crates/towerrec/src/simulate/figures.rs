@@ -277,7 +277,9 @@ pub(super) fn reproduce_dmt(plots: Option<&Path>) -> Result<()> {
     }
     println!("{head} DMT band |\n{rule}---:|");
     for (i, &n) in DMT_GPUS.iter().enumerate() {
-        let t = points[i].towers.expect("towers compared");
+        let t = points[i]
+            .towers
+            .ok_or_else(|| anyhow::anyhow!("the DMT reproduction compared no towers"))?;
         let mut row = format!("| {n} | {} × {} host(s) |", t.towers, t.hosts_per_group);
         let mut lo = f64::INFINITY;
         let mut hi: f64 = 0.0;
