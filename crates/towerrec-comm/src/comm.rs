@@ -106,9 +106,12 @@ impl Comm {
         self.topology
     }
 
-    /// A snapshot of the bytes this rank has sent so far (all its groups together).
+    /// A snapshot of the bytes this rank has sent so far and its time inside
+    /// collectives (all its groups together).
     pub fn traffic(&self) -> RankTraffic {
-        self.traffic.lock().expect("traffic lock").clone()
+        let mut t = self.traffic.lock().expect("traffic lock").clone();
+        t.set_collective_nanos(self.activity.collective_nanos());
+        t
     }
 
     /// Variable-size AlltoAll: `send` holds `counts[r]` elements for group rank `r`,

@@ -6,6 +6,9 @@
 //! payload of the collectives as this crate performs them, identical on every backend;
 //! the control messages a backend may add (MPI's exchange of counts before an
 //! AlltoAllv) are not payload and are not counted.
+//!
+//! Beside the bytes, each rank's record carries the wall time it spent inside
+//! collectives, by phase: moving the bytes, and waiting for the slowest rank.
 
 pub use crate::phase::Phase;
 use crate::topology::Topology;
@@ -31,13 +34,16 @@ impl std::ops::AddAssign for Bytes {
     }
 }
 
-/// The bytes one rank has sent, by phase and destination world rank.
+/// The bytes one rank has sent, by phase and destination world rank, and its time
+/// inside collectives by phase.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RankTraffic {
     pub topology: Topology,
     pub rank: usize,
     /// `sent[phase][dest]`, phases in [`Phase::ALL`] order.
     sent: Vec<Vec<u64>>,
+    /// Nanoseconds inside collectives, by phase in [`Phase::ALL`] order.
+    nanos: Vec<u64>,
 }
 
 impl RankTraffic {
@@ -47,7 +53,19 @@ impl RankTraffic {
             topology,
             rank,
             sent: vec![vec![0; topology.world_size()]; Phase::ALL.len()],
+            nanos: vec![0; Phase::ALL.len()],
         }
+    }
+
+    /// Sets the time inside collectives so far, by phase in [`Phase::ALL`] order.
+    pub(crate) fn set_collective_nanos(&mut self, nanos: Vec<u64>) {
+        debug_assert_eq!(nanos.len(), Phase::ALL.len());
+        self.nanos = nanos;
+    }
+
+    /// Seconds this rank spent inside the collectives of `phase`, waiting included.
+    pub fn collective_seconds(&self, phase: Phase) -> f64 {
+        self.nanos[phase.index()] as f64 * 1e-9
     }
 
     /// Counts `bytes` sent to world rank `dest` in `phase` (nothing if `dest` is self).
@@ -92,6 +110,9 @@ impl RankTraffic {
                 *v -= o;
             }
         }
+        for (v, o) in out.nanos.iter_mut().zip(&earlier.nanos) {
+            *v = v.saturating_sub(*o);
+        }
         out
     }
 
@@ -102,11 +123,16 @@ impl RankTraffic {
                 *v += x;
             }
         }
+        for (v, x) in self.nanos.iter_mut().zip(&other.nanos) {
+            *v += x;
+        }
     }
 
-    /// Flattened `[phase][dest]` counts (for gathering over a `Comm`).
+    /// Flattened `[phase][dest]` counts, then the nanoseconds by phase (for gathering
+    /// over a `Comm`).
     pub fn to_flat(&self) -> Vec<u64> {
-        self.sent.iter().flatten().copied().collect()
+        let sent = self.sent.iter().flatten();
+        sent.chain(&self.nanos).copied().collect()
     }
 }
 
@@ -121,7 +147,8 @@ impl ClusterTraffic {
     /// From each rank's flattened counts ([`RankTraffic::to_flat`]) in rank order.
     pub fn from_flat(topology: Topology, flat: &[u64]) -> Self {
         let world = topology.world_size();
-        let per_rank = world * Phase::ALL.len();
+        let bytes = world * Phase::ALL.len();
+        let per_rank = bytes + Phase::ALL.len();
         assert_eq!(flat.len(), per_rank * world, "one flat row per rank");
         let ranks = flat
             .chunks_exact(per_rank)
@@ -129,7 +156,8 @@ impl ClusterTraffic {
             .map(|(rank, row)| RankTraffic {
                 topology,
                 rank,
-                sent: row.chunks_exact(world).map(<[u64]>::to_vec).collect(),
+                sent: row[..bytes].chunks_exact(world).map(<[u64]>::to_vec).collect(),
+                nanos: row[bytes..].to_vec(),
             })
             .collect();
         Self { topology, ranks }
@@ -186,10 +214,19 @@ mod tests {
         for rank in 0..4 {
             let mut x = RankTraffic::new(t, rank);
             x.record(Phase::OutputDist, (rank + 1) % 4, rank as u64 + 1);
+            let mut nanos = vec![0; Phase::ALL.len()];
+            nanos[Phase::TowerPeer.index()] = 1_000_000 * (rank as u64 + 1);
+            x.set_collective_nanos(nanos);
             flat.extend(x.to_flat());
         }
         let c = ClusterTraffic::from_flat(t, &flat);
         assert_eq!(c.pair(Phase::OutputDist, 3, 0), 4);
+        assert_eq!(c.ranks[2].collective_seconds(Phase::TowerPeer), 3e-3);
+        assert_eq!(c.ranks[2].collective_seconds(Phase::OutputDist), 0.0);
+        let earlier = c.ranks[0].clone();
+        let mut twice = earlier.clone();
+        twice.add(&earlier);
+        assert_eq!(twice.since(&earlier), earlier);
         // 0→1 and 2→3 stay on their hosts, 1→2 and 3→0 cross.
         assert_eq!(
             c.phase(Phase::OutputDist),

@@ -154,6 +154,9 @@ const SEQ_SHIFT: u32 = 16;
 pub(crate) struct Activity {
     current: AtomicU64,
     step: AtomicU64,
+    /// Nanoseconds spent inside outermost collectives, by phase ([`Phase::ALL`] order):
+    /// what the cluster summary reports as time in collectives (waiting included).
+    nanos: [AtomicU64; Phase::ALL.len()],
 }
 
 /// What a rank was doing at one instant.
@@ -215,7 +218,15 @@ impl Activity {
             seq << SEQ_SHIFT | phase << PHASE_SHIFT | op as u64,
             Ordering::Release,
         );
-        Entered(Some((self, seq)))
+        Entered(Some((self, seq, phase, Instant::now())))
+    }
+
+    /// Nanoseconds spent inside collectives so far, by phase ([`Phase::ALL`] order).
+    pub(crate) fn collective_nanos(&self) -> Vec<u64> {
+        self.nanos
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .collect()
     }
 
     pub(crate) fn set_step(&self, step: u64) {
@@ -230,13 +241,22 @@ impl Activity {
     }
 }
 
-/// Leaves the collective when dropped (also when it fails or unwinds).
-pub(crate) struct Entered<'a>(Option<(&'a Activity, u64)>);
+/// Leaves the collective when dropped (also when it fails or unwinds), adding the time
+/// it took to its phase. Holds the activity, the sequence number, the phase code (0:
+/// none) and when the collective was entered; `None` inside another collective.
+pub(crate) struct Entered<'a>(Option<(&'a Activity, u64, u64, Instant)>);
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
-        if let Some((activity, seq)) = self.0 {
+        if let Some((activity, seq, phase, start)) = self.0 {
             activity.current.store(seq << SEQ_SHIFT, Ordering::Release);
+            if let Some(n) = (phase as usize)
+                .checked_sub(1)
+                .and_then(|i| activity.nanos.get(i))
+            {
+                let elapsed = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                n.fetch_add(elapsed, Ordering::Relaxed);
+            }
         }
     }
 }

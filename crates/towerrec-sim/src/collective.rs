@@ -36,29 +36,77 @@ impl Collective {
 }
 
 /// Latency (µs, software included) and bandwidth (GB/s per chip, each direction) of
-/// one collective on one network level.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// one collective on one network level, and optionally the measurements they were
+/// fitted to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AlphaBeta {
     pub latency_us: f64,
     pub bandwidth_gbs: f64,
+    /// Measured `[bytes moved through each chip, µs]` points, by growing size (from
+    /// `towerrec calibrate`). Where given, a time within their range is interpolated
+    /// between the two nearest points instead of read off the fitted line: a network
+    /// stack's time is rarely one straight line from 8 B to 16 MiB (protocol switches,
+    /// buffers, caches), and a fit weighted for every size misses the middle ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measured: Vec<[f64; 2]>,
 }
 
 impl AlphaBeta {
-    fn check(&self, what: &str) -> Result<()> {
-        check_non_negative(&format!("{what}.latency_us"), self.latency_us)?;
-        check_positive(&format!("{what}.bandwidth_gbs"), self.bandwidth_gbs)
+    /// The line `latency_us + moved / bandwidth_gbs` alone.
+    pub fn fitted(latency_us: f64, bandwidth_gbs: f64) -> Self {
+        AlphaBeta {
+            latency_us,
+            bandwidth_gbs,
+            measured: Vec::new(),
+        }
     }
 
-    /// Seconds to move `moved` bytes through each chip.
+    fn check(&self, what: &str) -> Result<()> {
+        check_non_negative(&format!("{what}.latency_us"), self.latency_us)?;
+        check_positive(&format!("{what}.bandwidth_gbs"), self.bandwidth_gbs)?;
+        let ok = self.measured.iter().all(|&[m, us]| m >= 0.0 && us > 0.0)
+            && self.measured.windows(2).all(|w| w[0][0] < w[1][0]);
+        if ok {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                format!("{what}.measured"),
+                "points must be [bytes ≥ 0, µs > 0] with bytes strictly growing",
+            ))
+        }
+    }
+
+    /// Seconds to move `moved` bytes through each chip: interpolated between the
+    /// measured points around `moved`; below the smallest, that point's time; above the
+    /// largest, that point's time plus the rest at the fitted bandwidth; without
+    /// points, the fitted line.
     pub fn time(&self, moved: f64) -> f64 {
-        self.latency_us * 1e-6 + moved / (self.bandwidth_gbs * 1e9)
+        let line = |m: f64| m / (self.bandwidth_gbs * 1e9);
+        let (first, last) = match (self.measured.first(), self.measured.last()) {
+            (Some(f), Some(l)) => (f, l),
+            _ => return self.latency_us * 1e-6 + line(moved),
+        };
+        if moved <= first[0] {
+            return first[1] * 1e-6;
+        }
+        if moved >= last[0] {
+            return last[1] * 1e-6 + line(moved - last[0]);
+        }
+        let i = self.measured.partition_point(|p| p[0] <= moved);
+        let ([m0, t0], [m1, t1]) = (self.measured[i - 1], self.measured[i]);
+        (t0 + (t1 - t0) * (moved - m0) / (m1 - m0)) * 1e-6
+    }
+
+    /// Whether [`AlphaBeta::time`] reads measured points.
+    pub fn is_measured(&self) -> bool {
+        !self.measured.is_empty()
     }
 }
 
 /// The collectives of one network level. All-reduce, all-gather and reduce-scatter
 /// default to the all-to-all's figures when not given.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Level {
     pub all_to_all: AlphaBeta,
@@ -74,10 +122,7 @@ impl Level {
     /// One α–β pair for every collective.
     pub fn uniform(latency_us: f64, bandwidth_gbs: f64) -> Self {
         Level {
-            all_to_all: AlphaBeta {
-                latency_us,
-                bandwidth_gbs,
-            },
+            all_to_all: AlphaBeta::fitted(latency_us, bandwidth_gbs),
             all_reduce: None,
             all_gather: None,
             reduce_scatter: None,
@@ -85,22 +130,22 @@ impl Level {
     }
 
     /// The α–β pair of `op`.
-    pub fn get(&self, op: Collective) -> AlphaBeta {
+    pub fn get(&self, op: Collective) -> &AlphaBeta {
         let given = match op {
             Collective::AllToAll => None,
-            Collective::AllReduce => self.all_reduce,
-            Collective::AllGather => self.all_gather,
-            Collective::ReduceScatter => self.reduce_scatter,
+            Collective::AllReduce => self.all_reduce.as_ref(),
+            Collective::AllGather => self.all_gather.as_ref(),
+            Collective::ReduceScatter => self.reduce_scatter.as_ref(),
         };
-        given.unwrap_or(self.all_to_all)
+        given.unwrap_or(&self.all_to_all)
     }
 
     fn check(&self, what: &str) -> Result<()> {
         self.all_to_all.check(&format!("{what}.all_to_all"))?;
         for (name, ab) in [
-            ("all_reduce", self.all_reduce),
-            ("all_gather", self.all_gather),
-            ("reduce_scatter", self.reduce_scatter),
+            ("all_reduce", &self.all_reduce),
+            ("all_gather", &self.all_gather),
+            ("reduce_scatter", &self.reduce_scatter),
         ] {
             if let Some(ab) = ab {
                 ab.check(&format!("{what}.{name}"))?;
@@ -159,7 +204,7 @@ impl Scaling {
 }
 
 /// The cross-host level: its collectives and how they scale.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CrossHost {
     #[serde(flatten)]
@@ -183,7 +228,7 @@ impl Group {
 }
 
 /// A two-level network: chips within a host, hosts joined by a slower fabric.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Network {
     pub intra_host: Level,
@@ -225,6 +270,16 @@ impl Network {
         let intra_share = (group.per_host - 1) as f64 / (n - 1) as f64;
         let ab = cross.level.get(op);
         let eff = cross.scaling.efficiency(n);
+        if intra.is_measured() || ab.is_measured() {
+            // Measured curves include their latency: each level's share at its own
+            // curve, the slower level setting the time.
+            let t_intra = if intra_share > 0.0 {
+                intra.time(moved * intra_share)
+            } else {
+                0.0
+            };
+            return t_intra.max(ab.time(moved * (1.0 - intra_share) / eff));
+        }
         let latency = ab.latency_us * 1e-6 * cross.scaling.latency_factor(n);
         let t_intra = moved * intra_share / (intra.bandwidth_gbs * 1e9);
         let t_cross = moved * (1.0 - intra_share) / (ab.bandwidth_gbs * 1e9 * eff);
@@ -246,9 +301,13 @@ impl Network {
             None => self.intra(op, bytes, hosts),
             Some(c) => {
                 let ab = c.level.get(op);
-                let latency = ab.latency_us * 1e-6 * c.scaling.latency_factor(hosts);
                 let moved = bytes * op.volume_factor(hosts);
-                latency + moved / (ab.bandwidth_gbs * 1e9 * c.scaling.efficiency(hosts))
+                let eff = c.scaling.efficiency(hosts);
+                if ab.is_measured() {
+                    return ab.time(moved / eff);
+                }
+                let latency = ab.latency_us * 1e-6 * c.scaling.latency_factor(hosts);
+                latency + moved / (ab.bandwidth_gbs * 1e9 * eff)
             }
         }
     }
@@ -330,7 +389,7 @@ mod tests {
             assert!(t > last, "{hosts} hosts: {t} ≤ {last}");
             last = t;
         }
-        assert!(net.cross_host.unwrap().scaling.efficiency(65) - 0.5 < 1e-12);
+        assert!(net.cross_host.as_ref().unwrap().scaling.efficiency(65) - 0.5 < 1e-12);
     }
 
     #[test]
@@ -343,5 +402,33 @@ mod tests {
         let flat = net.flat(Collective::AllReduce, 4e6, g);
         let hier = net.hierarchical_all_reduce(4e6, g);
         assert!(hier < flat, "{hier} vs {flat}");
+    }
+
+    #[test]
+    fn measured_points_are_interpolated_and_extended_at_the_fitted_rate() {
+        let mut ab = AlphaBeta::fitted(100.0, 0.05);
+        assert!((ab.time(1e6) - (100e-6 + 1e6 / 0.05e9)).abs() < 1e-15);
+        ab.measured = vec![[4.0, 100.0], [1e6, 30_000.0], [8e6, 160_000.0]];
+        assert!((ab.time(1.0) - 100e-6).abs() < 1e-15);
+        assert!((ab.time(1e6) - 0.03).abs() < 1e-12);
+        // Half-way between the last two points, and 1 MB past the last one.
+        assert!((ab.time(4.5e6) - 0.095).abs() < 1e-12);
+        assert!((ab.time(9e6) - (0.16 + 1e6 / 0.05e9)).abs() < 1e-12);
+        // On a two-level network the measured cross-host curve prices the cross share.
+        let mut net = two_level();
+        let cross = net.cross_host.as_mut().unwrap();
+        cross.scaling = Scaling::default();
+        cross.level.all_to_all = ab.clone();
+        let g = Group {
+            hosts: 2,
+            per_host: 2,
+        };
+        // 4 chips: 3/4 of 12 MB leaves each chip, 2/3 of that (6 MB) across hosts.
+        let t = net.flat(Collective::AllToAll, 12e6, g);
+        let want = 0.03 + (0.16 - 0.03) * 5.0 / 7.0;
+        assert!((t - want).abs() < 1e-12, "{t} vs {want}");
+        assert!((net.peers(Collective::AllToAll, 2e6, 2) - 0.03).abs() < 1e-12);
+        ab.measured = vec![[2.0, 1.0], [1.0, 2.0]];
+        assert!(ab.check("x").is_err());
     }
 }

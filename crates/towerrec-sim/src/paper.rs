@@ -154,14 +154,11 @@ pub const CONFIGS: [(&str, bool, Sharding); 4] = [
 /// `bandwidth_gbs` (the axes of Figures 8 to 13).
 pub fn with_collectives(hw: &Hardware, latency_us: f64, bandwidth_gbs: f64) -> Hardware {
     let mut hw = hw.clone();
-    let ab = AlphaBeta {
-        latency_us,
-        bandwidth_gbs,
-    };
+    let ab = AlphaBeta::fitted(latency_us, bandwidth_gbs);
     hw.network.intra_host = Level {
-        all_to_all: ab,
-        all_reduce: Some(ab),
-        all_gather: Some(ab),
+        all_to_all: ab.clone(),
+        all_reduce: Some(ab.clone()),
+        all_gather: Some(ab.clone()),
         reduce_scatter: Some(ab),
     };
     hw

@@ -92,6 +92,10 @@ pub struct Workload {
     pub grad_bytes: usize,
     /// Bytes of one sparse index on the wire.
     pub index_bytes: usize,
+    /// Bytes each bag (one table's ids of one sample) adds on the wire beside its ids:
+    /// its length, where the id exchange carries one (towerrec's does, as a u64).
+    #[serde(default)]
+    pub bag_bytes: usize,
     /// Bytes of one embedding element on the wire (quantized communication), when it
     /// differs from `param_bytes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -127,6 +131,7 @@ impl Workload {
             param_bytes: 2,
             grad_bytes: 2,
             index_bytes: 4,
+            bag_bytes: 0,
             wire_bytes: None,
         }
     }
@@ -157,6 +162,7 @@ impl Workload {
             param_bytes: 4,
             grad_bytes: 4,
             index_bytes: 4,
+            bag_bytes: 0,
             wire_bytes: Some(1),
         }
     }
@@ -409,9 +415,10 @@ impl Workload {
             .sum()
     }
 
-    /// Bytes of sparse indices per sample.
+    /// Bytes of sparse indices per sample, with their bags' lengths.
     pub fn index_bytes_per_sample(&self) -> f64 {
         self.lookups_per_sample() * self.index_bytes as f64
+            + (self.num_tables() * self.bag_bytes) as f64
     }
 
     /// Bytes of one embedding row on the wire.

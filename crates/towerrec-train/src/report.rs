@@ -1,6 +1,7 @@
 //! What a cluster run adds to its summary: bytes per step by phase, intra-host and
 //! cross-host, from every rank, and every rank's time per phase (a rank that waits at a
-//! collective for a slower one shows it there).
+//! collective for a slower one shows it there), and every rank's time inside the
+//! collectives of each traffic phase.
 
 use crate::error::{Error, Result};
 use crate::model::Model;
@@ -27,6 +28,10 @@ pub struct ClusterReport {
     pub phase_ms_per_step: Vec<(String, f64)>,
     /// Every rank's wall time per step in each phase, in milliseconds, by rank.
     pub phase_ms_per_step_by_rank: Vec<(String, Vec<f64>)>,
+    /// Every rank's wall time per step inside the collectives of each traffic phase
+    /// (moving data and waiting for the other ranks), in milliseconds, by rank. What
+    /// a model phase took beyond its collectives is computation and copies.
+    pub collective_ms_per_step_by_rank: Vec<(&'static str, Vec<f64>)>,
 }
 
 impl ClusterReport {
@@ -81,6 +86,14 @@ impl ClusterReport {
                 .map(|((name, _), &ms)| (name.to_string(), ms))
                 .collect(),
             phase_ms_per_step_by_rank: by_rank,
+            collective_ms_per_step_by_rank: Phase::ALL
+                .iter()
+                .map(|&p| {
+                    let ms = traffic.ranks.iter();
+                    let ms = ms.map(|r| r.collective_seconds(p) * 1e3 / per).collect();
+                    (p.name(), ms)
+                })
+                .collect(),
         })
     }
 }

@@ -41,11 +41,15 @@ impl Sweep {
             .iter()
             .map(|&(b, t)| (b as f64 * factor, t))
             .collect();
+        let mut fit = fit_alpha_beta(&moved);
+        // The simulator reads times between these points off them, not off the line.
+        fit.measured = moved.iter().map(|&(m, t)| [m, sig(t * 1e6)]).collect();
+        fit.measured.dedup_by(|b, a| b[0] <= a[0]);
         Sweep {
             op,
             ranks,
             points,
-            fit: fit_alpha_beta(&moved),
+            fit,
         }
     }
 
@@ -75,8 +79,8 @@ pub(super) struct Sweeps {
 impl Sweeps {
     pub(super) fn level(&self) -> Level {
         Level {
-            all_to_all: self.all_to_all.fit,
-            all_reduce: Some(self.all_reduce.fit),
+            all_to_all: self.all_to_all.fit.clone(),
+            all_reduce: Some(self.all_reduce.fit.clone()),
             all_gather: None,
             reduce_scatter: None,
         }
@@ -87,27 +91,31 @@ impl Sweeps {
     }
 }
 
-/// Sweeps both collectives over `comm` (every rank of the group calls this); `progress`
-/// is shown by one rank.
+/// Sweeps both collectives over `comm` (every rank of the world calls this, each in its
+/// group `comm`); `progress` is shown by one rank.
 pub(super) fn sweep_both(
     comm: &Comm,
+    world: &Comm,
     sizes: &[usize],
     s: &Settings,
     progress: Option<&Progress>,
 ) -> Result<Sweeps> {
-    let a2a = sweep(comm, Op::AllToAll, sizes, s, progress)?;
-    let ar = sweep(comm, Op::AllReduce, sizes, s, progress)?;
+    let a2a = sweep(comm, world, Op::AllToAll, sizes, s, progress)?;
+    let ar = sweep(comm, world, Op::AllReduce, sizes, s, progress)?;
     Ok(Sweeps {
         all_to_all: Sweep::new(Op::AllToAll, comm.size(), a2a),
         all_reduce: Sweep::new(Op::AllReduce, comm.size(), ar),
     })
 }
 
-/// Median seconds of `op` for each per-rank buffer size: each repetition counts as the
-/// slowest rank's time; repetitions run back to back after one barrier, as a training
-/// step's collectives do.
+/// Median seconds of `op` over `comm` for each per-rank buffer size: each repetition
+/// counts as the slowest rank's time; repetitions run back to back after one barrier,
+/// as a training step's collectives do. Every group of the `world` measures at once,
+/// the same number of repetitions from one barrier on, so that groups sharing a link
+/// (the peer groups of a host) share it while measured, as in training.
 pub(super) fn sweep(
     comm: &Comm,
+    world: &Comm,
     op: Op,
     sizes: &[usize],
     s: &Settings,
@@ -140,7 +148,7 @@ pub(super) fn sweep(
             Ok(t.elapsed())
         };
         // Warm-up (allocations, first touches), then rank 0 sizes the repetitions.
-        comm.barrier()?;
+        world.barrier()?;
         for _ in 0..2 {
             once(&mut buf)?;
         }
@@ -149,9 +157,9 @@ pub(super) fn sweep(
             (s.point_budget.as_secs_f64() / warm.as_secs_f64().max(1e-7))
                 .clamp(s.min_reps as f64, MAX_REPS as f64) as u64,
         ];
-        comm.broadcast(&mut reps, 0, Phase::Control)?;
+        world.broadcast(&mut reps, 0, Phase::Control)?;
         let reps = reps.first().copied().unwrap_or(s.min_reps as u64) as usize;
-        comm.barrier()?;
+        world.barrier()?;
         let mut times = Vec::with_capacity(reps);
         for _ in 0..reps {
             times.push(once(&mut buf)?.as_secs_f64());
@@ -193,13 +201,15 @@ pub(super) fn fit_alpha_beta(points: &[(f64, f64)]) -> AlphaBeta {
         .copied()
         .filter(|&(m, t)| m.is_finite() && m >= 0.0 && t.is_finite() && t > 0.0)
         .collect();
-    let clamp = |alpha_s: f64, beta_bps: f64| AlphaBeta {
-        latency_us: sig((alpha_s * 1e6).max(MIN_LATENCY_US)),
-        bandwidth_gbs: sig(if beta_bps.is_finite() && beta_bps > 0.0 {
-            (beta_bps / 1e9).clamp(BANDWIDTH_GBS.0, BANDWIDTH_GBS.1)
-        } else {
-            BANDWIDTH_GBS.1
-        }),
+    let clamp = |alpha_s: f64, beta_bps: f64| {
+        AlphaBeta::fitted(
+            sig((alpha_s * 1e6).max(MIN_LATENCY_US)),
+            sig(if beta_bps.is_finite() && beta_bps > 0.0 {
+                (beta_bps / 1e9).clamp(BANDWIDTH_GBS.0, BANDWIDTH_GBS.1)
+            } else {
+                BANDWIDTH_GBS.1
+            }),
+        )
     };
     if pts.is_empty() {
         return clamp(1e-6, f64::INFINITY);

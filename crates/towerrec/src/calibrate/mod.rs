@@ -208,7 +208,7 @@ fn in_process(a: &CalibrateArgs, s: &Settings) -> Result<()> {
     let machine = measure_machine(s, threads, &progress, &|| Ok(()))?;
     let sweeps = towerrec_comm::run_in_process(sweep_topo, |comm: Comm| {
         let shown = (comm.rank() == 0).then_some(&progress);
-        sweep_both(&comm, &sizes, s, shown)
+        sweep_both(&comm, &comm, &sizes, s, shown)
     })
     .map_err(|f| anyhow::anyhow!("{f}"))?;
     progress.finish();
@@ -236,7 +236,7 @@ fn in_process(a: &CalibrateArgs, s: &Settings) -> Result<()> {
         human_bytes(s.table_bytes),
     );
     let level = sweeps.level();
-    let hw = hardware(topo, &per_chip, level, (hosts > 1).then_some(level), source);
+    let hw = hardware(topo, &per_chip, level.clone(), (hosts > 1).then_some(level), source);
     let mut header = format!(
         "# This machine, measured by `towerrec calibrate` (in-process, {hosts} host(s) × {per_host} rank(s), \
          {threads} threads, {} s per measurement).\n",

@@ -64,13 +64,13 @@ fn measure(
     let intra = world.intra_host()?;
     let shown = root.then_some(&progress);
     let intra_sweeps = if intra.size() > 1 {
-        Some(sweep_both(&intra, sizes, s, shown)?)
+        Some(sweep_both(&intra, &world, sizes, s, shown)?)
     } else {
         None
     };
     let peers = world.peers()?;
     let cross_sweeps = if peers.size() > 1 {
-        Some(sweep_both(&peers, sizes, s, shown)?)
+        Some(sweep_both(&peers, &world, sizes, s, shown)?)
     } else {
         None
     };

@@ -65,7 +65,7 @@ fn the_file_describes_a_cpu_step() {
     let hw = hardware(
         Topology::new(2, 2).unwrap(),
         &m,
-        level,
+        level.clone(),
         Some(level),
         "x".into(),
     );

@@ -252,6 +252,7 @@ pub(super) fn reproduce_dmt(plots: Option<&Path>) -> Result<()> {
     let knee = hw
         .network
         .cross_host
+        .as_ref()
         .map_or(f64::INFINITY, |c| c.scaling.knee);
     println!(
         "\nThe cross-host knee is not known (the paper's Figure 5 has no values; the preset's \

@@ -129,7 +129,10 @@ pub(super) fn workload_of(cfg: &Config, name: &str) -> Result<Workload> {
         batch_per_chip: false,
         param_bytes: 4,
         grad_bytes: 4,
-        index_bytes: 4,
+        // towerrec's id exchange as built (sharded/route.rs, `Router::pack`): a u64
+        // per id and a u64 length per bag.
+        index_bytes: std::mem::size_of::<u64>(),
+        bag_bytes: std::mem::size_of::<u64>(),
         wire_bytes: None,
     })
 }
