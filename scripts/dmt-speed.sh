@@ -2,46 +2,101 @@
 # DMT speed on the emulated cluster (docs/DMT.md): flat, SPTT alone, and DMT at
 # compression 2, 4 and 8, alternated ROUNDS times, 2 hosts x 2 MPI ranks, cross-host
 # links shaped to RATE. Needs root, OpenMPI and a release build with --features mpi.
-#   scripts/dmt-speed.sh [ROUNDS=3] [RATE=1gbit]
+#   scripts/dmt-speed.sh [ROUNDS=3] [RATE=1gbit] [--predict]
+# CONFIG (environment; default bench/dmt/speed.toml) is the model; DMT's module is the
+# DLRM one with c = 1, p = 0 and D = embedding_dim / compression.
 # Prints one line per run: variant, train samples/s (steady state: the run's figure),
 # and the cross-host bytes per step (summed over the ranks) of the embedding phases
-# and of the dense sync.
+# and of the dense sync; then per variant the median samples/s and its ratio to flat.
+# --predict: every round first runs `towerrec calibrate` on the same emulated cluster
+# and `towerrec simulate` on its file, and prints the round's predicted step times
+# before that round's runs; the summary adds predicted / measured per variant.
 set -euo pipefail
 rounds=${1:-3}
 rate=${2:-1gbit}
+predict=0
+[[ ${3:-} == --predict ]] && predict=1
 bin=target/release/towerrec
-cfg=bench/dmt/speed.toml
+cfg=${CONFIG:-bench/dmt/speed.toml}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+results=$out/results.tsv
+: >"$results"
+cluster() { scripts/emulated-cluster.sh --hosts 2 --ranks-per-host 2 --rate "$rate" -- "$@"; }
+dim=$(python3 -c "import sys, tomllib; print(tomllib.load(open(sys.argv[1], 'rb'))['model']['embedding_dim'])" "$cfg")
 "$bin" plan --config "$cfg" --hosts 2 --ranks-per-host 2 --towers 2 --strategy table-wise \
     --output "$out/sptt.json" 2>/dev/null
 python3 -c "import json,sys; p=json.load(open(sys.argv[1])); p.pop('towers'); json.dump(p, open(sys.argv[2],'w'))" \
     "$out/sptt.json" "$out/flat.json"
-towers() { # D: DLRM tower module, c = 1, p = 0, compression 64 / D
-    echo "--set model.towers={module=\"dlrm\",count=2,d=$1,c=1,p=0} --set model.bottom_mlp=[64,$1]"
+towers() { # compression C: DLRM tower module, c = 1, p = 0, D = dim / C
+    local d=$((dim / $1))
+    echo "--set model.towers={module=\"dlrm\",count=2,d=$d,c=1,p=0} --set model.bottom_mlp=[64,$d]"
 }
 declare -A args=(
     [flat]="--plan $out/flat.json"
     [sptt]="--plan $out/sptt.json"
-    [dmt-c2]="--plan $out/sptt.json $(towers 32)"
-    [dmt-c4]="--plan $out/sptt.json $(towers 16)"
+    [dmt-c2]="--plan $out/sptt.json $(towers 2)"
+    [dmt-c4]="--plan $out/sptt.json $(towers 4)"
     [dmt-c8]="--plan $out/sptt.json $(towers 8)"
 )
 for r in $(seq "$rounds"); do
+    if ((predict)); then
+        cluster "$bin" calibrate --backend mpi --quiet --out "$out/cal-$r.toml" >"$out/log" 2>&1 ||
+            { cat "$out/log"; exit 1; }
+        for c in 2 4 8; do
+            "$bin" simulate --config "$cfg" --hardware "$out/cal-$r.toml" \
+                --compare flat,sptt,dmt --compression "$c" --json
+        done | python3 -c '
+import json, sys
+r, out = sys.argv[1], sys.argv[2]
+step = {}
+for line in sys.stdin:
+    p = json.loads(line)
+    name = p["plan"] if p["plan"] != "dmt" else "dmt-c%d" % round(p["towers"]["compression"])
+    step[name] = p["step_seconds"]
+with open(out, "a") as f:
+    for v, s in step.items():
+        f.write(f"{r}\tpredicted\t{v}\t{s}\n")
+print(f"round {r} predicted step: " + ", ".join(f"{v} {s * 1e3:.1f} ms" for v, s in step.items()))
+' "$r" "$results"
+    fi
     for v in flat sptt dmt-c2 dmt-c4 dmt-c8; do
         run="$out/run-$v-$r"
         # shellcheck disable=SC2086
-        scripts/emulated-cluster.sh --hosts 2 --ranks-per-host 2 --rate "$rate" -- \
-            "$bin" train --backend mpi --config "$cfg" ${args[$v]} --quiet --out "$run" \
+        cluster "$bin" train --backend mpi --config "$cfg" ${args[$v]} --quiet --out "$run" \
             >"$out/log" 2>&1 || { cat "$out/log"; exit 1; }
-        python3 - "$run/summary.json" "$v" "$r" <<'PY'
+        python3 - "$run/summary.json" "$v" "$r" "$results" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 b = {p["phase"]: p for p in s["cluster"]["bytes_per_step"]}
 emb = sum(b[p]["cross_host"] for p in ["output_dist", "tower_intra", "tower_peer"]) / 1e6
 dense = b["dense_grad_sync"]["cross_host"] / 1e6
-print(f"{sys.argv[2]:8} round {sys.argv[3]}: {s['train_samples_per_sec']:8.0f} samples/s  "
+sps = s["train_samples_per_sec"]
+with open(sys.argv[4], "a") as f:
+    f.write(f"{sys.argv[3]}\tmeasured\t{sys.argv[2]}\t{sps}\n")
+print(f"{sys.argv[2]:8} round {sys.argv[3]}: {sps:8.0f} samples/s  "
       f"cross-host MB per step (all ranks): embeddings {emb:.2f}, dense sync {dense:.2f}  auc {s['auc']:.4f}")
 PY
     done
 done
+python3 - "$results" "$(python3 -c "import sys, tomllib; print(tomllib.load(open(sys.argv[1], 'rb'))['train']['batch_size'])" "$cfg")" <<'PY'
+import statistics as st, sys
+batch = float(sys.argv[2])
+pred, meas = {}, {}
+for line in open(sys.argv[1]):
+    r, kind, v, x = line.split("\t")
+    (pred if kind == "predicted" else meas).setdefault(v, {})[int(r)] = float(x)
+flat = meas["flat"]
+print("\nvariant   median samples/s  ratio of medians  median per-round ratio  rounds >= 1.5x flat"
+      + ("  predicted step (median)  measured step (median)  median predicted/measured  range" if pred else ""))
+for v, m in meas.items():
+    rounds = sorted(m)
+    per_round = [m[r] / flat[r] for r in rounds]
+    line = (f"{v:8} {st.median(m.values()):17.0f} {st.median(m.values()) / st.median(flat.values()):17.2f}"
+            f" {st.median(per_round):23.2f} {sum(x >= 1.5 for x in per_round):11d} of {len(rounds)}")
+    if pred:
+        ratios = [pred[v][r] / (batch / m[r]) for r in rounds]
+        line += (f"  {st.median(pred[v].values()) * 1e3:19.1f} ms  {st.median(batch / x for x in m.values()) * 1e3:18.1f} ms"
+                 f"  {st.median(ratios):24.2f}  {min(ratios):.2f}-{max(ratios):.2f}")
+    print(line)
+PY

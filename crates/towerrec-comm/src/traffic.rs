@@ -156,7 +156,10 @@ impl ClusterTraffic {
             .map(|(rank, row)| RankTraffic {
                 topology,
                 rank,
-                sent: row[..bytes].chunks_exact(world).map(<[u64]>::to_vec).collect(),
+                sent: row[..bytes]
+                    .chunks_exact(world)
+                    .map(<[u64]>::to_vec)
+                    .collect(),
                 nanos: row[bytes..].to_vec(),
             })
             .collect();

@@ -381,6 +381,30 @@ pub fn timed_reps(budget: Duration, min_reps: usize, mut f: impl FnMut()) -> Vec
     times
 }
 
+/// Which of a probe's repetitions its rate is computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rate {
+    /// The shortest repetition: what the machine reaches with its cores to itself.
+    Best,
+    /// All repetitions' work over their total time: what a process gets on average
+    /// while it shares the cores with others (the MPI ranks of one host measuring at
+    /// once). Its best repetition would be a moment the others were off the cores.
+    Sustained,
+}
+
+impl Rate {
+    /// Seconds per repetition of `times` (at least 1 ns, so that rates stay finite).
+    pub fn secs(self, times: &[Duration]) -> f64 {
+        match self {
+            Rate::Best => best_secs(times),
+            Rate::Sustained => {
+                let total: f64 = times.iter().map(Duration::as_secs_f64).sum();
+                (total / times.len().max(1) as f64).max(1e-9)
+            }
+        }
+    }
+}
+
 /// The shortest duration in seconds (at least 1 ns, so that rates stay finite).
 fn best_secs(times: &[Duration]) -> f64 {
     times
@@ -415,8 +439,8 @@ fn pool(threads: usize) -> rayon::ThreadPool {
 ///
 /// **Convention:** a copy of `bytes` counts as `2 × bytes` moved (read + write),
 /// as STREAM's `Copy` does. Both buffers are on huge pages and touched before timing.
-/// Returns the best repetition.
-pub fn copy_bandwidth(bytes: usize, threads: usize, budget: Duration) -> f64 {
+/// Returns the repetitions' `rate`.
+pub fn copy_bandwidth(bytes: usize, threads: usize, budget: Duration, rate: Rate) -> f64 {
     let len = (bytes / 8).max(1);
     let src = HugePageBuf::<u64>::from_elem(len, 1);
     let mut dst = HugePageBuf::<u64>::from_elem(len, 0);
@@ -430,7 +454,7 @@ pub fn copy_bandwidth(bytes: usize, threads: usize, budget: Duration) -> f64 {
             std::hint::black_box(&mut *dst);
         })
     });
-    (2 * len * 8) as f64 / best_secs(&times) / 1e9
+    (2 * len * 8) as f64 / rate.secs(&times) / 1e9
 }
 
 /// A table of at least one row of `row_bytes` (a multiple of 4) filling about
@@ -465,7 +489,7 @@ pub fn gather_bandwidth(
         Pages::Small
     };
     let table = gather_table(table_bytes, row_bytes, pages);
-    gather_bandwidth_in(&table, row_bytes, prefetch, threads, budget)
+    gather_bandwidth_in(&table, row_bytes, prefetch, threads, budget, Rate::Best)
 }
 
 /// Row bytes per repetition of [`gather_bandwidth_in`]: enough (256 MiB) that a
@@ -474,13 +498,15 @@ pub fn gather_bandwidth(
 const GATHER_REP_BYTES: usize = 256 << 20;
 
 /// [`gather_bandwidth`] on an existing table (`table.len() × 4` bytes, rows of
-/// `row_bytes`), so that one table can serve several measurements.
+/// `row_bytes`), so that one table can serve several measurements; the repetitions'
+/// `rate`.
 pub fn gather_bandwidth_in(
     table: &[f32],
     row_bytes: usize,
     prefetch: bool,
     threads: usize,
     budget: Duration,
+    rate: Rate,
 ) -> f64 {
     assert!(
         row_bytes >= 4 && row_bytes & 3 == 0,
@@ -516,7 +542,7 @@ pub fn gather_bandwidth_in(
             std::hint::black_box(sum);
         })
     });
-    (lookups * row_bytes) as f64 / best_secs(&times) / 1e9
+    (lookups * row_bytes) as f64 / rate.secs(&times) / 1e9
 }
 
 /// How many lookups ahead the gather prefetches.
@@ -559,9 +585,9 @@ fn prefetch_row(table: &[f32], start: usize, dim: usize) {
 
 /// f32 GEMM throughput in GFLOP/s (10⁹ flop/s, counting `2n³` per multiply):
 /// `C = A·B` for `n × n` row-major matrices through [`crate::matmul::matmul`], inside a
-/// rayon pool of `threads` workers (0: one per core). Returns the best repetition
+/// rayon pool of `threads` workers (0: one per core). Returns the repetitions' `rate`
 /// within `budget` (the first, warm-up, repetition included).
-pub fn gemm_gflops(n: usize, threads: usize, budget: Duration) -> f64 {
+pub fn gemm_gflops(n: usize, threads: usize, budget: Duration, rate: Rate) -> f64 {
     let n = n.max(1);
     let a: Vec<f32> = (0..n * n).map(|i| (i % 7) as f32 * 0.25 - 0.75).collect();
     let b: Vec<f32> = (0..n * n).map(|i| (i % 5) as f32 * 0.5 - 1.0).collect();
@@ -572,7 +598,7 @@ pub fn gemm_gflops(n: usize, threads: usize, budget: Duration) -> f64 {
             std::hint::black_box(&mut c);
         })
     });
-    2.0 * (n as f64).powi(3) / best_secs(&times) / 1e9
+    2.0 * (n as f64).powi(3) / rate.secs(&times) / 1e9
 }
 
 #[cfg(test)]
@@ -624,11 +650,11 @@ mod tests {
     #[test]
     fn probes_return_finite_positive_rates() {
         for v in [
-            copy_bandwidth(1 << 16, 2, TINY),
+            copy_bandwidth(1 << 16, 2, TINY, Rate::Best),
             gather_bandwidth(1 << 16, 64, true, true, 2, TINY),
             gather_bandwidth(1 << 16, 256, false, false, 1, TINY),
             gather_bandwidth(100, 12, false, true, 1, TINY),
-            gemm_gflops(32, 2, TINY),
+            gemm_gflops(32, 2, TINY, Rate::Sustained),
         ] {
             assert!(v.is_finite() && v > 0.0, "{v}");
         }
@@ -644,5 +670,8 @@ mod tests {
             Duration::from_secs(2),
         ]);
         assert_eq!(m, 2.0);
+        let reps = [1, 4, 1].map(Duration::from_secs);
+        assert_eq!(Rate::Best.secs(&reps), 1.0);
+        assert_eq!(Rate::Sustained.secs(&reps), 2.0);
     }
 }

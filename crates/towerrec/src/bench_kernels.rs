@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use towerrec_core::embedding::{EmbeddingBag, Pooling, SparseOptimizer};
 use towerrec_core::layers::activation::Activation;
 use towerrec_core::layers::mlp::Mlp;
-use towerrec_core::probe::{self, HugePageBuf, Pages};
+use towerrec_core::probe::{self, HugePageBuf, Pages, Rate};
 use towerrec_core::{KeyedJagged, Layer};
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -114,7 +114,7 @@ pub fn run(a: KernelsArgs) -> Result<()> {
 
     // Limits.
     let copy_bytes = if a.quick { 64 * MIB } else { 256 * MIB };
-    let copy = probe::copy_bandwidth(copy_bytes, threads, budget);
+    let copy = probe::copy_bandwidth(copy_bytes, threads, budget, Rate::Best);
     if !a.json {
         println!(
             "  {:<46} {copy:>8.1} GB/s",
@@ -134,7 +134,8 @@ pub fn run(a: KernelsArgs) -> Result<()> {
         let prefetches: &[bool] = if huge { &[true] } else { &[true, false] };
         for &rb in &row_sizes {
             for &prefetch in prefetches {
-                let gbps = probe::gather_bandwidth_in(&table, rb, prefetch, threads, budget);
+                let gbps =
+                    probe::gather_bandwidth_in(&table, rb, prefetch, threads, budget, Rate::Best);
                 if !a.json {
                     println!(
                         "  {:<46} {gbps:>8.1} GB/s",
@@ -158,7 +159,7 @@ pub fn run(a: KernelsArgs) -> Result<()> {
         println!("  (the kernel refused huge pages: 2 MiB rows above are on 4 KiB pages)");
     }
     let gemm_n = 1024;
-    let gemm = probe::gemm_gflops(gemm_n, threads, budget);
+    let gemm = probe::gemm_gflops(gemm_n, threads, budget, Rate::Best);
     if !a.json {
         println!(
             "  {:<46} {gemm:>8.1} GFLOP/s",
@@ -199,7 +200,8 @@ pub fn run(a: KernelsArgs) -> Result<()> {
         ("top", vec![367, 512, 256, 1], Activation::Identity),
         ("bottom", vec![13, 512, 256, 64, 16], Activation::Relu),
     ] {
-        let (gflops, needs_dx) = bench_mlp(&dims, last, name == "top", a.batch, budget, &mut rng);
+        let (gflops, needs_dx) =
+            bench_mlp(&dims, last, name == "top", a.batch, budget, None, &mut rng);
         let dims_s: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
         let line = KernelLine {
             label: format!("{name} MLP {} fwd+bwd", dims_s.join("-")),
@@ -219,7 +221,7 @@ pub fn run(a: KernelsArgs) -> Result<()> {
     }
     // A limit is the best the machine reaches: measure GEMM again, since another
     // process may have disturbed the first measurement.
-    let gemm_again = probe::gemm_gflops(gemm_n, threads, budget);
+    let gemm_again = probe::gemm_gflops(gemm_n, threads, budget, Rate::Best);
     let gemm = gemm.max(gemm_again);
     for mut line in mlp_lines {
         line.limit = gemm;
@@ -435,7 +437,8 @@ fn bench_embedding(
     ])
 }
 
-/// Forward + backward GFLOP/s of an MLP at `batch` rows (median repetition), and whether
+/// Forward + backward GFLOP/s of an MLP at `batch` rows (the median repetition, or the
+/// repetitions' `rate` where given), and whether
 /// the input gradient was computed (a top MLP passes it on; a bottom MLP's input is
 /// data). Counts `2·batch·in·out` per GEMM: one forward, one weight gradient, and one
 /// input gradient for every layer whose input needs one; biases and activations are
@@ -446,6 +449,7 @@ pub(crate) fn bench_mlp(
     input_grad: bool,
     batch: usize,
     budget: Duration,
+    rate: Option<Rate>,
     rng: &mut SmallRng,
 ) -> (f64, bool) {
     let mut mlp = Mlp::<f32>::new(dims, Activation::Relu, last, rng);
@@ -469,5 +473,6 @@ pub(crate) fn bench_mlp(
     let total: f64 = macs.iter().sum();
     let dx_macs = if input_grad { total } else { total - macs[0] };
     let flops = 2.0 * batch as f64 * (2.0 * total + dx_macs);
-    (flops / probe::median_secs(&times) / 1e9, input_grad)
+    let secs = rate.map_or_else(|| probe::median_secs(&times), |r| r.secs(&times));
+    (flops / secs / 1e9, input_grad)
 }

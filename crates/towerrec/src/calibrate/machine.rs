@@ -10,6 +10,8 @@ pub(super) const PROBES: usize = 4 + ROW_BYTES.len();
 #[derive(Debug, Clone)]
 pub(super) struct Machine {
     pub(super) threads: usize,
+    /// How the GEMM, MLP, copy and gather rates were taken from their repetitions.
+    pub(super) rate: Rate,
     pub(super) gemm_gflops: f64,
     /// towerrec's MLP layers, forward and backward (GFLOP/s).
     pub(super) mlp_gflops: f64,
@@ -74,6 +76,14 @@ impl Machine {
         }
     }
 
+    /// How a figure was taken: `alone` (the probe's own choice) or sustained.
+    fn rate_label(&self, alone: &'static str) -> &'static str {
+        match self.rate {
+            Rate::Best => alone,
+            Rate::Sustained => "sustained: all repetitions, cores shared",
+        }
+    }
+
     pub(super) fn comment(&self, what: &str) -> String {
         let gathers: Vec<String> = self
             .gather
@@ -81,13 +91,15 @@ impl Machine {
             .map(|(r, g)| format!("{r} B {}", sig(*g)))
             .collect();
         format!(
-            "# {what}: GEMM f32 {GEMM_N}³ {} GFLOP/s (best repetition); MLP {} forward + backward \
-             at batch {MLP_BATCH} {} GFLOP/s (median);\n#   embedding kernels, one 64 B row per bag: \
+            "# {what}: GEMM f32 {GEMM_N}³ {} GFLOP/s ({}); MLP {} forward + backward \
+             at batch {MLP_BATCH} {} GFLOP/s ({});\n#   embedding kernels, one 64 B row per bag: \
              lookup {} ns and update {} ns per bag beyond the gather;\n#   copy {} MiB {} GB/s \
              (read + write);\n#   random gathers from a {} table ({}, prefetch), GB/s: {}.\n",
             sig(self.gemm_gflops),
+            self.rate_label("best repetition"),
             dims_label(),
             sig(self.mlp_gflops),
+            self.rate_label("median"),
             sig(self.lookup_bag_ns),
             sig(self.update_bag_ns),
             self.copy_bytes / MIB,
@@ -113,7 +125,7 @@ pub(super) fn measure_machine(
 ) -> Result<Machine> {
     sync()?;
     progress.start(format!("GEMM f32 {GEMM_N}³"));
-    let gemm_gflops = probe::gemm_gflops(GEMM_N, threads, s.budget);
+    let gemm_gflops = probe::gemm_gflops(GEMM_N, threads, s.budget, s.rate);
     progress.done();
     sync()?;
     progress.start(format!("MLP {} forward + backward", dims_label()));
@@ -121,7 +133,7 @@ pub(super) fn measure_machine(
     progress.done();
     sync()?;
     progress.start(format!("copy {} MiB", s.copy_bytes / MIB));
-    let copy_gbs = probe::copy_bandwidth(s.copy_bytes, threads, s.budget);
+    let copy_gbs = probe::copy_bandwidth(s.copy_bytes, threads, s.budget, s.rate);
     progress.done();
     progress.start(format!(
         "random gathers: filling a {} MiB table",
@@ -134,7 +146,7 @@ pub(super) fn measure_machine(
         progress.start(format!("random gathers of {rb} B rows"));
         gather.push((
             rb,
-            probe::gather_bandwidth_in(&table, rb, true, threads, s.budget),
+            probe::gather_bandwidth_in(&table, rb, true, threads, s.budget, s.rate),
         ));
         progress.done();
     }
@@ -145,6 +157,7 @@ pub(super) fn measure_machine(
     progress.done();
     Ok(Machine {
         threads,
+        rate: s.rate,
         lookup_bag_ns,
         update_bag_ns,
         gemm_gflops,
@@ -168,7 +181,8 @@ fn mlp_rate(s: &Settings, threads: usize) -> Result<f64> {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
     let last = towerrec_core::layers::activation::Activation::Sigmoid;
     let (gflops, _) = pool.install(|| {
-        crate::bench_kernels::bench_mlp(&MLP_DIMS, last, true, MLP_BATCH, s.budget, &mut rng)
+        let rate = (s.rate == Rate::Sustained).then_some(Rate::Sustained);
+        crate::bench_kernels::bench_mlp(&MLP_DIMS, last, true, MLP_BATCH, s.budget, rate, &mut rng)
     });
     Ok(gflops)
 }

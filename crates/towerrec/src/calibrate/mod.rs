@@ -36,7 +36,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use towerrec_comm::{Comm, Phase, Topology};
-use towerrec_core::probe::{self, HugePageBuf, Pages};
+use towerrec_core::probe::{self, HugePageBuf, Pages, Rate};
 use towerrec_sim::{
     AlphaBeta, Collective, Compute, CrossHost, Hardware, Level, MemorySystem, Network, Scaling,
     SystemTraits,
@@ -111,6 +111,9 @@ pub struct CalibrateArgs {
 /// The measurement budgets and sizes, from the arguments.
 struct Settings {
     budget: Duration,
+    /// How the compute and memory rates are taken: the best repetition in-process (the
+    /// process has the machine), sustained under MPI (a host's ranks share its cores).
+    rate: Rate,
     point_budget: Duration,
     min_reps: usize,
     copy_bytes: usize,
@@ -136,6 +139,10 @@ impl Settings {
         };
         Ok(Settings {
             budget: Duration::from_secs_f64(seconds),
+            rate: match a.backend {
+                Backend::InProcess => Rate::Best,
+                Backend::Mpi => Rate::Sustained,
+            },
             point_budget: Duration::from_secs_f64(seconds / 4.0),
             min_reps: if a.quick { 3 } else { 5 },
             copy_bytes: if a.quick { 64 * MIB } else { 256 * MIB },
@@ -236,7 +243,13 @@ fn in_process(a: &CalibrateArgs, s: &Settings) -> Result<()> {
         human_bytes(s.table_bytes),
     );
     let level = sweeps.level();
-    let hw = hardware(topo, &per_chip, level.clone(), (hosts > 1).then_some(level), source);
+    let hw = hardware(
+        topo,
+        &per_chip,
+        level.clone(),
+        (hosts > 1).then_some(level),
+        source,
+    );
     let mut header = format!(
         "# This machine, measured by `towerrec calibrate` (in-process, {hosts} host(s) × {per_host} rank(s), \
          {threads} threads, {} s per measurement).\n",
