@@ -199,4 +199,12 @@ fn cross_host_bytes_follow_the_topology() {
             assert_eq!(n == 0, src == dst, "pair {src}→{dst}: {n}");
         }
     }
+    // Every rank spent time inside the step's exchanges, and none in phases it never
+    // entered.
+    for r in &got.ranks {
+        assert!(r.collective_seconds(Phase::InputDist) > 0.0);
+        assert!(r.collective_seconds(Phase::OutputDist) > 0.0);
+        assert_eq!(r.collective_seconds(Phase::TowerPeer), 0.0);
+        assert_eq!(r.collective_seconds(Phase::SparseGradSync), 0.0);
+    }
 }

@@ -36,6 +36,7 @@ fn the_fit_stays_positive_on_odd_data() {
 fn machine() -> Machine {
     Machine {
         threads: 2,
+        rate: Rate::Best,
         gemm_gflops: 180.0,
         mlp_gflops: 150.0,
         copy_gbs: 24.0,
@@ -75,4 +76,38 @@ fn the_file_describes_a_cpu_step() {
     assert!(!hw.system.on_chip_buffers);
     assert_eq!(hw.system.allreduce_overlap, 0.0);
     assert_eq!(hw.system.lookup_comm_overlap, 0.0);
+}
+
+#[test]
+fn a_sweep_keeps_its_points_as_bytes_moved_for_the_simulator() {
+    // An all-to-all over 2 ranks moves half of each rank's buffer.
+    let points = vec![(8, 2e-5), (1 << 20, 3e-3), (1 << 24, 0.2)];
+    let sw = Sweep::new(Op::AllToAll, 2, points);
+    assert_eq!(
+        sw.fit.measured,
+        vec![[4.0, 20.0], [524_288.0, 3000.0], [8_388_608.0, 200_000.0]]
+    );
+    // Between two points the simulator reads the points, not the line.
+    let mid = sw.fit.time(0.5 * (524_288.0 + 8_388_608.0));
+    assert!((mid - 0.5 * (3e-3 + 0.2)).abs() < 1e-12, "{mid}");
+    let level = Sweeps {
+        all_to_all: sw.clone(),
+        all_reduce: sw,
+    }
+    .level();
+    assert_eq!(level.all_to_all.measured.len(), 3);
+    assert_eq!(level.all_reduce.as_ref().map(|a| a.measured.len()), Some(3));
+}
+
+#[test]
+fn the_machine_comment_says_how_rates_were_taken() {
+    let alone = machine().comment("x");
+    assert!(alone.contains("best repetition") && alone.contains("(median)"));
+    let shared = Machine {
+        rate: Rate::Sustained,
+        ..machine()
+    }
+    .comment("x");
+    assert!(!shared.contains("best repetition"), "{shared}");
+    assert_eq!(shared.matches("sustained").count(), 2, "{shared}");
 }
