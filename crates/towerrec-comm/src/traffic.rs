@@ -43,6 +43,7 @@ pub struct RankTraffic {
     /// `sent[phase][dest]`, phases in [`Phase::ALL`] order.
     sent: Vec<Vec<u64>>,
     /// Nanoseconds inside collectives, by phase in [`Phase::ALL`] order.
+    #[serde(default)]
     nanos: Vec<u64>,
 }
 
@@ -65,7 +66,7 @@ impl RankTraffic {
 
     /// Seconds this rank spent inside the collectives of `phase`, waiting included.
     pub fn collective_seconds(&self, phase: Phase) -> f64 {
-        self.nanos[phase.index()] as f64 * 1e-9
+        self.nanos.get(phase.index()).copied().unwrap_or(0) as f64 * 1e-9
     }
 
     /// Counts `bytes` sent to world rank `dest` in `phase` (nothing if `dest` is self).
