@@ -152,11 +152,11 @@ impl ModelTowers {
     }
 
     /// Runs tower `t`'s module on `b` rows `x` (its tables' vectors, one after the
-    /// other), keeping them for its backward; returns its output.
-    pub(crate) fn forward_tower(&mut self, t: usize, x: &[f32], b: usize) -> &[f32] {
+    /// other), keeping them for its backward by taking `x`'s buffer (`x` gets the one
+    /// the tower held: no copy of the input); returns its output.
+    pub(crate) fn forward_tower(&mut self, t: usize, x: &mut Vec<f32>, b: usize) -> &[f32] {
         let tower = &mut self.towers[t];
-        tower.x.clear();
-        tower.x.extend_from_slice(x);
+        std::mem::swap(&mut tower.x, x);
         tower.y.resize(b * tower.module.out_dim(), 0.0);
         tower.module.forward(&tower.x, &mut tower.y, b);
         &tower.y

@@ -282,7 +282,9 @@ impl Sptt {
         }
     }
 
-    /// Runs this group's Tower Modules on the `total` group rows into `outs`.
+    /// Runs this group's Tower Modules on the `total` group rows into `outs`. The rows
+    /// are not needed after (step f sends `outs`): a tower as wide as the row takes
+    /// their buffer whole instead of a copy.
     fn run_modules(&mut self, total: usize) {
         let Some(mut modules) = self.modules.take() else {
             return;
@@ -293,12 +295,17 @@ impl Sptt {
         self.outs.resize(total * out_width, 0.0);
         let mut at = 0;
         for &(t, start, cols) in &self.towers[g] {
-            self.x.clear();
-            for row in self.rows.chunks_exact(width.max(1)).take(total) {
-                self.x.extend_from_slice(&row[start..start + cols]);
+            if cols == width {
+                self.rows.truncate(total * width);
+                std::mem::swap(&mut self.x, &mut self.rows);
+            } else {
+                self.x.clear();
+                for row in self.rows.chunks_exact(width.max(1)).take(total) {
+                    self.x.extend_from_slice(&row[start..start + cols]);
+                }
             }
             let o = modules.out_dim(t);
-            let y = modules.forward_tower(t, &self.x, total);
+            let y = modules.forward_tower(t, &mut self.x, total);
             for (dst, src) in self
                 .outs
                 .chunks_exact_mut(out_width.max(1))
@@ -320,8 +327,9 @@ impl Sptt {
         modules.zero_grads();
         let g = self.my_group;
         let (width, out_width) = (self.widths[g], self.out_width(g, &modules));
-        self.rows.clear();
+        // The towers tile the row and each writes its whole input gradient: no zeroing.
         self.rows.resize(total * width, 0.0);
+        self.rows.truncate(total * width);
         let mut at = 0;
         for &(t, start, cols) in &self.towers[g] {
             let o = modules.out_dim(t);
@@ -330,8 +338,12 @@ impl Sptt {
                 self.x.extend_from_slice(&row[at..at + o]);
             }
             at += o;
-            self.dx.clear();
+            if cols == width {
+                modules.backward_tower(t, &self.x, &mut self.rows, total);
+                continue;
+            }
             self.dx.resize(total * cols, 0.0);
+            self.dx.truncate(total * cols);
             modules.backward_tower(t, &self.x, &mut self.dx, total);
             for (row, d) in self
                 .rows
