@@ -160,7 +160,7 @@ impl Model {
                 let names: Vec<String> = schema.sparse.iter().map(|f| f.name.clone()).collect();
                 let assignment = t.assignment(&names).map_err(Error::Model)?;
                 crate::towers::check_widths(&slots)?;
-                let init = (t.kind(), t.bias_init == BiasInit::Zero);
+                let init = (t.kind(), t.bias_init() == BiasInit::Zero);
                 Some(ModelTowers::new(&assignment, init, dim, base, seed)?)
             }
         };

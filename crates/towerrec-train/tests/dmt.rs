@@ -403,11 +403,12 @@ fn the_summary_counts_dense_and_embedding_parameters() {
 }
 
 /// `bias_init = "zero"` starts every Tower Module's linear biases at zero and leaves
-/// everything else as drawn; the default draws them.
+/// everything else as drawn; `"normal"` draws them. The DLRM module's default is zero,
+/// the DCN module's drawn.
 #[test]
 fn tower_module_biases_can_start_at_zero() {
-    let tower_biases = |towers: &str| -> Vec<(String, Vec<f32>)> {
-        let cfg = config("dlrm", towers);
+    let biases_of = |kind: &str, towers: &str| -> Vec<(String, Vec<f32>)> {
+        let cfg = config(kind, towers);
         let s = schema(&cfg.data, &cfg.base_dir).unwrap();
         let mut model = Model::build(&cfg.model, &cfg.optimizer, &s, cfg.train.seed).unwrap();
         model
@@ -417,8 +418,14 @@ fn tower_module_biases_can_start_at_zero() {
             .map(|p| (p.name.clone(), p.value.to_vec()))
             .collect()
     };
-    let drawn = tower_biases(DLRM_TOWERS);
+    let tower_biases = |towers: &str| biases_of("dlrm", towers);
+    let drawn = tower_biases(&format!("{DLRM_TOWERS}\nbias_init = \"normal\""));
     let zero = tower_biases(&format!("{DLRM_TOWERS}\nbias_init = \"zero\""));
+    assert_eq!(
+        tower_biases(DLRM_TOWERS),
+        zero,
+        "DLRM modules start at zero"
+    );
     assert_eq!(drawn.len(), zero.len());
     let mut biases = 0;
     for ((name, a), (name_z, z)) in drawn.iter().zip(&zero) {
@@ -433,4 +440,10 @@ fn tower_module_biases_can_start_at_zero() {
     }
     // Two towers, each with a flat (p = 1) and a per-feature (c = 1) map.
     assert_eq!(biases, 4);
+    let dcn = biases_of("dcn", DCN_TOWERS);
+    let drawn_dcn = biases_of("dcn", &format!("{DCN_TOWERS}\nbias_init = \"normal\""));
+    assert_eq!(dcn, drawn_dcn, "DCN modules draw their biases by default");
+    assert!(dcn
+        .iter()
+        .any(|(n, v)| n.ends_with("bias") && v.iter().any(|&x| x != 0.0)));
 }
