@@ -93,8 +93,16 @@ impl AlphaBeta {
         if moved >= last[0] {
             return last[1] * 1e-6 + line(moved - last[0]);
         }
-        let i = self.measured.partition_point(|p| p[0] <= moved);
+        // Validated points grow, so `i` is in 1..len; the clamp keeps unvalidated ones
+        // (built in code) from indexing out of range.
+        let i = self
+            .measured
+            .partition_point(|p| p[0] <= moved)
+            .clamp(1, self.measured.len() - 1);
         let ([m0, t0], [m1, t1]) = (self.measured[i - 1], self.measured[i]);
+        if m1 <= m0 {
+            return t1 * 1e-6;
+        }
         (t0 + (t1 - t0) * (moved - m0) / (m1 - m0)) * 1e-6
     }
 
