@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # DMT speed on the emulated cluster (docs/DMT.md): flat, SPTT alone, and DMT at
-# compression 2, 4 and 8, alternated ROUNDS times, 2 hosts x 2 MPI ranks, cross-host
+# compression 2, 4 and 8, and flat on the greedy plan (tables spread over every rank,
+# the other baseline), alternated ROUNDS times, 2 hosts x 2 MPI ranks, cross-host
 # links shaped to RATE. Needs root, OpenMPI and a release build with --features mpi.
 #   scripts/dmt-speed.sh [ROUNDS=3] [RATE=1gbit] [--predict]
 # CONFIG (environment; default bench/dmt/speed.toml) is the model; DMT's module is the
-# DLRM one with c = 1, p = 0 and D = embedding_dim / compression.
+# DLRM one with c = 1, p = 0 and D = embedding_dim / compression. VARIANTS (environment)
+# runs a subset, e.g. VARIANTS="flat flat-greedy dmt-c2"; flat is always among them.
 # Prints one line per run: variant, train samples/s (steady state: the run's figure),
 # and the cross-host bytes per step (summed over the ranks) of the embedding phases
 # and of the dense sync; then per variant the median samples/s and its ratio to flat.
@@ -23,17 +25,23 @@ trap 'rm -rf "$out"' EXIT
 results=$out/results.tsv
 : >"$results"
 cluster() { scripts/emulated-cluster.sh --hosts 2 --ranks-per-host 2 --rate "$rate" -- "$@"; }
-dim=$(python3 -c "import sys, tomllib; print(tomllib.load(open(sys.argv[1], 'rb'))['model']['embedding_dim'])" "$cfg")
+read -r dim batch < <(python3 -c "import sys, tomllib; c = tomllib.load(open(sys.argv[1], 'rb'))
+print(c['model']['embedding_dim'], c['train']['batch_size'])" "$cfg")
 "$bin" plan --config "$cfg" --hosts 2 --ranks-per-host 2 --towers 2 --strategy table-wise \
     --output "$out/sptt.json" 2>/dev/null
 python3 -c "import json,sys; p=json.load(open(sys.argv[1])); p.pop('towers'); json.dump(p, open(sys.argv[2],'w'))" \
     "$out/sptt.json" "$out/flat.json"
+"$bin" plan --config "$cfg" --hosts 2 --ranks-per-host 2 --strategy greedy \
+    --output "$out/greedy.json" 2>/dev/null
 towers() { # compression C: DLRM tower module, c = 1, p = 0, D = dim / C
     local d=$((dim / $1))
     echo "--set model.towers={module=\"dlrm\",count=2,d=$d,c=1,p=0} --set model.bottom_mlp=[64,$d]"
 }
+variants=${VARIANTS:-flat sptt dmt-c2 dmt-c4 dmt-c8 flat-greedy}
+[[ " $variants " == *" flat "* ]] || variants="flat $variants"
 declare -A args=(
     [flat]="--plan $out/flat.json"
+    [flat-greedy]="--plan $out/greedy.json"
     [sptt]="--plan $out/sptt.json"
     [dmt-c2]="--plan $out/sptt.json $(towers 2)"
     [dmt-c4]="--plan $out/sptt.json $(towers 4)"
@@ -60,7 +68,7 @@ with open(out, "a") as f:
 print(f"round {r} predicted step: " + ", ".join(f"{v} {s * 1e3:.1f} ms" for v, s in step.items()))
 ' "$r" "$results"
     fi
-    for v in flat sptt dmt-c2 dmt-c4 dmt-c8; do
+    for v in $variants; do
         run="$out/run-$v-$r"
         # shellcheck disable=SC2086
         cluster "$bin" train --backend mpi --config "$cfg" ${args[$v]} --quiet --out "$run" \
@@ -79,7 +87,7 @@ print(f"{sys.argv[2]:8} round {sys.argv[3]}: {sps:8.0f} samples/s  "
 PY
     done
 done
-python3 - "$results" "$(python3 -c "import sys, tomllib; print(tomllib.load(open(sys.argv[1], 'rb'))['train']['batch_size'])" "$cfg")" <<'PY'
+python3 - "$results" "$batch" <<'PY'
 import statistics as st, sys
 batch = float(sys.argv[2])
 pred, meas = {}, {}
@@ -94,7 +102,7 @@ for v, m in meas.items():
     per_round = [m[r] / flat[r] for r in rounds]
     line = (f"{v:8} {st.median(m.values()):17.0f} {st.median(m.values()) / st.median(flat.values()):17.2f}"
             f" {st.median(per_round):23.2f} {sum(x >= 1.5 for x in per_round):11d} of {len(rounds)}")
-    if pred:
+    if v in pred:
         ratios = [pred[v][r] / (batch / m[r]) for r in rounds]
         line += (f"  {st.median(pred[v].values()) * 1e3:19.1f} ms  {st.median(batch / x for x in m.values()) * 1e3:18.1f} ms"
                  f"  {st.median(ratios):24.2f}  {min(ratios):.2f}-{max(ratios):.2f}")

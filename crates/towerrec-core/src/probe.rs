@@ -386,6 +386,8 @@ pub fn timed_reps(budget: Duration, min_reps: usize, mut f: impl FnMut()) -> Vec
 pub enum Rate {
     /// The shortest repetition: what the machine reaches with its cores to itself.
     Best,
+    /// The median repetition: a typical one, on a machine with some noise.
+    Median,
     /// All repetitions' work over their total time: what a process gets on average
     /// while it shares the cores with others (the MPI ranks of one host measuring at
     /// once). Its best repetition would be a moment the others were off the cores.
@@ -397,6 +399,7 @@ impl Rate {
     pub fn secs(self, times: &[Duration]) -> f64 {
         match self {
             Rate::Best => best_secs(times),
+            Rate::Median => median_secs(times),
             Rate::Sustained => {
                 let total: f64 = times.iter().map(Duration::as_secs_f64).sum();
                 (total / times.len().max(1) as f64).max(1e-9)
@@ -672,6 +675,7 @@ mod tests {
         assert_eq!(m, 2.0);
         let reps = [1, 4, 1].map(Duration::from_secs);
         assert_eq!(Rate::Best.secs(&reps), 1.0);
+        assert_eq!(Rate::Median.secs(&reps), 1.0);
         assert_eq!(Rate::Sustained.secs(&reps), 2.0);
     }
 }

@@ -89,9 +89,11 @@ impl ClusterReport {
             collective_ms_per_step_by_rank: Phase::ALL
                 .iter()
                 .map(|&p| {
-                    let ms = traffic.ranks.iter();
-                    let ms = ms.map(|r| r.collective_seconds(p) * 1e3 / per).collect();
-                    (p.name(), ms)
+                    let ms = traffic
+                        .ranks
+                        .iter()
+                        .map(|r| r.collective_seconds(p) * 1e3 / per);
+                    (p.name(), ms.collect())
                 })
                 .collect(),
         })

@@ -200,8 +200,15 @@ pub fn run(a: KernelsArgs) -> Result<()> {
         ("top", vec![367, 512, 256, 1], Activation::Identity),
         ("bottom", vec![13, 512, 256, 64, 16], Activation::Relu),
     ] {
-        let (gflops, needs_dx) =
-            bench_mlp(&dims, last, name == "top", a.batch, budget, None, &mut rng);
+        let (gflops, needs_dx) = bench_mlp(
+            &dims,
+            last,
+            name == "top",
+            a.batch,
+            budget,
+            Rate::Median,
+            &mut rng,
+        );
         let dims_s: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
         let line = KernelLine {
             label: format!("{name} MLP {} fwd+bwd", dims_s.join("-")),
@@ -437,10 +444,9 @@ fn bench_embedding(
     ])
 }
 
-/// Forward + backward GFLOP/s of an MLP at `batch` rows (the median repetition, or the
-/// repetitions' `rate` where given), and whether
-/// the input gradient was computed (a top MLP passes it on; a bottom MLP's input is
-/// data). Counts `2·batch·in·out` per GEMM: one forward, one weight gradient, and one
+/// Forward + backward GFLOP/s of an MLP at `batch` rows (the repetitions' `rate`), and
+/// whether the input gradient was computed (a top MLP passes it on; a bottom MLP's
+/// input is data). Counts `2·batch·in·out` per GEMM: one forward, one weight gradient, and one
 /// input gradient for every layer whose input needs one; biases and activations are
 /// not counted.
 pub(crate) fn bench_mlp(
@@ -449,7 +455,7 @@ pub(crate) fn bench_mlp(
     input_grad: bool,
     batch: usize,
     budget: Duration,
-    rate: Option<Rate>,
+    rate: Rate,
     rng: &mut SmallRng,
 ) -> (f64, bool) {
     let mut mlp = Mlp::<f32>::new(dims, Activation::Relu, last, rng);
@@ -473,6 +479,5 @@ pub(crate) fn bench_mlp(
     let total: f64 = macs.iter().sum();
     let dx_macs = if input_grad { total } else { total - macs[0] };
     let flops = 2.0 * batch as f64 * (2.0 * total + dx_macs);
-    let secs = rate.map_or_else(|| probe::median_secs(&times), |r| r.secs(&times));
-    (flops / secs / 1e9, input_grad)
+    (flops / rate.secs(&times) / 1e9, input_grad)
 }

@@ -296,7 +296,7 @@ impl Sptt {
         let mut at = 0;
         for &(t, start, cols) in &self.towers[g] {
             if cols == width {
-                self.rows.truncate(total * width);
+                // `rows` holds exactly `total` rows (step e sized it).
                 std::mem::swap(&mut self.x, &mut self.rows);
             } else {
                 self.x.clear();

@@ -79,7 +79,7 @@ impl Machine {
     /// How a figure was taken: `alone` (the probe's own choice) or sustained.
     fn rate_label(&self, alone: &'static str) -> &'static str {
         match self.rate {
-            Rate::Best => alone,
+            Rate::Best | Rate::Median => alone,
             Rate::Sustained => "sustained: all repetitions, cores shared",
         }
     }
@@ -181,7 +181,11 @@ fn mlp_rate(s: &Settings, threads: usize) -> Result<f64> {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
     let last = towerrec_core::layers::activation::Activation::Sigmoid;
     let (gflops, _) = pool.install(|| {
-        let rate = (s.rate == Rate::Sustained).then_some(Rate::Sustained);
+        // Alone, the median MLP repetition (a typical step); shared, sustained.
+        let rate = match s.rate {
+            Rate::Sustained => Rate::Sustained,
+            Rate::Best | Rate::Median => Rate::Median,
+        };
         crate::bench_kernels::bench_mlp(&MLP_DIMS, last, true, MLP_BATCH, s.budget, rate, &mut rng)
     });
     Ok(gflops)
