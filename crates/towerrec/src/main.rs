@@ -8,6 +8,7 @@ mod data_cmds;
 mod partition_cmd;
 mod partition_plot;
 mod plan_cmd;
+mod profile_cmd;
 mod progress;
 mod simulate;
 mod train_cmd;
@@ -34,6 +35,8 @@ enum Command {
     Preprocess(data_cmds::PreprocessArgs),
     /// Measure speed: whole model steps, or kernels against the machine's limits.
     Bench(bench::BenchArgs),
+    /// Count how often every embedding row is read (an access profile for OPER plans).
+    Profile(profile_cmd::ProfileArgs),
     /// Plan how to shard the embedding tables over hosts × ranks; writes the plan as JSON.
     Plan(plan_cmd::PlanArgs),
     /// Group a trained run's sparse features into balanced towers (DMT's Tower Partitioner); writes JSON and SVGs.
@@ -65,6 +68,7 @@ fn main() {
         Some(Command::Preprocess(a)) => data_cmds::preprocess(a),
         Some(Command::Bench(a)) => bench::run(a),
         Some(Command::Plan(a)) => plan_cmd::run(a),
+        Some(Command::Profile(a)) => profile_cmd::run(a),
         Some(Command::Partition(a)) => partition_cmd::run(a),
         Some(Command::Calibrate(a)) => calibrate::run(a),
         None => {
