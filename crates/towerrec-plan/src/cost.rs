@@ -143,6 +143,17 @@ pub fn estimate(plan: &Plan, tables: &[TableSpec], cost: &CostParams) -> Vec<f64
                 *x += cost.shard_seconds(spec, shard, topo);
             }
         }
+        // Partitions as blocks of whole rows: this model knows no access counts.
+        for p in &entry.partitions {
+            let block = crate::Shard {
+                rank: p.rank,
+                rows: p.order,
+                columns: (0, spec.dim),
+            };
+            if let Some(x) = secs.get_mut(p.rank) {
+                *x += cost.shard_seconds(spec, &block, topo);
+            }
+        }
     }
     secs
 }

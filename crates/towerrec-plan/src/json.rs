@@ -6,7 +6,7 @@
 //! layouts read back the same.
 
 use crate::error::{Error, Result};
-use crate::plan::{Plan, Shard, TablePlan, TowerPlan};
+use crate::plan::{Partition, Plan, Shard, TablePlan, TowerPlan};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -92,20 +92,53 @@ fn write_entry(out: &mut String, entry: &TablePlan) {
         "    {{ \"table\": {name}, \"sharding\": \"{}\"",
         entry.sharding.name()
     );
-    if entry.shards.is_empty() {
-        out.push_str(" }");
-        return;
+    if !entry.shards.is_empty() {
+        out.push_str(", \"shards\": [\n");
+        write_lines(out, &entry.shards, write_shard);
+        out.push_str("    ]");
     }
-    out.push_str(", \"shards\": [\n");
-    for (i, s) in entry.shards.iter().enumerate() {
-        write_shard(out, s);
-        out.push_str(if i + 1 < entry.shards.len() {
-            ",\n"
-        } else {
-            "\n"
-        });
+    if !entry.hot_rows.is_empty() {
+        out.push_str(",\n      \"hot_rows\": [");
+        for (i, chunk) in entry.hot_rows.chunks(HOT_ROWS_PER_LINE).enumerate() {
+            let line: Vec<String> = chunk.iter().map(usize::to_string).collect();
+            let sep = if i == 0 { "" } else { ",\n        " };
+            let _ = write!(out, "{sep}{}", line.join(", "));
+        }
+        out.push(']');
     }
-    out.push_str("    ] }");
+    if !entry.partitions.is_empty() {
+        out.push_str(",\n      \"partitions\": [\n");
+        write_lines(out, &entry.partitions, write_partition);
+        out.push_str("    ]");
+    }
+    out.push_str(" }");
+}
+
+/// Hot rows written per line of a plan file.
+const HOT_ROWS_PER_LINE: usize = 16;
+
+/// One item per line, comma-separated.
+fn write_lines<T>(out: &mut String, items: &[T], write: fn(&mut String, &T)) {
+    for (i, item) in items.iter().enumerate() {
+        write(out, item);
+        out.push_str(if i + 1 < items.len() { ",\n" } else { "\n" });
+    }
+}
+
+fn write_partition(out: &mut String, p: &Partition) {
+    let _ = write!(
+        out,
+        "      {{ \"order\": [{}, {}], \"rank\": {}",
+        p.order.0, p.order.1, p.rank
+    );
+    if !p.replicas.is_empty() {
+        let _ = write!(
+            out,
+            ", \"replicas\": {}",
+            serde_json::Value::from(p.replicas.clone())
+        );
+    }
+    out.push_str(" }");
 }
 
 fn write_tower(out: &mut String, tower: &TowerPlan) {
@@ -137,6 +170,8 @@ mod tests {
             towers: Vec::new(),
             tables: vec![
                 TablePlan {
+                    hot_rows: Vec::new(),
+                    partitions: Vec::new(),
                     table: "C\"1\"".into(),
                     sharding: ShardingType::RowWise,
                     shards: vec![
@@ -153,11 +188,15 @@ mod tests {
                     ],
                 },
                 TablePlan {
+                    hot_rows: Vec::new(),
+                    partitions: Vec::new(),
                     table: "C2".into(),
                     sharding: ShardingType::DataParallel,
                     shards: vec![],
                 },
                 TablePlan {
+                    hot_rows: Vec::new(),
+                    partitions: Vec::new(),
                     table: "C3".into(),
                     sharding: ShardingType::TableWise,
                     shards: vec![Shard {

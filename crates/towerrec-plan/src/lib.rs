@@ -15,12 +15,15 @@ mod cost;
 mod error;
 mod json;
 pub mod partition;
+pub mod partitioned;
 mod plan;
 pub mod planners;
 mod validate;
 
 pub use cost::{estimate, CostParams};
 pub use error::{Error, Result};
-pub use plan::{Plan, Shard, ShardingType, TablePlan, TableSpec, TowerPlan, MAX_WORLD_SIZE};
+pub use plan::{
+    Partition, Plan, Shard, ShardingType, TablePlan, TableSpec, TowerPlan, MAX_WORLD_SIZE,
+};
 /// The cluster shape plans are made for (re-exported from `towerrec-comm`).
 pub use towerrec_comm::Topology;

@@ -26,6 +26,10 @@ pub enum ShardingType {
     ColumnWise,
     TableRowWise,
     DataParallel,
+    /// OPER (§4): the table's rows, in an order that puts the hot rows first, cut into
+    /// partitions, each owned by one rank and replicated on others
+    /// ([`TablePlan::partitions`]).
+    RowPartitioned,
 }
 
 impl ShardingType {
@@ -36,6 +40,7 @@ impl ShardingType {
             ShardingType::ColumnWise => "column_wise",
             ShardingType::TableRowWise => "table_row_wise",
             ShardingType::DataParallel => "data_parallel",
+            ShardingType::RowPartitioned => "row_partitioned",
         }
     }
 }
@@ -59,7 +64,8 @@ impl Shard {
     }
 }
 
-/// Where one table lives. Data-parallel tables have no shards (every rank holds all).
+/// Where one table lives. Data-parallel tables have no shards (every rank holds all);
+/// row-partitioned tables have partitions instead of shards.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TablePlan {
@@ -67,6 +73,44 @@ pub struct TablePlan {
     pub sharding: ShardingType,
     #[serde(default)]
     pub shards: Vec<Shard>,
+    /// `row_partitioned` only: the rows that come first in the table's order, in that
+    /// order (hottest first); every other row follows them by increasing id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hot_rows: Vec<usize>,
+    /// `row_partitioned` only: consecutive ranges of the table's order, each owned by
+    /// one rank and replicated on others (see [`crate::partitioned`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<Partition>,
+}
+
+impl TablePlan {
+    /// An entry of `shards` (none for data-parallel tables).
+    pub fn new(table: impl Into<String>, sharding: ShardingType, shards: Vec<Shard>) -> Self {
+        TablePlan {
+            table: table.into(),
+            sharding,
+            shards,
+            hot_rows: Vec::new(),
+            partitions: Vec::new(),
+        }
+    }
+}
+
+/// A partition of a row-partitioned table: positions `order.0..order.1` of the
+/// table's order, owned (stored and updated) by `rank`, with read copies on `replicas`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Partition {
+    pub order: (usize, usize),
+    pub rank: usize,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<usize>,
+}
+
+impl Partition {
+    pub fn num_rows(&self) -> usize {
+        self.order.1.saturating_sub(self.order.0)
+    }
 }
 
 /// A DMT tower (paper §3.1): a group of features, the dense layers that consume their
@@ -99,7 +143,8 @@ impl Plan {
     }
 
     /// Bytes of weights and optimizer state each rank holds: the blocks of its shards
-    /// (see [`TableSpec::shard_bytes`]) plus every data-parallel table in full. One
+    /// (see [`TableSpec::shard_bytes`]), the partitions it owns or replicates, plus
+    /// every data-parallel table in full. One
     /// entry per rank of the plan's topology (none if the topology has no ranks or more
     /// than [`MAX_WORLD_SIZE`]). Entries for tables not in `tables` and shards on ranks
     /// outside the topology count nothing; [`Plan::validate`] rejects both.
@@ -120,6 +165,14 @@ impl Plan {
             for shard in &entry.shards {
                 if let Some(b) = bytes.get_mut(shard.rank) {
                     *b = b.saturating_add(spec.shard_bytes(shard));
+                }
+            }
+            for p in &entry.partitions {
+                let b = (p.num_rows() as u64).saturating_mul(spec.bytes_per_row as u64);
+                for &rank in std::iter::once(&p.rank).chain(&p.replicas) {
+                    if let Some(x) = bytes.get_mut(rank) {
+                        *x = x.saturating_add(b);
+                    }
                 }
             }
         }

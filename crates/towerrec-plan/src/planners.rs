@@ -154,6 +154,8 @@ fn finish(
 
 fn entry(t: &TableSpec, sharding: ShardingType, shards: Vec<Shard>) -> TablePlan {
     TablePlan {
+        hot_rows: Vec::new(),
+        partitions: Vec::new(),
         table: t.name.clone(),
         sharding,
         shards,

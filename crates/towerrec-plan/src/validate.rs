@@ -145,6 +145,14 @@ fn check_entry(
     let fail = |reason: String| Err(entry_error(entry, reason));
     let kind = entry.sharding.name();
     let shards = &entry.shards;
+    if entry.sharding == ShardingType::RowPartitioned {
+        return crate::partitioned::check_entry(entry, spec.rows, world).or_else(fail);
+    }
+    if !entry.hot_rows.is_empty() || !entry.partitions.is_empty() {
+        return fail(format!(
+            "{kind} tables have shards; hot_rows and partitions belong to row_partitioned tables"
+        ));
+    }
     if entry.sharding == ShardingType::DataParallel {
         if !shards.is_empty() {
             return fail(format!(
@@ -207,7 +215,7 @@ fn check_entry(
                     s.columns.0, s.columns.1, spec.dim
                 ));
             }
-            tile(shards.iter().map(|s| s.rows), spec.rows, "row").or_else(fail)?;
+            tile(shards.iter().map(|s| s.rows), spec.rows, "row", "shard").or_else(fail)?;
             distinct_ranks(shards, kind).or_else(fail)?;
             if entry.sharding == ShardingType::TableRowWise {
                 let host = topology.host_of(shards[0].rank);
@@ -233,47 +241,58 @@ fn check_entry(
                     s.rows.0, s.rows.1, spec.rows
                 ));
             }
-            tile(shards.iter().map(|s| s.columns), spec.dim, "column").or_else(fail)?;
+            tile(
+                shards.iter().map(|s| s.columns),
+                spec.dim,
+                "column",
+                "shard",
+            )
+            .or_else(fail)?;
             distinct_ranks(shards, kind).or_else(fail)?;
         }
-        ShardingType::DataParallel => {}
+        ShardingType::DataParallel | ShardingType::RowPartitioned => {}
     }
     Ok(())
 }
 
-/// Whether `ranges`, in order, cover `0..total` with no gap and no overlap.
-fn tile(
+/// Whether `ranges`, in order, cover `0..total` with no gap and no overlap; `what` is
+/// the unit of the ranges ("row"), `unit` what holds one ("shard").
+pub(crate) fn tile(
     ranges: impl Iterator<Item = (usize, usize)>,
     total: usize,
     what: &str,
+    unit: &str,
 ) -> std::result::Result<(), String> {
     let ranges: Vec<(usize, usize)> = ranges.collect();
     let mut end = 0;
     for (i, &(a, b)) in ranges.iter().enumerate() {
+        if a >= b {
+            return Err(format!("{unit} {i}: {what}s [{a}, {b}) are empty"));
+        }
         if a > end && ranges[i + 1..].iter().any(|r| r.0 == end) {
             return Err(format!(
-                "{what} splits do not add up: shard {i} starts at {what} {a}, but a later \
-                 shard starts at {what} {end}; the shards are out of order (list them by \
+                "{what} splits do not add up: {unit} {i} starts at {what} {a}, but a later \
+                 {unit} starts at {what} {end}; the {unit}s are out of order (list them by \
                  increasing {what})"
             ));
         }
         if a > end {
             return Err(format!(
-                "{what} splits do not add up: shard {i} starts at {what} {a} but the shards \
-                 before it end at {end}, so {what}s [{end}, {a}) are in no shard"
+                "{what} splits do not add up: {unit} {i} starts at {what} {a} but the {unit}s \
+                 before it end at {end}, so {what}s [{end}, {a}) are in no {unit}"
             ));
         }
         if a < end {
             return Err(format!(
-                "{what} splits do not add up: shard {i} starts at {what} {a}, inside the \
-                 shards before it (which end at {end}); the ranges overlap or are out of order"
+                "{what} splits do not add up: {unit} {i} starts at {what} {a}, inside the \
+                 {unit}s before it (which end at {end}); the ranges overlap or are out of order"
             ));
         }
         end = b;
     }
     if end != total {
         return Err(format!(
-            "{what} splits do not add up: the shards end at {what} {end} but the table has \
+            "{what} splits do not add up: the {unit}s end at {what} {end} but the table has \
              {total} {what}s"
         ));
     }

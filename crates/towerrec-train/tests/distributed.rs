@@ -219,11 +219,15 @@ fn mixed(cfg: &Config, topology: Topology) -> Plan {
     let all: Vec<usize> = (0..w).rev().collect();
     let tables = vec![
         TablePlan {
+            hot_rows: Vec::new(),
+            partitions: Vec::new(),
             table: specs[0].name.clone(),
             sharding: ShardingType::TableWise,
             shards: vec![full(last, &specs[0])],
         },
         TablePlan {
+            hot_rows: Vec::new(),
+            partitions: Vec::new(),
             table: specs[1].name.clone(),
             sharding: ShardingType::ColumnWise,
             shards: {
@@ -238,16 +242,22 @@ fn mixed(cfg: &Config, topology: Topology) -> Plan {
             },
         },
         TablePlan {
+            hot_rows: Vec::new(),
+            partitions: Vec::new(),
             table: specs[2].name.clone(),
             sharding: ShardingType::RowWise,
             shards: row_split(&all, &specs[2]),
         },
         TablePlan {
+            hot_rows: Vec::new(),
+            partitions: Vec::new(),
             table: specs[3].name.clone(),
             sharding: ShardingType::TableRowWise,
             shards: row_split(&host_ranks, &specs[3]),
         },
         TablePlan {
+            hot_rows: Vec::new(),
+            partitions: Vec::new(),
             table: specs[4].name.clone(),
             sharding: ShardingType::DataParallel,
             shards: vec![],

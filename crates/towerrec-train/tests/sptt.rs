@@ -161,6 +161,8 @@ fn tower_plan(cfg: &Config, topology: Topology, k: usize, towers: usize, inside:
             }
         };
         tables.push(TablePlan {
+            hot_rows: Vec::new(),
+            partitions: Vec::new(),
             table: spec.name.clone(),
             sharding,
             shards,

@@ -37,6 +37,8 @@ fn sh(rank: usize, rows: (usize, usize), columns: (usize, usize)) -> Shard {
 
 fn entry(table: &str, sharding: ShardingType, shards: Vec<Shard>) -> TablePlan {
     TablePlan {
+        hot_rows: Vec::new(),
+        partitions: Vec::new(),
         table: table.into(),
         sharding,
         shards,

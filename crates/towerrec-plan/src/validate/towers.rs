@@ -142,6 +142,8 @@ mod tests {
             topology: Topology::new(2, 2).unwrap(),
             tables: (0..4)
                 .map(|r| TablePlan {
+                    hot_rows: Vec::new(),
+                    partitions: Vec::new(),
                     table: format!("t{r}"),
                     sharding: ShardingType::TableWise,
                     shards: vec![whole(r)],

@@ -106,6 +106,13 @@ impl ShardedEmbeddings {
             let entry = plan.table(&desc.name).ok_or_else(|| {
                 Error::Plan(format!("the plan has no entry for table '{}'", desc.name))
             })?;
+            if entry.sharding == ShardingType::RowPartitioned {
+                return Err(Error::Plan(format!(
+                    "table '{}' is row_partitioned (an OPER plan): the runtime does not execute \
+                     row-partitioned tables yet",
+                    desc.name
+                )));
+            }
             let init = TableInit::new(seed, t, desc.rows, desc.dim);
             let state = TableState {
                 dim: desc.dim,

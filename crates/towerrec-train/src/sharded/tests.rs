@@ -26,11 +26,15 @@ fn plan_for_group(ranks: [usize; 2]) -> Plan {
         topology: Topology::new(1, 4).expect("topology"),
         tables: vec![
             TablePlan {
+                hot_rows: Vec::new(),
+                partitions: Vec::new(),
                 table: "a".into(),
                 sharding: ShardingType::TableWise,
                 shards: vec![whole],
             },
             TablePlan {
+                hot_rows: Vec::new(),
+                partitions: Vec::new(),
                 table: "b".into(),
                 sharding: ShardingType::RowWise,
                 shards: vec![half(ranks[0], (0, 6)), half(ranks[1], (6, ROWS[1]))],
