@@ -101,17 +101,32 @@ impl CostParams {
         let weights = spec.rows as f64 * spec.dim as f64 * 4.0;
         let lookup = self.batch_size as f64 / w * spec.pooling_factor * spec.dim as f64 * 4.0
             / self.gather_bytes_per_s;
-        let link = if topo.hosts > 1 {
+        lookup + 2.0 * (w - 1.0) / w * weights / self.allreduce_bytes_per_s(topo)
+    }
+
+    /// The rate of a ring all-reduce over every rank: its slowest link's.
+    pub(crate) fn allreduce_bytes_per_s(&self, topo: Topology) -> f64 {
+        if topo.hosts > 1 {
             self.cross_host_bytes_per_s
         } else {
             self.intra_host_bytes_per_s
-        };
-        lookup + 2.0 * (w - 1.0) / w * weights / link
+        }
+    }
+
+    /// Seconds per byte from rank `j` to rank `i` (0 on the rank itself).
+    pub(crate) fn seconds_per_byte(&self, topo: Topology, i: usize, j: usize) -> f64 {
+        if i == j {
+            0.0
+        } else if topo.is_cross_host(i, j) {
+            1.0 / self.cross_host_bytes_per_s
+        } else {
+            1.0 / self.intra_host_bytes_per_s
+        }
     }
 
     /// Mean seconds per byte a rank exchanges with the senders of a batch spread evenly
     /// over all ranks (its own share costs nothing).
-    fn seconds_per_exchanged_byte(&self, topo: Topology) -> f64 {
+    pub(crate) fn seconds_per_exchanged_byte(&self, topo: Topology) -> f64 {
         let w = world_size_or_zero(topo);
         if w <= 1 {
             return 0.0;

@@ -14,6 +14,7 @@
 mod cost;
 mod error;
 mod json;
+pub mod oper;
 pub mod partition;
 pub mod partitioned;
 mod plan;

@@ -168,6 +168,49 @@ impl TableAddresses {
         at(owner, base, false)
     }
 
+    /// The table's rows that `rank` stores, by offset: its own partitions, then its
+    /// replicas, each in plan order.
+    pub fn stored_rows(&self, rank: usize) -> Vec<usize> {
+        let mut rows = Vec::with_capacity(self.stored[rank].0 + self.stored[rank].1);
+        let bounds = self.bounds();
+        for (p, &(owner, _)) in self.owners.iter().enumerate() {
+            if owner == rank {
+                rows.extend(bounds[p].clone().map(|pos| self.order.row_at(pos)));
+            }
+        }
+        for (p, reps) in self.replicas.iter().enumerate() {
+            if reps.iter().any(|&(r, _)| r == rank) {
+                rows.extend(bounds[p].clone().map(|pos| self.order.row_at(pos)));
+            }
+        }
+        rows
+    }
+
+    /// The offsets on `rank` of rows that have copies on other ranks too (owned
+    /// partitions with replicas, and every replica), as ranges.
+    pub fn shared_offsets(&self, rank: usize) -> Vec<std::ops::Range<usize>> {
+        let bounds = self.bounds();
+        let mut out = Vec::new();
+        for (p, &(owner, base)) in self.owners.iter().enumerate() {
+            if owner == rank && !self.replicas[p].is_empty() {
+                out.push(base..base + bounds[p].len());
+            }
+            for &(r, at) in &self.replicas[p] {
+                if r == rank {
+                    out.push(at..at + bounds[p].len());
+                }
+            }
+        }
+        out.sort_by_key(|r| r.start);
+        out
+    }
+
+    /// Every partition's positions.
+    fn bounds(&self) -> Vec<std::ops::Range<usize>> {
+        let ends = self.starts[1..].iter().copied().chain([self.order.rows]);
+        self.starts.iter().zip(ends).map(|(&a, b)| a..b).collect()
+    }
+
     /// The table's order.
     pub fn order(&self) -> &RowOrder {
         &self.order

@@ -8,6 +8,7 @@ mod data_cmds;
 mod partition_cmd;
 mod partition_plot;
 mod plan_cmd;
+mod plan_oper;
 mod profile_cmd;
 mod progress;
 mod simulate;

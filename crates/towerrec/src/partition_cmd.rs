@@ -166,7 +166,8 @@ pub fn run(a: PartitionArgs) -> Result<()> {
         .with_context(|| format!("writing {}", json_path.display()))?;
     eprintln!("wrote {}", json_path.display());
     let title = format!("{} towers ({})", towers.len(), method_name(method));
-    partition_plot::heatmap(&heat_path, &interaction, &towers, &names, &title)?;
+    let heading = format!("interaction |cos| by tower: {title}");
+    partition_plot::heatmap(&heat_path, &interaction, &towers, &names, &heading)?;
     eprintln!("wrote {}", heat_path.display());
     partition_plot::scatter(&scatter_path, &embedding, &towers, &names, &title)?;
     eprintln!("wrote {}", scatter_path.display());

@@ -51,15 +51,16 @@ fn write(path: &Path, draw: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> Draw
         .with_context(|| format!("writing {}", path.display()))
 }
 
-/// The interaction matrix with rows and columns in tower order, towers outlined.
+/// A square matrix with rows and columns in group order (towers, hosts), each group's
+/// block outlined; colours span the off-diagonal values. `title` heads it.
 pub fn heatmap(
     path: &Path,
-    interaction: &Matrix,
-    towers: &[Vec<usize>],
+    matrix: &Matrix,
+    groups: &[Vec<usize>],
     names: &[String],
     title: &str,
 ) -> Result<()> {
-    let order: Vec<usize> = towers.iter().flatten().copied().collect();
+    let order: Vec<usize> = groups.iter().flatten().copied().collect();
     let f = order.len();
     let cells = f.min(MAX_CELLS);
     // Cell k covers features [k·f/cells, (k+1)·f/cells) of the order.
@@ -71,7 +72,7 @@ pub fn heatmap(
             let mut sum = 0.0;
             for &i in &order[r0..r1] {
                 for &j in &order[c0..c1] {
-                    sum += interaction.get(i, j);
+                    sum += matrix.get(i, j);
                 }
             }
             values.push(sum / ((r1 - r0) * (c1 - c0)) as f64);
@@ -81,7 +82,7 @@ pub fn heatmap(
     // values instead, so that the structure between features shows.
     let pairs = (0..f)
         .flat_map(|i| (0..f).filter(move |&j| j != i).map(move |j| (i, j)))
-        .map(|(i, j)| interaction.get(i, j));
+        .map(|(i, j)| matrix.get(i, j));
     let (vmin, vmax) = pairs.fold((f64::MAX, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
     let (vmin, vmax) = if vmax > vmin {
         (vmin, vmax)
@@ -95,7 +96,7 @@ pub fn heatmap(
     write(path, |root| {
         let room = if show_names { 60 } else { 12 };
         let area = root.titled(
-            &format!("interaction |cos| by tower: {title}; white ≤ {vmin:.3}, blue ≥ {vmax:.3}"),
+            &format!("{title}; white ≤ {vmin:.3}, blue ≥ {vmax:.3}"),
             ("sans-serif", 16),
         )?;
         let mut chart = ChartBuilder::on(&area)
@@ -112,24 +113,24 @@ pub fn heatmap(
             )
         }))?;
         let mut start = 0usize;
-        for (t, tower) in towers.iter().enumerate() {
-            let (a, b) = (start as f64 * scale, (start + tower.len()) as f64 * scale);
-            let color = tower_color(t, towers.len());
+        for (t, group) in groups.iter().enumerate() {
+            let (a, b) = (start as f64 * scale, (start + group.len()) as f64 * scale);
+            let color = tower_color(t, groups.len());
             chart.draw_series(std::iter::once(Rectangle::new(
                 [(a, top(a)), (b, top(b))],
                 color.stroke_width(2),
             )))?;
-            start += tower.len();
+            start += group.len();
         }
         if show_names {
-            let mut tower_of = vec![0; names.len()];
-            for (t, tower) in towers.iter().enumerate() {
-                for &g in tower {
-                    tower_of[g] = t;
+            let mut group_of = vec![0; names.len()];
+            for (t, group) in groups.iter().enumerate() {
+                for &g in group {
+                    group_of[g] = t;
                 }
             }
             for (p, &g) in order.iter().enumerate() {
-                let color = tower_color(tower_of[g], towers.len());
+                let color = tower_color(group_of[g], groups.len());
                 let style = |pos| {
                     TextStyle::from(("sans-serif", font).into_font())
                         .color(&color)

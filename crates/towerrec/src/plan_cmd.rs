@@ -2,10 +2,12 @@
 //! `--hosts` × `--ranks-per-host` workers, written as JSON (see docs/PLANS.md), with a
 //! per-rank summary of bytes and estimated cost on stderr.
 
+use crate::plan_oper::{self, OperArgs};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use towerrec_data::Schema;
+use towerrec_plan::oper::Placement;
 use towerrec_plan::{estimate, planners, CostParams, Plan, ShardingType, TableSpec, Topology};
 use towerrec_train::Config;
 
@@ -25,6 +27,12 @@ pub enum Strategy {
     /// Cost-balanced table-wise placement within the memory budget; row-wise splits for
     /// tables too big for one rank; tiny tables data-parallel.
     Greedy,
+    /// OPER: rows partitioned by access (--profile), balanced, hot rows replicated.
+    Oper,
+    /// OPER's partitions, each to the rank holding the fewest bytes.
+    MemoryGreedy,
+    /// OPER's partitions, each to the rank serving the fewest lookups.
+    AccessGreedy,
 }
 
 impl Strategy {
@@ -36,6 +44,19 @@ impl Strategy {
             Strategy::TableRowWise => "table-row-wise",
             Strategy::DataParallel => "data-parallel",
             Strategy::Greedy => "greedy",
+            Strategy::Oper => "oper",
+            Strategy::MemoryGreedy => "memory-greedy",
+            Strategy::AccessGreedy => "access-greedy",
+        }
+    }
+
+    /// The OPER placement rule of a strategy that needs an access profile.
+    fn placement(self) -> Option<Placement> {
+        match self {
+            Strategy::Oper => Some(Placement::Oper),
+            Strategy::MemoryGreedy => Some(Placement::MemoryGreedy),
+            Strategy::AccessGreedy => Some(Placement::AccessGreedy),
+            _ => None,
         }
     }
 }
@@ -74,6 +95,8 @@ pub struct PlanArgs {
     /// Write the plan to this file [default: stdout].
     #[arg(long)]
     output: Option<PathBuf>,
+    #[command(flatten)]
+    oper: OperArgs,
 }
 
 pub fn run(a: PlanArgs) -> Result<()> {
@@ -98,10 +121,12 @@ pub fn run(a: PlanArgs) -> Result<()> {
     };
     let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir)?;
     let tables = table_specs(&cfg, &schema)?;
-    let cost = CostParams {
+    let base = CostParams {
         batch_size: cfg.train.batch_size,
         ..CostParams::default()
     };
+    let cost = a.oper.cost(base, &tables)?;
+    let profile = a.oper.profile()?;
     let flat = |tables: &[TableSpec], topology: Topology| match a.strategy {
         Strategy::TableWise => planners::table_wise(tables, topology),
         Strategy::RowWise => planners::row_wise(tables, topology),
@@ -112,17 +137,34 @@ pub fn run(a: PlanArgs) -> Result<()> {
         Strategy::TableRowWise => planners::table_row_wise(tables, topology),
         Strategy::DataParallel => planners::data_parallel(tables, topology),
         Strategy::Greedy => planners::greedy(tables, topology, &cost, budget),
+        Strategy::Oper | Strategy::MemoryGreedy | Strategy::AccessGreedy => {
+            unreachable!("planned from the profile below")
+        }
     };
-    let plan = match a.towers {
-        None => flat(&tables, topology),
-        Some(0) => bail!("--towers 0: a tower plan needs at least one tower"),
-        Some(t) if t > tables.len() => {
+    let plan = match (a.strategy.placement(), a.towers) {
+        (Some(placement), None) => {
+            let Some(profile) = &profile else {
+                bail!(
+                    "--strategy {} needs --profile (written by `towerrec profile`)",
+                    a.strategy.name()
+                );
+            };
+            let p = plan_oper::plan(placement, &a.oper, &tables, profile, topology, cost, budget)?;
+            Ok(p)
+        }
+        (Some(_), Some(_)) => bail!(
+            "--strategy {} does not make tower plans yet; drop --towers",
+            a.strategy.name()
+        ),
+        (None, None) => flat(&tables, topology),
+        (None, Some(0)) => bail!("--towers 0: a tower plan needs at least one tower"),
+        (None, Some(t)) if t > tables.len() => {
             bail!(
                 "--towers {t}: there are only {} tables to group",
                 tables.len()
             )
         }
-        Some(t) => {
+        (None, Some(t)) => {
             let towers = planners::strided_towers(tables.len(), t);
             planners::with_towers(&tables, topology, &towers, a.hosts_per_tower, flat)
         }
@@ -135,6 +177,10 @@ pub fn run(a: PlanArgs) -> Result<()> {
         None => print!("{}", plan.to_json_pretty()),
     }
     report(&plan, &tables, &cost, a.strategy, budget);
+    if let Some(profile) = &profile {
+        let heatmap = a.oper.heatmap_path(a.output.as_deref());
+        plan_oper::report(&plan, &tables, profile, &cost, heatmap.as_deref())?;
+    }
     if let Some(path) = &a.output {
         eprintln!("wrote {}", path.display());
     }
@@ -186,9 +232,18 @@ fn report(
         .filter(|e| e.sharding == ShardingType::DataParallel)
         .count();
     let mut held = vec![replicas; bytes.len()];
-    for s in plan.tables.iter().flat_map(|e| &e.shards) {
-        if let Some(n) = held.get_mut(s.rank) {
-            *n += 1;
+    for e in &plan.tables {
+        let mut on: Vec<usize> = e.shards.iter().map(|s| s.rank).collect();
+        for p in &e.partitions {
+            on.push(p.rank);
+            on.extend(&p.replicas);
+        }
+        on.sort_unstable();
+        on.dedup();
+        for r in on {
+            if let Some(n) = held.get_mut(r) {
+                *n += 1;
+            }
         }
     }
     eprintln!(

@@ -263,3 +263,24 @@ fn the_map_of_a_hundred_million_rows_is_small() {
     assert_eq!(map.order().position(cold), hot.len());
     assert_eq!(map.order().row_at(rows - 1), rows - 1);
 }
+
+proptest! {
+    #[test]
+    fn stored_rows_and_shared_offsets_agree_with_locate((rows, e) in valid_entry(4)) {
+        let topo = Topology::new(2, 2).unwrap();
+        let map = TableAddresses::new(&e, rows, 4);
+        for rank in 0..4 {
+            let stored = map.stored_rows(rank);
+            let (owned, replica) = map.stored(rank);
+            prop_assert_eq!(stored.len(), owned + replica);
+            let shared = map.shared_offsets(rank);
+            for (offset, &row) in stored.iter().enumerate() {
+                let l = map.locate(row, rank, topo);
+                prop_assert_eq!((l.rank, l.offset), (rank, offset));
+                let pos = map.order().position(row);
+                let p = e.partitions.iter().find(|p| p.order.0 <= pos && pos < p.order.1).unwrap();
+                prop_assert_eq!(shared.iter().any(|r| r.contains(&offset)), !p.replicas.is_empty());
+            }
+        }
+    }
+}

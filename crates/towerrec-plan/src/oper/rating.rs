@@ -1,0 +1,254 @@
+//! OPER's cost model (§3.2, Eq. 1–3) of any plan under an access profile: per rank,
+//! the bytes it holds (Eq. 1), the lookups it serves (Eq. 2), and per pair of ranks
+//! the embedding bytes one sends the other per iteration (Eq. 3), priced by the
+//! gather and link rates of [`CostParams`] (which `towerrec plan --hardware` reads
+//! from the hardware file the simulator and `calibrate` use).
+//!
+//! Every rank reads `B / W` samples per iteration; a row read `n` times in a profile
+//! of `S` samples is read `n / S · B / W` times per iteration by each rank, from the
+//! nearest copy (the rank itself, a replica on its host, else the owner: the address
+//! map's rule). A read moves the row's columns held there (`4 · columns` bytes) from
+//! that copy to the reader, as the forward pass of the runtime does for single-id
+//! bags; the backward sends as many bytes of gradients back.
+
+use super::partition::order_reads;
+use crate::cost::CostParams;
+use crate::error::{Error, Result};
+use crate::plan::{Plan, ShardingType, TableSpec};
+use towerrec_comm::Topology;
+use towerrec_data::{AccessProfile, RowCounts};
+
+/// A block of a table as the model sees it: who holds it, how often it is read.
+struct Piece {
+    holders: Vec<usize>,
+    /// Reads per iteration over the whole cluster.
+    reads: f64,
+    /// Bytes one read moves.
+    read_bytes: f64,
+    bytes: u64,
+}
+
+/// The model's figures for one plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rating {
+    /// Eq. 1: bytes each rank holds, owned and replicated.
+    pub memory: Vec<u64>,
+    /// Eq. 2: seconds of lookups each rank serves per iteration.
+    pub lookup_seconds: Vec<f64>,
+    /// Eq. 3: `comm[i][j]`, embedding bytes rank `j` sends rank `i` per iteration.
+    pub comm: Vec<Vec<f64>>,
+    /// Seconds per iteration of each rank: its lookups, plus what it sends and receives
+    /// at the rates of the links used.
+    pub rank_seconds: Vec<f64>,
+}
+
+impl Rating {
+    /// Degree of balance: the least loaded rank's seconds over the most loaded's.
+    pub fn balance(&self) -> f64 {
+        let max = self.max_seconds();
+        let min = self
+            .rank_seconds
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        if max > 0.0 {
+            min / max
+        } else {
+            1.0
+        }
+    }
+
+    pub fn max_seconds(&self) -> f64 {
+        self.rank_seconds.iter().copied().fold(0.0, f64::max)
+    }
+
+    /// Embedding bytes sent between ranks per iteration, all pairs.
+    pub fn total_bytes(&self) -> f64 {
+        self.comm.iter().flatten().sum()
+    }
+
+    /// Of [`Rating::total_bytes`], those crossing hosts.
+    pub fn cross_host_bytes(&self, topology: Topology) -> f64 {
+        let mut sum = 0.0;
+        for (i, row) in self.comm.iter().enumerate() {
+            for (j, b) in row.iter().enumerate() {
+                if topology.is_cross_host(i, j) {
+                    sum += b;
+                }
+            }
+        }
+        sum
+    }
+
+    /// Mean and variance of the bytes per ordered pair of distinct ranks (the paper's
+    /// Table 2 reports both, per GPU–GPU interconnection).
+    pub fn link_mean_variance(&self) -> (f64, f64) {
+        let w = self.comm.len();
+        let links: Vec<f64> = (0..w)
+            .flat_map(|i| (0..w).filter(move |&j| j != i).map(move |j| (i, j)))
+            .map(|(i, j)| self.comm[i][j])
+            .collect();
+        if links.is_empty() {
+            return (0.0, 0.0);
+        }
+        let n = links.len() as f64;
+        let mean = links.iter().sum::<f64>() / n;
+        let var = links.iter().map(|b| (b - mean) * (b - mean)).sum::<f64>() / n;
+        (mean, var)
+    }
+}
+
+/// Every table's exact counts, by the plan's table order; errors name what is missing.
+pub(crate) fn exact_counts<'a>(
+    tables: &[TableSpec],
+    profile: &'a AccessProfile,
+) -> Result<Vec<&'a [u32]>> {
+    tables
+        .iter()
+        .map(|t| {
+            let bad = |reason: String| Error::Table {
+                table: t.name.clone(),
+                reason,
+            };
+            let a = profile
+                .table(&t.name)
+                .ok_or_else(|| bad("the access profile has no such table".into()))?;
+            if a.rows != t.rows as u64 {
+                return Err(bad(format!(
+                    "the profile counts {} rows, the model has {}",
+                    a.rows, t.rows
+                )));
+            }
+            match &a.counts {
+                RowCounts::Exact(c) => Ok(c.as_slice()),
+                RowCounts::Sketch { .. } => Err(bad(
+                    "the profile keeps only its hot rows (a sketch); OPER plans need every row's \
+                     count: profile with a larger --exact-max-rows"
+                        .into(),
+                )),
+            }
+        })
+        .collect()
+}
+
+fn pieces(plan: &Plan, tables: &[TableSpec], counts: &[&[u32]], per_read: f64) -> Vec<Piece> {
+    let world = plan.topology.world_size();
+    let mut out = Vec::new();
+    for (spec, c) in tables.iter().zip(counts) {
+        let Some(entry) = plan.table(&spec.name) else {
+            continue;
+        };
+        let row_range = |a: usize, b: usize| c[a..b].iter().map(|&n| u64::from(n)).sum::<u64>();
+        match entry.sharding {
+            ShardingType::DataParallel => out.push(Piece {
+                holders: (0..world).collect(),
+                reads: row_range(0, c.len()) as f64 * per_read,
+                read_bytes: spec.dim as f64 * 4.0,
+                bytes: spec.bytes(),
+            }),
+            ShardingType::RowPartitioned => {
+                let bounds: Vec<(usize, usize)> =
+                    entry.partitions.iter().map(|p| p.order).collect();
+                let reads = order_reads(c, &entry.hot_rows, &bounds);
+                for (p, r) in entry.partitions.iter().zip(reads) {
+                    out.push(Piece {
+                        holders: std::iter::once(p.rank)
+                            .chain(p.replicas.iter().copied())
+                            .collect(),
+                        reads: r as f64 * per_read,
+                        read_bytes: spec.dim as f64 * 4.0,
+                        bytes: p.num_rows() as u64 * spec.bytes_per_row as u64,
+                    });
+                }
+            }
+            _ => {
+                for s in &entry.shards {
+                    out.push(Piece {
+                        holders: vec![s.rank],
+                        reads: row_range(s.rows.0, s.rows.1) as f64 * per_read,
+                        read_bytes: s.num_columns() as f64 * 4.0,
+                        bytes: spec.shard_bytes(s),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The rank `from` reads a piece held by `holders` (owner first) from.
+fn nearest(holders: &[usize], from: usize, topology: Topology) -> usize {
+    if holders.contains(&from) {
+        return from;
+    }
+    let host = topology.host_of(from);
+    if topology.host_of(holders[0]) != host {
+        if let Some(&r) = holders[1..]
+            .iter()
+            .filter(|&&r| topology.host_of(r) == host)
+            .min()
+        {
+            return r;
+        }
+    }
+    holders[0]
+}
+
+/// Rates `plan` (validated against `tables`) under `profile` with `cost`.
+pub fn rate(
+    plan: &Plan,
+    tables: &[TableSpec],
+    profile: &AccessProfile,
+    cost: &CostParams,
+) -> Result<Rating> {
+    cost.check()?;
+    if profile.samples == 0 {
+        return Err(Error::Request(
+            "the access profile counted no samples".into(),
+        ));
+    }
+    let counts = exact_counts(tables, profile)?;
+    Ok(rate_counts(plan, tables, &counts, profile.samples, cost))
+}
+
+pub(crate) fn rate_counts(
+    plan: &Plan,
+    tables: &[TableSpec],
+    counts: &[&[u32]],
+    samples: u64,
+    cost: &CostParams,
+) -> Rating {
+    let topo = plan.topology;
+    let w = topo.world_size();
+    let per_read = cost.batch_size as f64 / samples as f64;
+    let mut memory = vec![0u64; w];
+    let mut lookup = vec![0.0; w];
+    let mut comm = vec![vec![0.0; w]; w];
+    for p in pieces(plan, tables, counts, per_read) {
+        for &h in &p.holders {
+            memory[h] = memory[h].saturating_add(p.bytes);
+        }
+        let per_rank = p.reads / w as f64;
+        for (i, row) in comm.iter_mut().enumerate() {
+            let j = nearest(&p.holders, i, topo);
+            lookup[j] += per_rank * p.read_bytes / cost.gather_bytes_per_s;
+            if j != i {
+                row[j] += per_rank * p.read_bytes;
+            }
+        }
+    }
+    let mut rank_seconds = lookup.clone();
+    for i in 0..w {
+        for j in 0..w {
+            let s = comm[i][j] * cost.seconds_per_byte(topo, i, j);
+            rank_seconds[i] += s;
+            rank_seconds[j] += s;
+        }
+    }
+    Rating {
+        memory,
+        lookup_seconds: lookup,
+        comm,
+        rank_seconds,
+    }
+}

@@ -1,0 +1,217 @@
+//! `towerrec plan` with an access profile (docs/OPER.md): the OPER strategies and
+//! their baselines, OPER's cost model (Eq. 1–3) of any plan printed per rank, the
+//! rank-to-rank traffic as an SVG heatmap, and the model's rates read from a hardware
+//! file (the one `towerrec simulate` and `calibrate` use).
+
+use anyhow::{anyhow, Context, Result};
+use clap::{Args, ValueEnum};
+use std::path::{Path, PathBuf};
+use towerrec_data::AccessProfile;
+use towerrec_plan::oper::{self, Mode, OperParams, Placement, Rating};
+use towerrec_plan::partition::Matrix;
+use towerrec_plan::{CostParams, Plan, TableSpec, Topology};
+use towerrec_sim::Hardware;
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ModeArg {
+    /// Replicas on every rank, kept in sync by all-reduce (Eq. 4–5).
+    Training,
+    /// Replicas where ranks fetch over costly links (Algorithm 1).
+    Inference,
+}
+
+#[derive(Args)]
+pub struct OperArgs {
+    /// Access profile (`towerrec profile`): needed by the oper, memory-greedy and
+    /// access-greedy strategies; with any other, the plan is rated by OPER's model.
+    #[arg(long)]
+    profile: Option<PathBuf>,
+    /// oper: bytes of replicas, as a share of all tables' bytes spread over the ranks
+    /// ("1%" or 0.01).
+    #[arg(long, value_name = "SHARE", default_value = "5%", value_parser = parse_share)]
+    extra_memory: f64,
+    /// oper: first partition threshold, a share of all reads and bytes; halved until
+    /// --balance-target is met.
+    #[arg(long, value_name = "SHARE", default_value = "0.1%", value_parser = parse_share)]
+    threshold: f64,
+    /// oper: degree of balance (least over most loaded rank) to reach.
+    #[arg(long, value_name = "SHARE", default_value = "0.99", value_parser = parse_share)]
+    balance_target: f64,
+    /// oper: what the replicas are for.
+    #[arg(long, value_enum, default_value = "training")]
+    mode: ModeArg,
+    /// Hardware file or preset whose gather and link rates price the plan (as
+    /// `towerrec simulate --hardware`) [default: the cost model's GPU-class rates].
+    #[arg(long, value_name = "FILE|PRESET")]
+    hardware: Option<String>,
+    /// With --profile: the rank-to-rank embedding traffic as SVG [default: the
+    /// --output path with .comm.svg].
+    #[arg(long)]
+    heatmap: Option<PathBuf>,
+}
+
+/// "1%" → 0.01; "0.01" → 0.01.
+fn parse_share(s: &str) -> std::result::Result<f64, String> {
+    let (num, scale) = match s.strip_suffix('%') {
+        Some(n) => (n, 0.01),
+        None => (s, 1.0),
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a share such as 1% or 0.01"))?;
+    let v = v * scale;
+    if v.is_finite() && (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("'{s}' is not a share between 0 and 100%"))
+    }
+}
+
+impl OperArgs {
+    pub fn profile(&self) -> Result<Option<AccessProfile>> {
+        self.profile
+            .as_ref()
+            .map(|p| {
+                AccessProfile::load(p).with_context(|| format!("reading --profile {}", p.display()))
+            })
+            .transpose()
+    }
+
+    /// The cost model's rates: from --hardware, else `base`'s.
+    pub fn cost(&self, base: CostParams, tables: &[TableSpec]) -> Result<CostParams> {
+        let Some(name) = &self.hardware else {
+            return Ok(base);
+        };
+        let hw = Hardware::load(name).with_context(|| format!("--hardware {name}"))?;
+        Ok(from_hardware(&hw, base, tables))
+    }
+
+    /// The heatmap's path, if one is drawn.
+    pub fn heatmap_path(&self, output: Option<&Path>) -> Option<PathBuf> {
+        self.heatmap
+            .clone()
+            .or_else(|| output.map(|o| o.with_extension("comm.svg")))
+    }
+}
+
+/// Gathers at the memory's random-read rate for the tables' mean row; the all-to-all
+/// bandwidths within and between hosts for the links.
+fn from_hardware(hw: &Hardware, base: CostParams, tables: &[TableSpec]) -> CostParams {
+    let row = tables.iter().map(|t| 4.0 * t.dim as f64).sum::<f64>() / tables.len().max(1) as f64;
+    let intra = hw.network.intra_host.all_to_all.bandwidth_gbs * 1e9;
+    let cross = hw
+        .network
+        .cross_host
+        .as_ref()
+        .map_or(intra, |c| c.level.all_to_all.bandwidth_gbs * 1e9);
+    CostParams {
+        gather_bytes_per_s: hw.memory.random_read(row),
+        intra_host_bytes_per_s: intra,
+        cross_host_bytes_per_s: cross,
+        ..base
+    }
+}
+
+/// Plans by an OPER strategy; prints the back-off's attempts.
+pub fn plan(
+    placement: Placement,
+    a: &OperArgs,
+    tables: &[TableSpec],
+    profile: &AccessProfile,
+    topology: Topology,
+    cost: CostParams,
+    budget: Option<u64>,
+) -> Result<Plan> {
+    let p = OperParams {
+        cost,
+        threshold: a.threshold,
+        balance_target: a.balance_target,
+        extra_memory: a.extra_memory,
+        mode: match a.mode {
+            ModeArg::Training => Mode::Training,
+            ModeArg::Inference => Mode::Inference,
+        },
+        memory_budget: budget,
+        ..OperParams::default()
+    };
+    if placement != Placement::Oper {
+        return Ok(oper::baseline(tables, profile, topology, &p, placement)?);
+    }
+    let out = oper::plan(tables, profile, topology, &p)?;
+    for t in &out.attempts {
+        eprintln!(
+            "threshold {:.4}%: {} partitions, degree of balance {:.2}%, {:.2} s",
+            100.0 * t.threshold,
+            t.partitions,
+            100.0 * t.balance,
+            t.seconds
+        );
+    }
+    Ok(out.plan)
+}
+
+/// OPER's model of `plan`, per rank and in all, on stderr; the heatmap to `heatmap`.
+pub fn report(
+    plan: &Plan,
+    tables: &[TableSpec],
+    profile: &AccessProfile,
+    cost: &CostParams,
+    heatmap: Option<&Path>,
+) -> Result<Rating> {
+    let r = oper::rate(plan, tables, profile, cost)?;
+    let extra = plan.replica_bytes(tables);
+    let topo = plan.topology;
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    eprintln!(
+        "OPER cost model, per iteration of {} samples:",
+        cost.batch_size
+    );
+    eprintln!(
+        "{:>6} {:>5} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10}",
+        "rank", "host", "MiB", "extra MiB", "lookup ms", "sent MB", "recv MB", "model ms"
+    );
+    for rank in 0..r.memory.len() {
+        let sent: f64 = r.comm.iter().map(|row| row[rank]).sum();
+        let recv: f64 = r.comm[rank].iter().sum();
+        eprintln!(
+            "{rank:>6} {:>5} {:>10.2} {:>10.2} {:>11.4} {:>10.3} {:>10.3} {:>10.4}",
+            topo.host_of(rank),
+            mib(r.memory[rank]),
+            mib(extra[rank]),
+            1e3 * r.lookup_seconds[rank],
+            sent / 1e6,
+            recv / 1e6,
+            1e3 * r.rank_seconds[rank]
+        );
+    }
+    let (mean, var) = r.link_mean_variance();
+    eprintln!(
+        "embedding traffic {:.3} MB per iteration ({:.3} MB across hosts; per link mean {:.4} MB, \
+         variance {:.3e} MB²); slowest rank {:.4} ms; degree of balance {:.2}%; extra memory {:.2}% of the tables",
+        r.total_bytes() / 1e6,
+        r.cross_host_bytes(topo) / 1e6,
+        mean / 1e6,
+        var / 1e12,
+        1e3 * r.max_seconds(),
+        100.0 * r.balance(),
+        100.0 * extra.iter().sum::<u64>() as f64 / tables.iter().map(TableSpec::bytes).sum::<u64>().max(1) as f64
+    );
+    if let Some(path) = heatmap {
+        draw(&r, topo, path)?;
+        eprintln!("drew {}", path.display());
+    }
+    Ok(r)
+}
+
+fn draw(r: &Rating, topo: Topology, path: &Path) -> Result<()> {
+    let w = r.comm.len();
+    let values: Vec<f64> = r.comm.iter().flatten().map(|b| b / 1e6).collect();
+    let matrix = Matrix::new(w, values).map_err(|e| anyhow!("{e}"))?;
+    let hosts: Vec<Vec<usize>> = (0..topo.hosts)
+        .map(|h| topo.host_ranks(h).collect())
+        .collect();
+    let names: Vec<String> = (0..w).map(|r| format!("rank {r}")).collect();
+    let title = "MB per iteration from rank (column) to rank (row), hosts outlined";
+    crate::partition_plot::heatmap(path, &matrix, &hosts, &names, title)
+}
