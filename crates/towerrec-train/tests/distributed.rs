@@ -14,7 +14,10 @@
 use std::path::Path;
 use towerrec_comm::{Comm, Topology};
 use towerrec_core::Batch;
+use towerrec_data::profile::{profile_stream, ProfileOptions};
 use towerrec_data::{next_batch, open, schema, Part};
+use towerrec_plan::oper::{self, Mode, OperParams};
+use towerrec_plan::CostParams;
 use towerrec_plan::{planners, Plan, Shard, ShardingType, TablePlan};
 use towerrec_train::cluster::{run_ranks, table_specs};
 use towerrec_train::sharded::WholeTable;
@@ -300,7 +303,46 @@ fn every_plan(cfg: &Config, topology: Topology) -> Vec<(&'static str, Plan)> {
             planners::data_parallel(&specs, topology).unwrap(),
         ),
         ("mixed", mixed(cfg, topology)),
+        ("oper_training", oper_plan(cfg, topology, Mode::Training)),
+        ("oper_inference", oper_plan(cfg, topology, Mode::Inference)),
     ]
+}
+
+/// An OPER plan from an exact profile of the training data, with replicas (20% extra
+/// memory; the tables are tiny) for training (on every rank) or inference (where
+/// Algorithm 1 puts them).
+fn oper_plan(cfg: &Config, topology: Topology, mode: Mode) -> Plan {
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    let specs = table_specs(cfg, &s);
+    let mut stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir).unwrap();
+    let profile = profile_stream(
+        stream.as_mut(),
+        ProfileOptions::default(),
+        None,
+        "train".into(),
+        |_| std::ops::ControlFlow::Continue(()),
+    )
+    .unwrap();
+    let p = OperParams {
+        cost: CostParams {
+            batch_size: cfg.train.batch_size,
+            ..CostParams::default()
+        },
+        extra_memory: 0.2,
+        mode,
+        threshold: 0.05,
+        ..OperParams::default()
+    };
+    let plan = oper::plan(&specs, &profile, topology, &p).unwrap().plan;
+    if topology.world_size() > 1 {
+        assert!(
+            plan.tables
+                .iter()
+                .any(|t| t.partitions.iter().any(|q| !q.replicas.is_empty())),
+            "no replicas in the {mode:?} plan on {topology}"
+        );
+    }
+    plan
 }
 
 #[test]
@@ -340,6 +382,7 @@ fn row_wise_adagrad_matches_on_row_and_table_sharding() {
     for plan in [
         planners::row_wise(&specs, topology).unwrap(),
         planners::table_wise(&specs, topology).unwrap(),
+        oper_plan(&cfg, topology, Mode::Training),
     ] {
         compare(
             "row-wise adagrad",
@@ -452,6 +495,18 @@ fn a_checkpoint_is_the_whole_model_and_resumes_on_another_topology() {
     let mut single = Model::build(&cfg.model, &cfg.optimizer, &s, cfg.train.seed).unwrap();
     ckpt.apply(&mut single).unwrap();
     assert_eq!(saved, loaded);
+    // And into row-partitioned stores with replicas (OPER), every copy loaded.
+    let plan = oper_plan(&cfg, from, Mode::Training);
+    let oper_loaded = run_ranks(from, 1, |comm: Comm| {
+        let mut model =
+            Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, &plan)?;
+        ckpt.apply(&mut model)?;
+        model.whole_tables()
+    })
+    .unwrap()
+    .remove(0)
+    .unwrap();
+    assert_eq!(saved, oper_loaded);
     assert_eq!(saved, single.whole_tables().unwrap().unwrap());
     let _ = std::fs::remove_file(path);
 }

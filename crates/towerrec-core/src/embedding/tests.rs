@@ -624,8 +624,7 @@ fn backward_is_bitwise_identical_across_kernels_and_groupings() {
                                 grouping,
                                 kj.feature(0),
                                 &grad,
-                                dim + 1,
-                                1,
+                                (dim + 1, 1, true),
                                 0.1,
                             )
                             .unwrap();
@@ -715,4 +714,55 @@ fn large_tables_live_on_huge_page_aligned_storage() {
     let c = t.clone();
     assert_eq!(c.weights(), t.weights());
     assert_ne!(c.weights().as_ptr(), t.weights().as_ptr());
+}
+
+/// Row gradients summed elsewhere update each row as the fused backward would with the
+/// same gradient, without counting a step.
+#[test]
+fn apply_row_grads_matches_single_id_bags() {
+    for opt in [
+        SparseOptimizer::Sgd,
+        SparseOptimizer::RowWiseAdagrad {
+            eps: 1e-8,
+            initial_accumulator: 0.0,
+        },
+        SparseOptimizer::Adam {
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        },
+    ] {
+        let dim = 5;
+        let fill = |r: usize, row: &mut [f32]| {
+            for (c, v) in row.iter_mut().enumerate() {
+                *v = ((r * 7 + c) % 11) as f32 * 0.1 - 0.5;
+            }
+        };
+        let mut a = EmbeddingBag::try_from_fn("t", 9, dim, Pooling::Sum, opt, fill).unwrap();
+        let mut b = a.clone();
+        let rows = [4u64, 0, 7];
+        let grads: Vec<f32> = (0..rows.len() * dim)
+            .map(|i| (i as f32 * 0.37).sin())
+            .collect();
+        // b: one backward of three single-id bags; a: an empty backward (counts the
+        // step), then the row gradients.
+        let offsets: Vec<usize> = (0..=rows.len()).collect();
+        b.backward_update(
+            JaggedView::new(&offsets, &rows).unwrap(),
+            &grads,
+            dim,
+            0,
+            0.05,
+        )
+        .unwrap();
+        let empty = [0usize];
+        a.backward_update(JaggedView::new(&empty, &[]).unwrap(), &[], dim, 0, 0.05)
+            .unwrap();
+        a.apply_row_grads(&rows, &grads, 0.05).unwrap();
+        assert_eq!(a.step(), b.step());
+        assert_eq!(bits_of(a.weights()), bits_of(b.weights()), "{opt:?}");
+        for ((_, x), (_, y)) in a.optimizer_state().iter().zip(b.optimizer_state()) {
+            assert_eq!(bits_of(x), bits_of(y), "{opt:?}");
+        }
+    }
 }

@@ -58,26 +58,41 @@ impl EmbeddingBag {
         offset: usize,
         lr: f32,
     ) -> Result<()> {
-        self.backward_update_with(Isa::detect(), Grouping::Auto, ids, grad, stride, offset, lr)
+        let layout = (stride, offset, true);
+        self.backward_update_with(Isa::detect(), Grouping::Auto, ids, grad, layout, lr)
+    }
+
+    /// Applies the optimizer once to each of `rows` with its summed gradient
+    /// (`grads[i·dim..(i+1)·dim]` for `rows[i]`), through the same fused kernels as
+    /// [`EmbeddingBag::backward_update`]: the entry of row gradients summed elsewhere
+    /// (a replicated row's gradient from every rank that read it). Does not count a
+    /// step: call it in a step whose `backward_update` counted one. A row listed twice
+    /// gets the sum of its gradients.
+    pub fn apply_row_grads(&mut self, rows: &[u64], grads: &[f32], lr: f32) -> Result<()> {
+        let offsets: Vec<usize> = (0..=rows.len()).collect();
+        let ids = JaggedView::new(&offsets, rows)?;
+        let layout = (self.dim, 0, false);
+        self.backward_update_with(Isa::detect(), Grouping::Auto, ids, grads, layout, lr)
     }
 
     /// [`EmbeddingBag::backward_update`] with the kernels' compilation and the grouping
-    /// chosen (tests compare them).
-    #[allow(clippy::too_many_arguments)]
+    /// chosen (tests compare them); `(stride, offset, count_step)` lay out `grad` and
+    /// say whether this update counts a step.
     pub(super) fn backward_update_with(
         &mut self,
         isa: Isa,
         grouping: Grouping,
         ids: JaggedView<'_>,
         grad: &[f32],
-        stride: usize,
-        offset: usize,
+        (stride, offset, count_step): (usize, usize, bool),
         lr: f32,
     ) -> Result<()> {
         let batch = ids.batch_size();
         self.check_layout("backward gradient", batch, grad.len(), stride, offset)?;
         let max_id = self.check_ids(&ids)?;
-        self.step += 1;
+        if count_step {
+            self.step += 1;
+        }
         if self.dim == 0 || ids.values.is_empty() {
             return Ok(());
         }

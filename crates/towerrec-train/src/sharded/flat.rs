@@ -3,7 +3,8 @@
 //! table-wise blocks, concatenate column-wise blocks and sum row-wise partial sums (a
 //! ReduceScatter done as a direct exchange and a sum in owner-rank order; mean pooling
 //! divides after the sum). Backward sends each shard its columns of the pooled
-//! gradient for the whole batch.
+//! gradient for the whole batch. A row-partitioned store (OPER) exchanges only the
+//! bags that read it, both ways.
 
 use super::ShardedEmbeddings;
 use crate::error::Result;
@@ -55,7 +56,14 @@ impl ShardedEmbeddings {
             let before = send.len();
             for l in &self.local {
                 let cols = l.columns();
-                send.extend_from_slice(&l.pooled[first * cols..(first + n) * cols]);
+                if l.store().is_some() {
+                    // A row-partitioned store sends only the bags that read it.
+                    for b in (first..first + n).filter(|&b| l.read_any(b)) {
+                        send.extend_from_slice(&l.pooled[b * cols..(b + 1) * cols]);
+                    }
+                } else {
+                    send.extend_from_slice(&l.pooled[first * cols..(first + n) * cols]);
+                }
             }
             counts[owner] = send.len() - before;
             first += n;
@@ -76,6 +84,16 @@ impl ShardedEmbeddings {
                 let shard = &table.shards[s];
                 let cols = shard.num_columns();
                 let off = slots.slot(t).offset + shard.columns.0;
+                if let Some(lengths) = self.router.addressed_lengths(t, s) {
+                    for (b, _) in lengths.iter().enumerate().filter(|(_, &n)| n > 0) {
+                        let row = &mut out[b * width + off..b * width + off + cols];
+                        row.iter_mut()
+                            .zip(&recv[at..at + cols])
+                            .for_each(|(d, &v)| *d += v);
+                        at += cols;
+                    }
+                    continue;
+                }
                 let block = &recv[at..at + b_local * cols];
                 at += b_local * cols;
                 place_block(out, width, off, block, cols, table.row_split());
@@ -106,7 +124,11 @@ impl ShardedEmbeddings {
                 let off = slots.slot(t).offset + shard.columns.0;
                 let cols = shard.num_columns();
                 let scales = self.mean_scales(batch, t);
+                let sent = self.router.addressed_lengths(t, s);
                 for (b, row) in grad.chunks_exact(width).enumerate() {
+                    if sent.is_some_and(|lengths| lengths[b] == 0) {
+                        continue;
+                    }
                     let part = &row[off..off + cols];
                     match scales.as_ref().map(|f| f(b)) {
                         Some(scale) if scale != 1.0 => send.extend(part.iter().map(|&g| g * scale)),
@@ -126,12 +148,26 @@ impl ShardedEmbeddings {
             l.grad.clear();
         }
         let mut at = 0;
+        let mut first = 0;
         for &n in &self.samples {
             for l in &mut self.local {
-                let len = n * l.columns();
+                let cols = l.columns();
+                if l.store().is_some() {
+                    for b in first..first + n {
+                        if l.read_any(b) {
+                            l.grad.extend_from_slice(&recv[at..at + cols]);
+                            at += cols;
+                        } else {
+                            l.grad.resize(l.grad.len() + cols, 0.0);
+                        }
+                    }
+                    continue;
+                }
+                let len = n * cols;
                 l.grad.extend_from_slice(&recv[at..at + len]);
                 at += len;
             }
+            first += n;
         }
         self.bufs.vec_recv = recv;
         Ok(())

@@ -3,6 +3,7 @@
 //! in global sample order, that the input distribution brought it, and its backward is
 //! the fused optimizer update where the rows live.
 
+use super::partitioned::{Store, Touched};
 use crate::error::Result;
 use towerrec_core::batch::JaggedView;
 use towerrec_core::embedding::EmbeddingBag;
@@ -19,6 +20,8 @@ pub(super) struct LocalShard {
     pub(super) pooled: Vec<f32>,
     /// Their gradient, as the output distribution's backward leaves it.
     pub(super) grad: Vec<f32>,
+    /// A row-partitioned table's store: rows by address, some shared with other ranks.
+    store: Option<Store>,
 }
 
 impl LocalShard {
@@ -31,7 +34,27 @@ impl LocalShard {
             values: Vec::new(),
             pooled: Vec::new(),
             grad: Vec::new(),
+            store: None,
         }
+    }
+
+    pub(super) fn with_store(mut self, store: Store) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    pub(super) fn store(&self) -> Option<&Store> {
+        self.store.as_ref()
+    }
+
+    /// Whether bag `b` of the last forward (global sample order) had ids here.
+    pub(super) fn read_any(&self, b: usize) -> bool {
+        self.offsets[b + 1] > self.offsets[b]
+    }
+
+    /// The bags of the last forward: offsets and ids.
+    pub(super) fn received(&self) -> (&[usize], &[u64]) {
+        (&self.offsets, &self.values)
     }
 
     pub(super) fn columns(&self) -> usize {
@@ -82,12 +105,20 @@ pub(super) fn pool(local: &mut [LocalShard], global_batch: usize) -> Result<()> 
     Ok(())
 }
 
-/// Applies each local shard's fused update from its `grad`.
-pub(super) fn update(local: &mut [LocalShard], lr: f32) -> Result<()> {
+/// Applies each local shard's fused update from its `grad`; a row-partitioned store
+/// updates the rows only it holds and returns the summed gradients of the shared ones
+/// it read, for the sparse AllReduce.
+pub(super) fn update(local: &mut [LocalShard], lr: f32) -> Result<Touched> {
+    let mut touched = Vec::new();
     for l in local {
+        if l.store.is_some() {
+            let (rows, grads) = l.update_split(lr)?;
+            touched.push((l.table, rows, grads));
+            continue;
+        }
         let view = JaggedView::new(&l.offsets, &l.values)?;
         let cols = l.columns();
         l.bag.backward_update(view, &l.grad, cols, 0, lr)?;
     }
-    Ok(())
+    Ok(touched)
 }

@@ -11,12 +11,16 @@
 //! 3. output distribution: [`flat`] (one AlltoAllv back to the sample owners), or, when
 //!    the plan has towers, [`sptt`] (DMT's steps c–f);
 //! 4. data-parallel replicas ([`replicas`]) pool locally and synchronize their sparse
-//!    gradient after the backward.
+//!    gradient after the backward;
+//! 5. row-partitioned tables (OPER, [`partitioned`]) route ids through the address map
+//!    to the nearest copy of each row and run stages 2–3 as row-wise shards do; rows
+//!    with copies on several ranks are synchronized by a sparse AllReduce.
 //!
 //! [`whole`] gathers and loads whole tables for checkpoints.
 
 mod flat;
 mod lookup;
+mod partitioned;
 mod replicas;
 mod route;
 mod sptt;
@@ -31,12 +35,14 @@ use crate::slots::FeatureSlots;
 use crate::towers::ModelTowers;
 use lookup::LocalShard;
 use replicas::Replica;
-use route::Router;
+use route::{Route, Router};
 use sptt::Sptt;
 pub(crate) use sptt::TowerDomain;
-use towerrec_comm::{Comm, Phase};
+use std::sync::Arc;
+use towerrec_comm::{Comm, Phase, Topology};
 use towerrec_core::embedding::{EmbeddingBag, Pooling, SparseOptimizer};
 use towerrec_core::Batch;
+use towerrec_plan::partitioned::TableAddresses;
 use towerrec_plan::{Plan, Shard, ShardingType};
 
 /// One table as the model sees it.
@@ -52,13 +58,16 @@ struct TableState {
     pooling: Pooling,
     sharding: ShardingType,
     shards: Vec<Shard>,
+    /// A row-partitioned table's address map (its shards are the ranks' stores).
+    addresses: Option<Arc<TableAddresses>>,
 }
 
 impl TableState {
+    /// Whether shards pool partial sums of a bag (the owner adds them).
     fn row_split(&self) -> bool {
         matches!(
             self.sharding,
-            ShardingType::RowWise | ShardingType::TableRowWise
+            ShardingType::RowWise | ShardingType::TableRowWise | ShardingType::RowPartitioned
         )
     }
 }
@@ -84,6 +93,11 @@ pub struct ShardedEmbeddings {
     /// Samples each rank held in the last forward.
     samples: Vec<usize>,
     bufs: Buffers,
+    /// Whether some row-partitioned row has copies on several ranks (then every
+    /// backward ends with their sparse AllReduce).
+    shared_rows: bool,
+    /// The plan's cluster (row-partitioned tables' address maps name its ranks).
+    topology: Topology,
 }
 
 impl ShardedEmbeddings {
@@ -102,23 +116,41 @@ impl ShardedEmbeddings {
         let mut states = Vec::with_capacity(tables.len());
         let mut local = Vec::new();
         let mut replicas = Vec::new();
+        let mut shared_rows = false;
         for (t, desc) in tables.iter().enumerate() {
             let entry = plan.table(&desc.name).ok_or_else(|| {
                 Error::Plan(format!("the plan has no entry for table '{}'", desc.name))
             })?;
-            if entry.sharding == ShardingType::RowPartitioned {
-                return Err(Error::Plan(format!(
-                    "table '{}' is row_partitioned (an OPER plan): the runtime does not execute \
-                     row-partitioned tables yet",
-                    desc.name
-                )));
-            }
             let init = TableInit::new(seed, t, desc.rows, desc.dim);
+            if entry.sharding == ShardingType::RowPartitioned {
+                if !plan.towers.is_empty() {
+                    return Err(Error::Plan(format!(
+                        "table '{}' is row_partitioned: tower plans do not take OPER tables yet",
+                        desc.name
+                    )));
+                }
+                let (map, shards) = partitioned::stores(entry, desc.rows, desc.dim, plan.topology);
+                shared_rows |= entry.partitions.iter().any(|p| !p.replicas.is_empty());
+                if let Some(mine) = shards.iter().find(|s| s.rank == me) {
+                    local.push(partitioned::local_store(
+                        t, &desc.name, *mine, &map, &init, optimizer,
+                    )?);
+                }
+                states.push(TableState {
+                    dim: desc.dim,
+                    pooling,
+                    sharding: entry.sharding,
+                    shards,
+                    addresses: Some(map),
+                });
+                continue;
+            }
             let state = TableState {
                 dim: desc.dim,
                 pooling,
                 sharding: entry.sharding,
                 shards: entry.shards.clone(),
+                addresses: None,
             };
             if entry.sharding == ShardingType::DataParallel {
                 let bag = EmbeddingBag::try_from_fn(
@@ -154,9 +186,18 @@ impl ShardedEmbeddings {
             }
             states.push(state);
         }
-        let routes: Vec<(&[Shard], bool)> = states
+        let routes: Vec<Route<'_>> = states
             .iter()
-            .map(|s| (s.shards.as_slice(), s.row_split()))
+            .map(|s| match &s.addresses {
+                Some(map) => Route::Addressed {
+                    shards: &s.shards,
+                    map: Arc::clone(map),
+                    me,
+                    topology: plan.topology,
+                },
+                None if s.row_split() => Route::Rows(&s.shards),
+                None => Route::Whole(&s.shards),
+            })
             .collect();
         let router = Router::new(&comm, &routes)?;
         let sptt = if plan.towers.is_empty() {
@@ -181,6 +222,8 @@ impl ShardedEmbeddings {
             sptt,
             samples: Vec::new(),
             bufs: Buffers::default(),
+            shared_rows,
+            topology: plan.topology,
         })
     }
 
@@ -297,9 +340,28 @@ impl ShardedEmbeddings {
         } else {
             self.flat_output_grad(batch, grad, slots)?;
         }
-        lookup::update(&mut self.local, lr)?;
+        let touched = lookup::update(&mut self.local, lr)?;
+        if self.shared_rows {
+            self.sync_shared_rows(&touched, lr)?;
+        }
         if !self.replicas.is_empty() {
             self.sync_replicas(batch, grad, slots, lr)?;
+        }
+        Ok(())
+    }
+}
+
+impl ShardedEmbeddings {
+    /// Sums the gradients of shared rows over the ranks that read them and applies the
+    /// sums to every copy.
+    fn sync_shared_rows(&mut self, touched: &partitioned::Touched, lr: f32) -> Result<()> {
+        let dims: Vec<usize> = self.tables.iter().map(|t| t.dim).collect();
+        let sums = partitioned::all_reduce_touched(&self.comm, touched, &dims)?;
+        let me = self.comm.world_rank();
+        for (t, rows, grads) in sums {
+            if let Some(l) = self.local.iter_mut().find(|l| l.table == t) {
+                l.apply_shared(&rows, &grads, lr, me, self.topology)?;
+            }
         }
         Ok(())
     }

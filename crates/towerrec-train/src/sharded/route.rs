@@ -5,12 +5,45 @@
 //! built. A table-wise or column-wise shard receives every id of a bag; a row-wise
 //! table's ids are bucketed by shard with one binary search per id over the shards'
 //! first rows (the plan validator guarantees they tile `0..rows` in order), so routing
-//! never scans every shard per id.
+//! never scans every shard per id. A row-partitioned table (OPER) has one "shard" per
+//! rank that stores any of its rows, and its ids go to the nearest copy the address
+//! map names (binary searches over the hot rows and the partitions), as offsets there.
 
 use crate::error::{Error, Result};
-use towerrec_comm::Comm;
+use std::sync::Arc;
+use towerrec_comm::{Comm, Topology};
 use towerrec_core::batch::JaggedView;
+use towerrec_plan::partitioned::TableAddresses;
 use towerrec_plan::Shard;
+
+/// How a table's ids find their shards.
+pub(super) enum Route<'a> {
+    /// Every id of a bag to every shard (table-wise, column-wise).
+    Whole(&'a [Shard]),
+    /// Each id to the shard whose rows hold it (row-wise).
+    Rows(&'a [Shard]),
+    /// Each id to the nearest copy of its row: `shards[k]` is the store of rank
+    /// `shards[k].rank` (row-partitioned).
+    Addressed {
+        shards: &'a [Shard],
+        map: Arc<TableAddresses>,
+        me: usize,
+        topology: Topology,
+    },
+}
+
+/// What the bucketing needs of a split table.
+enum Split {
+    Whole,
+    Rows(Vec<u64>),
+    Addressed {
+        map: Arc<TableAddresses>,
+        /// Shard index of each world rank's store.
+        shard_of: Vec<usize>,
+        me: usize,
+        topology: Topology,
+    },
+}
 
 /// Where every shard of every sharded table lives, by group rank.
 pub(super) struct Router {
@@ -19,8 +52,8 @@ pub(super) struct Router {
     wire: Vec<(usize, usize)>,
     /// For each rank of the group, the indices into `wire` of the shards it holds.
     by_rank: Vec<Vec<usize>>,
-    /// For each row-split table, its shards' first rows, in shard order.
-    row_starts: Vec<Option<Vec<u64>>>,
+    /// How each table's ids are split among its shards.
+    splits: Vec<Split>,
     /// Ids of the last batch bucketed by shard, per row-split table:
     /// `buckets[t][s]` holds lengths (one per sample) and values.
     buckets: Vec<Vec<Bucket>>,
@@ -34,17 +67,20 @@ struct Bucket {
 }
 
 impl Router {
-    /// `shards[t]` and whether table `t` is split by rows; shards name world ranks, which
-    /// must all be members of `comm`.
-    pub(super) fn new(comm: &Comm, shards: &[(&[Shard], bool)]) -> Result<Self> {
+    /// How every table routes; shards name world ranks, which must all be members of
+    /// `comm`.
+    pub(super) fn new(comm: &Comm, routes: &[Route<'_>]) -> Result<Self> {
         let p = comm.size();
         let group_of: std::collections::HashMap<usize, usize> =
             (0..p).map(|g| (comm.world_rank_of(g), g)).collect();
         let mut wire = Vec::new();
         let mut by_rank = vec![Vec::new(); p];
-        let mut row_starts = Vec::with_capacity(shards.len());
-        let mut buckets = Vec::with_capacity(shards.len());
-        for (t, &(table_shards, row_split)) in shards.iter().enumerate() {
+        let mut splits = Vec::with_capacity(routes.len());
+        let mut buckets = Vec::with_capacity(routes.len());
+        for (t, route) in routes.iter().enumerate() {
+            let table_shards = match route {
+                Route::Whole(s) | Route::Rows(s) | Route::Addressed { shards: s, .. } => *s,
+            };
             for (s, shard) in table_shards.iter().enumerate() {
                 let g = *group_of.get(&shard.rank).ok_or_else(|| {
                     Error::Plan(format!(
@@ -55,18 +91,37 @@ impl Router {
                 by_rank[g].push(wire.len());
                 wire.push((t, s));
             }
-            if row_split {
-                row_starts.push(Some(table_shards.iter().map(|s| s.rows.0 as u64).collect()));
-                buckets.push(table_shards.iter().map(|_| Bucket::default()).collect());
-            } else {
-                row_starts.push(None);
-                buckets.push(Vec::new());
-            }
+            let split = match route {
+                Route::Whole(_) => Split::Whole,
+                Route::Rows(s) => Split::Rows(s.iter().map(|s| s.rows.0 as u64).collect()),
+                Route::Addressed {
+                    shards,
+                    map,
+                    me,
+                    topology,
+                } => {
+                    let mut shard_of = vec![usize::MAX; topology.world_size()];
+                    for (k, s) in shards.iter().enumerate() {
+                        shard_of[s.rank] = k;
+                    }
+                    Split::Addressed {
+                        map: Arc::clone(map),
+                        shard_of,
+                        me: *me,
+                        topology: *topology,
+                    }
+                }
+            };
+            buckets.push(match split {
+                Split::Whole => Vec::new(),
+                _ => table_shards.iter().map(|_| Bucket::default()).collect(),
+            });
+            splits.push(split);
         }
         Ok(Self {
             wire,
             by_rank,
-            row_starts,
+            splits,
             buckets,
         })
     }
@@ -76,10 +131,12 @@ impl Router {
         self.by_rank[g].iter().map(|&w| self.wire[w])
     }
 
-    /// Buckets the ids of every row-split table of `feature(t)` by shard.
+    /// Buckets the ids of every split table of `feature(t)` by shard.
     pub(super) fn bucket<'a>(&mut self, feature: impl Fn(usize) -> JaggedView<'a>) {
-        for (t, starts) in self.row_starts.iter().enumerate() {
-            let Some(starts) = starts else { continue };
+        for (t, split) in self.splits.iter().enumerate() {
+            if matches!(split, Split::Whole) {
+                continue;
+            }
             let ids = feature(t);
             let buckets = &mut self.buckets[t];
             for b in buckets.iter_mut() {
@@ -89,21 +146,46 @@ impl Router {
             }
             for s in 0..ids.batch_size() {
                 for &id in ids.ids(s) {
-                    // The last shard whose first row is ≤ id; ids are checked against
-                    // the table's rows when the batch is read.
-                    let k = starts.partition_point(|&r0| r0 <= id).saturating_sub(1);
+                    // Ids are checked against the table's rows when the batch is read.
+                    let (k, local) = match split {
+                        Split::Rows(starts) => {
+                            // The last shard whose first row is ≤ id.
+                            let k = starts.partition_point(|&r0| r0 <= id).saturating_sub(1);
+                            (k, id - starts[k])
+                        }
+                        Split::Addressed {
+                            map,
+                            shard_of,
+                            me,
+                            topology,
+                        } => {
+                            let at = map.locate(id as usize, *me, *topology);
+                            (shard_of[at.rank], at.offset as u64)
+                        }
+                        Split::Whole => unreachable!("skipped above"),
+                    };
                     let bucket = &mut buckets[k];
                     bucket.lengths[s] += 1;
-                    bucket.values.push(id - starts[k]);
+                    bucket.values.push(local);
                 }
             }
         }
     }
 
+    /// For a row-partitioned table, how many of each of this rank's bags went to shard
+    /// `s` in the last [`Router::bucket`] (the output of a bag that sent none is not
+    /// exchanged); `None` for other tables.
+    pub(super) fn addressed_lengths(&self, t: usize, s: usize) -> Option<&[u64]> {
+        match self.splits[t] {
+            Split::Addressed { .. } => Some(&self.buckets[t][s].lengths),
+            _ => None,
+        }
+    }
+
     /// Appends the lengths and ids that shard `s` of table `t` receives from this rank:
-    /// its bucket for a row-split table (after [`Router::bucket`]), else the whole bags.
+    /// its bucket for a split table (after [`Router::bucket`]), else the whole bags.
     pub(super) fn pack(&self, t: usize, s: usize, ids: JaggedView<'_>, send: &mut Vec<u64>) {
-        if self.row_starts[t].is_some() {
+        if !matches!(self.splits[t], Split::Whole) {
             let bucket = &self.buckets[t][s];
             send.extend_from_slice(&bucket.lengths);
             send.extend_from_slice(&bucket.values);

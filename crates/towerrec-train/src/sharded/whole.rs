@@ -38,32 +38,68 @@ fn state_place(per_row: bool, shard: &Shard, dim: usize) -> (usize, usize, usize
     }
 }
 
-/// Where a shard's block sits in a whole tensor: first row, first column, width.
-type Place = (usize, usize, usize);
+/// Where a shard's rows sit in the whole table: a run from its first row, or, for a
+/// row-partitioned store, the table row of each of its rows.
+enum Rows {
+    Run(usize),
+    Listed(Vec<usize>),
+}
 
-/// Copies the block `src` (rows of `width`) into `whole` (rows of `whole_width`).
-fn put_block(whole: &mut [f32], whole_width: usize, src: &[f32], (row0, col0, width): Place) {
+impl Rows {
+    fn at(&self, r: usize) -> usize {
+        match self {
+            Rows::Run(first) => first + r,
+            Rows::Listed(rows) => rows[r],
+        }
+    }
+}
+
+/// Copies the block `src` (rows of `width`) into `whole` (rows of `whole_width`) at
+/// `rows`, from column `col0`.
+fn put_rows(
+    whole: &mut [f32],
+    whole_width: usize,
+    src: &[f32],
+    rows: &Rows,
+    col0: usize,
+    width: usize,
+) {
     if width == 0 {
         return;
     }
     for (r, s) in src.chunks_exact(width).enumerate() {
-        let at = (row0 + r) * whole_width + col0;
+        let at = rows.at(r) * whole_width + col0;
         whole[at..at + width].copy_from_slice(s);
     }
 }
 
-/// Copies a block of `whole` (rows of `whole_width`) into `dst` (rows of `width`).
-fn take_block(whole: &[f32], whole_width: usize, dst: &mut [f32], (row0, col0, width): Place) {
+/// Copies the rows `rows` of `whole` (from column `col0`) into `dst` (rows of `width`).
+fn take_rows(
+    whole: &[f32],
+    whole_width: usize,
+    dst: &mut [f32],
+    rows: &Rows,
+    col0: usize,
+    width: usize,
+) {
     if width == 0 {
         return;
     }
     for (r, d) in dst.chunks_exact_mut(width).enumerate() {
-        let at = (row0 + r) * whole_width + col0;
+        let at = rows.at(r) * whole_width + col0;
         d.copy_from_slice(&whole[at..at + width]);
     }
 }
 
 impl ShardedEmbeddings {
+    /// Where the rows of `shard` of table `t` sit in the whole table.
+    fn rows_of(&self, t: usize, shard: &Shard) -> Rows {
+        match &self.tables[t].addresses {
+            Some(map) => Rows::Listed(map.stored_rows(shard.rank)),
+            None => Rows::Run(shard.rows.0),
+        }
+    }
+
     /// Per-row state makes no sense split by columns: refuse such a model.
     pub fn check_optimizer(&self, optimizer: SparseOptimizer) -> Result<()> {
         if matches!(optimizer, SparseOptimizer::RowWiseAdagrad { .. }) {
@@ -140,17 +176,13 @@ impl ShardedEmbeddings {
                 step_at += 1;
                 let block = &recv[at..at + rows * cols];
                 at += rows * cols;
-                put_block(
-                    &mut w.weights,
-                    dim,
-                    block,
-                    (shard.rows.0, shard.columns.0, cols),
-                );
+                let place = self.rows_of(t, &shard);
+                put_rows(&mut w.weights, dim, block, &place, shard.columns.0, cols);
                 for ((_, dst), (_, per_row)) in w.state.iter_mut().zip(state_layout(optimizer)) {
                     let (width, whole_width, col0) = state_place(per_row, &shard, dim);
                     let block = &recv[at..at + rows * width];
                     at += rows * width;
-                    put_block(dst, whole_width, block, (shard.rows.0, col0, width));
+                    put_rows(dst, whole_width, block, &place, col0, width);
                 }
             }
         }
@@ -159,11 +191,16 @@ impl ShardedEmbeddings {
 
     /// Loads this rank's shards and replicas from the whole tables (in model order).
     pub fn load_whole(&mut self, whole: &[WholeTable], optimizer: SparseOptimizer) -> Result<()> {
-        for l in &mut self.local {
+        let places: Vec<Rows> = self
+            .local
+            .iter()
+            .map(|l| self.rows_of(l.table, &l.shard))
+            .collect();
+        for (l, place) in self.local.iter_mut().zip(places) {
             let w = &whole[l.table];
             let dim = self.tables[l.table].dim;
-            let (row0, col0, cols) = (l.shard.rows.0, l.shard.columns.0, l.shard.num_columns());
-            take_block(&w.weights, dim, l.bag.weights_mut(), (row0, col0, cols));
+            let (col0, cols) = (l.shard.columns.0, l.shard.num_columns());
+            take_rows(&w.weights, dim, l.bag.weights_mut(), &place, col0, cols);
             let layout = state_layout(optimizer);
             for (((_, dst), (_, src)), (_, per_row)) in l
                 .bag
@@ -173,7 +210,7 @@ impl ShardedEmbeddings {
                 .zip(layout)
             {
                 let (width, whole_width, c0) = state_place(per_row, &l.shard, dim);
-                take_block(src, whole_width, dst, (row0, c0, width));
+                take_rows(src, whole_width, dst, &place, c0, width);
             }
             l.bag.set_step(w.step);
         }
