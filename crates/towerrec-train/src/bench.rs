@@ -121,6 +121,7 @@ pub fn bench_cluster(
             &plan,
         )?;
         model.set_dense_sync(cfg.cluster.dense_sync);
+        model.set_replica_sync(cfg.cluster.replica_sync);
         bench_built(&mut model, cfg, batches, mode, timing)
     })?;
     Ok(results.into_iter().next().expect("rank 0's result"))

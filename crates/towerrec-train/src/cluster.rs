@@ -137,6 +137,7 @@ pub fn train_rank(
         plan,
     )?;
     model.set_dense_sync(cfg.cluster.dense_sync);
+    model.set_replica_sync(cfg.cluster.replica_sync);
     train_model(cfg, opts, model, observer)
 }
 

@@ -11,7 +11,7 @@
 pub use crate::embeddings::Embeddings;
 pub use crate::times::PhaseTimes;
 
-use crate::config::{BiasInit, DenseSync};
+use crate::config::{BiasInit, DenseSync, ReplicaSync};
 use crate::config::{ModelConfig, ModelKind, OptimizerConfig};
 use crate::error::{Error, Result};
 use crate::init::TableInit;
@@ -563,6 +563,14 @@ impl Model {
     /// rank must choose the same, before the first step.
     pub fn set_dense_sync(&mut self, mode: DenseSync) {
         self.grad_sync.mode = mode;
+    }
+
+    /// How rows copied on several ranks (OPER plans) sum their gradients (default
+    /// sparse). Every rank must choose the same, before the first step.
+    pub fn set_replica_sync(&mut self, mode: ReplicaSync) {
+        if let Embeddings::Sharded(s) = &mut self.embeddings {
+            s.set_replica_sync(mode);
+        }
     }
 
     /// A DMT model's Tower Modules: their parameters and forward FLOPs per sample.

@@ -138,6 +138,7 @@ fn cluster(cfg: &Config, batches: &[Batch], topology: Topology, plan: &Plan) -> 
     let outs = run_ranks(topology, 1, |comm: Comm| {
         let mut model =
             Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, plan)?;
+        model.set_replica_sync(cfg.cluster.replica_sync);
         let (losses, dense) = run(&mut model, cfg, batches);
         let tables = model.whole_tables()?;
         Ok(tables.map(|tables| Outcome {
@@ -509,4 +510,24 @@ fn a_checkpoint_is_the_whole_model_and_resumes_on_another_topology() {
     assert_eq!(saved, oper_loaded);
     assert_eq!(saved, single.whole_tables().unwrap().unwrap());
     let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn every_replica_sync_matches_single_process() {
+    use towerrec_train::config::ReplicaSync;
+    let mut cfg = config("adam", "mean");
+    let batches = batches(&cfg);
+    let want = single(&cfg, &batches);
+    for (hosts, ranks) in [(2, 2), (1, 3)] {
+        let topology = Topology::new(hosts, ranks).unwrap();
+        for mode in [Mode::Training, Mode::Inference] {
+            let plan = oper_plan(&cfg, topology, mode);
+            for sync in [ReplicaSync::Sparse, ReplicaSync::Dense, ReplicaSync::AllGather] {
+                cfg.cluster.replica_sync = sync;
+                let got = cluster(&cfg, &batches, topology, &plan);
+                let d = compare(&format!("{mode:?} {sync:?} on {topology}"), &want, &got);
+                println!("OPER {mode:?} plan, replica_sync {sync:?} on {topology}: max |Δparam| = {d:e}");
+            }
+        }
+    }
 }

@@ -151,6 +151,26 @@ pub struct ClusterConfig {
     /// cross-host bytes fall by the ranks per host) or `flat`.
     #[serde(default)]
     pub dense_sync: DenseSync,
+    /// How rows copied on several ranks (OPER plans) sum their gradients: `sparse`
+    /// (default; OPER's local-aggregated sparse AllReduce), `dense` or `all_gather`.
+    #[serde(default)]
+    pub replica_sync: ReplicaSync,
+}
+
+/// How the gradients of rows held by several ranks are summed (`[cluster]
+/// replica_sync`; docs/OPER.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplicaSync {
+    /// OPER §5.3: each rank sums its reads' gradients per row; the ranks gather which
+    /// rows were touched, then all-reduce the sums of those rows only.
+    #[default]
+    Sparse,
+    /// An all-reduce of the gradient of every shared row, touched or not (rows whose
+    /// sum is zero are not updated).
+    Dense,
+    /// Every rank gathers every rank's touched rows and sums (no all-reduce).
+    AllGather,
 }
 
 /// How the dense gradients are summed over the world (`[cluster] dense_sync`).
@@ -173,6 +193,7 @@ impl Default for ClusterConfig {
             ranks_per_host: 1,
             plan: None,
             dense_sync: DenseSync::default(),
+            replica_sync: ReplicaSync::default(),
         }
     }
 }

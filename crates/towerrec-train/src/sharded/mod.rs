@@ -93,9 +93,9 @@ pub struct ShardedEmbeddings {
     /// Samples each rank held in the last forward.
     samples: Vec<usize>,
     bufs: Buffers,
-    /// Whether some row-partitioned row has copies on several ranks (then every
-    /// backward ends with their sparse AllReduce).
-    shared_rows: bool,
+    /// The sync of row-partitioned rows with copies on several ranks, if any (then
+    /// every backward ends with it).
+    shared: Option<partitioned::SharedSync>,
     /// The plan's cluster (row-partitioned tables' address maps name its ranks).
     topology: Topology,
 }
@@ -116,7 +116,7 @@ impl ShardedEmbeddings {
         let mut states = Vec::with_capacity(tables.len());
         let mut local = Vec::new();
         let mut replicas = Vec::new();
-        let mut shared_rows = false;
+        let mut shared_rows = Vec::new();
         for (t, desc) in tables.iter().enumerate() {
             let entry = plan.table(&desc.name).ok_or_else(|| {
                 Error::Plan(format!("the plan has no entry for table '{}'", desc.name))
@@ -130,7 +130,10 @@ impl ShardedEmbeddings {
                     )));
                 }
                 let (map, shards) = partitioned::stores(entry, desc.rows, desc.dim, plan.topology);
-                shared_rows |= entry.partitions.iter().any(|p| !p.replicas.is_empty());
+                let rows = partitioned::shared_rows(entry, &map);
+                if !rows.is_empty() {
+                    shared_rows.push((t, rows));
+                }
                 if let Some(mine) = shards.iter().find(|s| s.rank == me) {
                     local.push(partitioned::local_store(
                         t, &desc.name, *mine, &map, &init, optimizer,
@@ -222,7 +225,7 @@ impl ShardedEmbeddings {
             sptt,
             samples: Vec::new(),
             bufs: Buffers::default(),
-            shared_rows,
+            shared: (!shared_rows.is_empty()).then(|| partitioned::SharedSync::new(shared_rows)),
             topology: plan.topology,
         })
     }
@@ -341,7 +344,7 @@ impl ShardedEmbeddings {
             self.flat_output_grad(batch, grad, slots)?;
         }
         let touched = lookup::update(&mut self.local, lr)?;
-        if self.shared_rows {
+        if self.shared.is_some() {
             self.sync_shared_rows(&touched, lr)?;
         }
         if !self.replicas.is_empty() {
@@ -352,11 +355,20 @@ impl ShardedEmbeddings {
 }
 
 impl ShardedEmbeddings {
+    /// How rows copied on several ranks sum their gradients (every rank the same,
+    /// before the first step).
+    pub fn set_replica_sync(&mut self, mode: crate::config::ReplicaSync) {
+        if let Some(s) = &mut self.shared {
+            s.mode = mode;
+        }
+    }
+
     /// Sums the gradients of shared rows over the ranks that read them and applies the
     /// sums to every copy.
     fn sync_shared_rows(&mut self, touched: &partitioned::Touched, lr: f32) -> Result<()> {
         let dims: Vec<usize> = self.tables.iter().map(|t| t.dim).collect();
-        let sums = partitioned::all_reduce_touched(&self.comm, touched, &dims)?;
+        let sync = self.shared.as_mut().expect("called with shared rows");
+        let sums = sync.sum(&self.comm, touched, &dims)?;
         let me = self.comm.world_rank();
         for (t, rows, grads) in sums {
             if let Some(l) = self.local.iter_mut().find(|l| l.table == t) {

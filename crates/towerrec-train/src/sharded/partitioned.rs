@@ -8,18 +8,21 @@
 //! brings each store the gradient of what it pooled. A row with one copy is then
 //! updated by the fused backward as any shard's row. A row with copies on several
 //! ranks must change the same way everywhere: each store sums, per such row, the
-//! gradient of every read it served (local aggregation), the ranks exchange only the
-//! rows they touched with their sums (the local-aggregated sparse AllReduce of §5.3,
-//! an AllGather of `(row, gradient)` pairs), and every copy applies the sum over the
-//! ranks, added in rank order, through [`EmbeddingBag::apply_row_grads`]: the same
-//! bits on every rank that holds the row.
+//! gradient of every read it served (local aggregation); the ranks gather which rows
+//! anyone touched and all-reduce the sums of those rows only (the local-aggregated
+//! sparse AllReduce of §5.3; `[cluster] replica_sync` also offers a dense all-reduce
+//! of every shared row and an AllGather of every rank's `(row, sum)` pairs), and every
+//! copy applies the same sum through [`EmbeddingBag::apply_row_grads`]: the same bits
+//! on every rank that holds the row.
 
 use super::lookup::LocalShard;
+use crate::config::ReplicaSync;
 use crate::error::{Error, Result};
 use crate::init::TableInit;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::sync::Arc;
-use towerrec_comm::{Comm, Phase};
+use towerrec_comm::{Comm, HierarchicalAllReduce, Phase};
 use towerrec_core::batch::JaggedView;
 use towerrec_core::embedding::{EmbeddingBag, Pooling, SparseOptimizer};
 use towerrec_plan::partitioned::TableAddresses;
@@ -61,6 +64,19 @@ pub(super) fn stores(
         })
         .collect();
     (map, shards)
+}
+
+/// Every row of `entry` with copies on several ranks, sorted.
+pub(super) fn shared_rows(entry: &TablePlan, map: &TableAddresses) -> Vec<u64> {
+    let mut rows: Vec<u64> = entry
+        .partitions
+        .iter()
+        .filter(|p| !p.replicas.is_empty())
+        .flat_map(|p| p.order.0..p.order.1)
+        .map(|pos| map.order().row_at(pos) as u64)
+        .collect();
+    rows.sort_unstable();
+    rows
 }
 
 /// This rank's store of table `t`, initialised as one process initialises the table.
@@ -164,45 +180,169 @@ impl LocalShard {
     }
 }
 
-/// The local-aggregated sparse AllReduce: every rank's touched shared rows and sums,
-/// gathered; each row's sum over the ranks in rank order; `(table, rows, sums)`.
-pub(super) fn all_reduce_touched(
-    comm: &Comm,
-    touched: &Touched,
-    dims: &[usize],
-) -> Result<Touched> {
+/// How this rank sums the gradients of shared rows with the other ranks.
+pub(super) struct SharedSync {
+    pub(super) mode: ReplicaSync,
+    /// Built at the first sync (collective, as every sync is).
+    reducer: Option<HierarchicalAllReduce<f32>>,
+    /// Per table, every row with copies on several ranks, sorted: the dense mode's rows.
+    shared: Vec<(usize, Vec<u64>)>,
+}
+
+impl SharedSync {
+    /// The sync of tables whose shared rows are `shared` (`(table, rows)`).
+    pub(super) fn new(shared: Vec<(usize, Vec<u64>)>) -> Self {
+        SharedSync {
+            mode: ReplicaSync::default(),
+            reducer: None,
+            shared,
+        }
+    }
+
+    /// Every shared row's gradient summed over the ranks, `(table, rows, sums)`, from
+    /// this rank's `touched` rows (each row's sum over the ranks in rank order, or as
+    /// the all-reduce orders it: the same bits on every rank).
+    pub(super) fn sum(
+        &mut self,
+        comm: &Comm,
+        touched: &Touched,
+        dims: &[usize],
+    ) -> Result<Touched> {
+        match self.mode {
+            ReplicaSync::AllGather => gather_sums(comm, touched, dims),
+            ReplicaSync::Sparse => {
+                let union = touched_union(comm, touched)?;
+                self.reduce(comm, &union, touched, dims, false)
+            }
+            ReplicaSync::Dense => {
+                let rows = std::mem::take(&mut self.shared);
+                let sums = self.reduce(comm, &rows, touched, dims, true);
+                self.shared = rows;
+                sums
+            }
+        }
+    }
+
+    /// All-reduces the gradients of `rows` (per table, sorted), this rank's from
+    /// `touched` and zero elsewhere; `skip_zero` leaves out rows whose sum is zero.
+    fn reduce(
+        &mut self,
+        comm: &Comm,
+        rows: &[(usize, Vec<u64>)],
+        touched: &Touched,
+        dims: &[usize],
+        skip_zero: bool,
+    ) -> Result<Touched> {
+        let mut starts = Vec::with_capacity(rows.len());
+        let mut len = 0;
+        for (t, r) in rows {
+            starts.push(len);
+            len += r.len() * dims[*t];
+        }
+        let mut buf = vec![0.0f32; len];
+        for (t, mine, grads) in touched {
+            let Some(k) = rows.iter().position(|(u, _)| u == t) else {
+                continue;
+            };
+            let (dim, all) = (dims[*t], &rows[k].1);
+            for (i, row) in mine.iter().enumerate() {
+                let j = all.binary_search(row).map_err(|_| {
+                    Error::Cluster(format!(
+                        "sparse sync: table {t} row {row} is not a shared row"
+                    ))
+                })?;
+                let at = starts[k] + j * dim;
+                buf[at..at + dim].copy_from_slice(&grads[i * dim..(i + 1) * dim]);
+            }
+        }
+        if self.reducer.is_none() {
+            self.reducer = Some(HierarchicalAllReduce::new(comm)?);
+        }
+        self.reducer
+            .as_mut()
+            .expect("built above")
+            .all_reduce(&mut buf, Phase::SparseGradSync)?;
+        Ok(rows
+            .iter()
+            .zip(starts)
+            .map(|((t, r), start)| {
+                let dim = dims[*t];
+                let (mut keys, mut sums) = (Vec::new(), Vec::new());
+                for (j, &row) in r.iter().enumerate() {
+                    let g = &buf[start + j * dim..start + (j + 1) * dim];
+                    if !(skip_zero && g.iter().all(|&x| x == 0.0)) {
+                        keys.push(row);
+                        sums.extend_from_slice(g);
+                    }
+                }
+                (*t, keys, sums)
+            })
+            .collect())
+    }
+}
+
+/// `(table, count, rows…)` of every table in `touched`.
+fn encode_rows(touched: &Touched) -> Vec<u64> {
     let mut keys = Vec::new();
-    let mut grads = Vec::new();
-    for (t, rows, g) in touched {
+    for (t, rows, _) in touched {
         keys.push(*t as u64);
         keys.push(rows.len() as u64);
         keys.extend_from_slice(rows);
-        grads.extend_from_slice(g);
     }
-    let (all_keys, key_counts) = comm.all_gather(&keys, Phase::SparseGradSync)?;
+    keys
+}
+
+/// Walks an all-gathered [`encode_rows`]: `f(table, rows, index of the first row)`.
+fn decode_rows(all: &[u64], mut f: impl FnMut(usize, &[u64]) -> Result<()>) -> Result<()> {
+    let mut at = 0;
+    while at < all.len() {
+        let (t, n) = (all[at] as usize, all[at + 1] as usize);
+        at += 2;
+        f(t, &all[at..at + n])?;
+        at += n;
+    }
+    Ok(())
+}
+
+/// The rows any rank touched, per table, sorted (OPER §5.3's unique indices over the
+/// global batch).
+fn touched_union(comm: &Comm, touched: &Touched) -> Result<Vec<(usize, Vec<u64>)>> {
+    let (all, _) = comm.all_gather(&encode_rows(touched), Phase::SparseGradSync)?;
+    let mut union: BTreeMap<usize, BTreeSet<u64>> = BTreeMap::new();
+    decode_rows(&all, |t, rows| {
+        union.entry(t).or_default().extend(rows);
+        Ok(())
+    })?;
+    Ok(union
+        .into_iter()
+        .map(|(t, r)| (t, r.into_iter().collect()))
+        .collect())
+}
+
+/// The AllGather-based sparse AllReduce: every rank's touched rows and sums gathered,
+/// each row's sum over the ranks in rank order.
+fn gather_sums(comm: &Comm, touched: &Touched, dims: &[usize]) -> Result<Touched> {
+    let grads: Vec<f32> = touched
+        .iter()
+        .flat_map(|(_, _, g)| g.iter().copied())
+        .collect();
+    let (all_keys, _) = comm.all_gather(&encode_rows(touched), Phase::SparseGradSync)?;
     let (all_grads, _) = comm.all_gather(&grads, Phase::SparseGradSync)?;
-    // Per table, row → sum, in the order rows first arrive (rank order).
-    let mut sums: std::collections::BTreeMap<usize, std::collections::BTreeMap<u64, Vec<f32>>> =
-        Default::default();
-    let (mut at, mut gat) = (0usize, 0usize);
-    for &count in &key_counts {
-        let end = at + count;
-        while at < end {
-            let (t, n) = (all_keys[at] as usize, all_keys[at + 1] as usize);
-            let dim = *dims
-                .get(t)
-                .ok_or_else(|| Error::Cluster(format!("sparse sync: table {t} out of range")))?;
-            at += 2;
-            let table = sums.entry(t).or_default();
-            for &row in &all_keys[at..at + n] {
-                let g = &all_grads[gat..gat + dim];
-                gat += dim;
-                let sum = table.entry(row).or_insert_with(|| vec![0.0; dim]);
-                sum.iter_mut().zip(g).for_each(|(s, &x)| *s += x);
-            }
-            at += n;
+    let mut sums: BTreeMap<usize, BTreeMap<u64, Vec<f32>>> = BTreeMap::new();
+    let mut gat = 0;
+    decode_rows(&all_keys, |t, rows| {
+        let dim = *dims
+            .get(t)
+            .ok_or_else(|| Error::Cluster(format!("sparse sync: table {t} out of range")))?;
+        let table = sums.entry(t).or_default();
+        for &row in rows {
+            let g = &all_grads[gat..gat + dim];
+            gat += dim;
+            let sum = table.entry(row).or_insert_with(|| vec![0.0; dim]);
+            sum.iter_mut().zip(g).for_each(|(s, &x)| *s += x);
         }
-    }
+        Ok(())
+    })?;
     Ok(sums
         .into_iter()
         .map(|(t, rows)| {
