@@ -522,11 +522,17 @@ fn every_replica_sync_matches_single_process() {
         let topology = Topology::new(hosts, ranks).unwrap();
         for mode in [Mode::Training, Mode::Inference] {
             let plan = oper_plan(&cfg, topology, mode);
-            for sync in [ReplicaSync::Sparse, ReplicaSync::Dense, ReplicaSync::AllGather] {
+            for sync in [
+                ReplicaSync::Sparse,
+                ReplicaSync::Dense,
+                ReplicaSync::AllGather,
+            ] {
                 cfg.cluster.replica_sync = sync;
                 let got = cluster(&cfg, &batches, topology, &plan);
                 let d = compare(&format!("{mode:?} {sync:?} on {topology}"), &want, &got);
-                println!("OPER {mode:?} plan, replica_sync {sync:?} on {topology}: max |Δparam| = {d:e}");
+                println!(
+                    "OPER {mode:?} plan, replica_sync {sync:?} on {topology}: max |Δparam| = {d:e}"
+                );
             }
         }
     }

@@ -299,9 +299,46 @@ fn mpi_equals_in_process_on_2x2() {
         .concat(),
     );
 
+    // OPER: rows partitioned by an access profile of the training data, hot rows
+    // replicated on every rank and synchronised by the sparse AllReduce.
+    let profile = dir.join("train.profile");
+    let o = towerrec(
+        &[
+            "profile",
+            "--set",
+            "data.train_samples=7680",
+            "--quiet",
+            "--out",
+            profile.to_str().unwrap(),
+        ]
+        .map(String::from),
+        &[],
+        60,
+    );
+    assert!(o.status.success(), "towerrec profile: {}", describe(&o));
+    let oper = write_plan(
+        &dir,
+        "oper.json",
+        &[
+            &[
+                "--strategy",
+                "oper",
+                "--profile",
+                profile.to_str().unwrap(),
+                "--extra-memory",
+                "5%",
+                "--set",
+                "data.train_samples=7680",
+            ][..],
+            &shape,
+        ]
+        .concat(),
+    );
+
     for (case, plan) in [
         ("greedy plan", None),
         ("row-wise plan", Some(&row_wise)),
+        ("oper plan", Some(&oper)),
         ("tower plan", Some(&towers)),
         ("row-wise towers of 2 hosts", Some(&wide)),
         ("dmt model", None),
