@@ -32,7 +32,9 @@ pub(super) fn evaluate_aside(
 /// An empty eval part, too many malformed rows or a non-finite log loss is an error.
 fn evaluate(model: &mut Model, cfg: &Config, step: u64) -> Result<(EvalReport, u64)> {
     let stream = open(&cfg.data, Part::Eval, cfg.train.bad_rows, &cfg.base_dir)?;
+    let started = std::time::Instant::now();
     let scored = score(model, stream, cfg.eval_batch_size())?;
+    let seconds = started.elapsed().as_secs_f64();
     let source = cfg.data.describe(Part::Eval, &cfg.base_dir);
     let m = match scored.checked_metrics(cfg.train.max_bad_fraction, &source) {
         Err(Error::NonFinite { what, .. }) => {
@@ -52,6 +54,7 @@ fn evaluate(model: &mut Model, cfg: &Config, step: u64) -> Result<(EvalReport, u
             logloss: m.logloss,
             ne: m.ne,
             samples: m.count,
+            samples_per_sec: m.count as f64 / seconds.max(1e-9),
         },
         scored.skipped,
     ))

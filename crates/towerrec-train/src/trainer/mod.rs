@@ -64,6 +64,9 @@ pub struct EvalReport {
     pub logloss: f64,
     pub ne: f64,
     pub samples: usize,
+    /// Samples scored per second (reading, the forward on every rank, gathering the
+    /// scores): inference throughput.
+    pub samples_per_sec: f64,
 }
 
 /// What a run ends with (`summary.json`).
@@ -85,6 +88,8 @@ pub struct Summary {
     pub flops_per_sample: u64,
     pub train_samples: u64,
     pub eval_samples: usize,
+    /// The final evaluation's samples per second (inference throughput).
+    pub eval_samples_per_sec: f64,
     pub skipped_train_rows: u64,
     pub skipped_eval_rows: u64,
     /// True when the run stopped early at `stop_after` (a checkpoint to resume from was written).

@@ -217,6 +217,7 @@ impl Run<'_> {
             flops_per_sample: self.model.forward_flops_per_sample(),
             train_samples: self.progress.samples,
             eval_samples: report.as_ref().map_or(0, |r| r.samples),
+            eval_samples_per_sec: report.as_ref().map_or(0.0, |r| r.samples_per_sec),
             skipped_train_rows: self.skipped_train,
             skipped_eval_rows: self.skipped_eval,
             stopped_early,

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# OPER speed on the emulated cluster (docs/OPER.md): training and inference samples/s
+# of OPER plans (training replicas by Eq. 4-5, inference replicas by Algorithm 1, at
+# EXTRA extra memory, default 5%) against the table-wise, row-wise and greedy plans,
+# alternated ROUNDS times on 2 hosts x 2 MPI ranks with cross-host links shaped to
+# RATE. Needs root, OpenMPI and a release build with --features mpi.
+#   scripts/oper-speed.sh [ROUNDS=3] [RATE=1gbit]
+# CONFIG (environment; default bench/oper/speed.toml) is the model; the profile is
+# its training data's. Train samples/s is the run's steady-state figure, inference the
+# final evaluation's (the scorer on every rank). One line per run, then per plan the
+# median of each and its ratio to the best baseline's median.
+set -euo pipefail
+rounds=${1:-3}
+rate=${2:-1gbit}
+bin=target/release/towerrec
+cfg=${CONFIG:-bench/oper/speed.toml}
+extra=${EXTRA:-5%}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+results=$out/results.tsv
+: >"$results"
+topo=(--hosts 2 --ranks-per-host 2)
+"$bin" profile --config "$cfg" --quiet --out "$out/train.profile" >/dev/null
+for s in table-wise row-wise greedy; do
+    "$bin" plan --config "$cfg" "${topo[@]}" --strategy "$s" --output "$out/$s.json" 2>/dev/null
+done
+for m in training inference; do
+    "$bin" plan --config "$cfg" "${topo[@]}" --strategy oper --profile "$out/train.profile" \
+        --extra-memory "$extra" --mode "$m" --output "$out/oper-$m.json" 2>"$out/plan-$m.log"
+    grep -E "^embedding traffic" "$out/plan-$m.log" | sed "s/^/oper-$m: /"
+done
+plans="table-wise row-wise greedy oper-training oper-inference"
+for r in $(seq "$rounds"); do
+    for p in $plans; do
+        run="$out/run-$p-$r"
+        scripts/emulated-cluster.sh --hosts 2 --ranks-per-host 2 --rate "$rate" -- \
+            "$bin" train --backend mpi --config "$cfg" --plan "$out/$p.json" --quiet --out "$run" \
+            >"$out/log" 2>&1 || { cat "$out/log"; exit 1; }
+        python3 - "$run/summary.json" "$p" "$r" "$results" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+b = {p["phase"]: p for p in s["cluster"]["bytes_per_step"]}
+cross = sum(b[p]["cross_host"] for p in ["input_dist", "output_dist", "sparse_grad_sync"]) / 1e6
+line = f'{sys.argv[2]}\t{sys.argv[3]}\t{s["train_samples_per_sec"]:.0f}\t{s["eval_samples_per_sec"]:.0f}\t{cross:.2f}'
+print(line.replace("\t", "  "))
+open(sys.argv[4], "a").write(line + "\n")
+PY
+    done
+done
+python3 - "$results" <<'PY'
+import sys, statistics as st
+rows = [l.split("\t") for l in open(sys.argv[1]).read().split("\n") if l]
+plans = list(dict.fromkeys(r[0] for r in rows))
+med = {p: (st.median(float(r[2]) for r in rows if r[0] == p), st.median(float(r[3]) for r in rows if r[0] == p),
+           st.median(float(r[4]) for r in rows if r[0] == p)) for p in plans}
+base = [p for p in plans if not p.startswith("oper")]
+best_train = max(med[p][0] for p in base)
+best_infer = max(med[p][1] for p in base)
+print("| plan | train samples/s (median) | vs best baseline | inference samples/s (median) | vs best baseline | cross-host MB/step (embeddings + sparse sync) |")
+print("|---|---:|---:|---:|---:|---:|")
+for p in plans:
+    t, i, c = med[p]
+    print(f"| {p} | {t:,.0f} | {t / best_train:.2f} | {i:,.0f} | {i / best_infer:.2f} | {c:.2f} |")
+PY
