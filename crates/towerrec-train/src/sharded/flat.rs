@@ -51,22 +51,18 @@ impl ShardedEmbeddings {
         let mut send = std::mem::take(&mut self.bufs.vec_send);
         send.clear();
         let mut counts = vec![0usize; p];
-        let mut first = 0;
+        // Where each local shard's rows for the next owner start.
+        let mut firsts = vec![0usize; self.local.len()];
         for (owner, &n) in self.samples.iter().enumerate() {
             let before = send.len();
-            for l in &self.local {
+            for (l, first) in self.local.iter().zip(firsts.iter_mut()) {
                 let cols = l.columns();
-                if l.store().is_some() {
-                    // A row-partitioned store sends only the bags that read it.
-                    for b in (first..first + n).filter(|&b| l.read_any(b)) {
-                        send.extend_from_slice(&l.pooled[b * cols..(b + 1) * cols]);
-                    }
-                } else {
-                    send.extend_from_slice(&l.pooled[first * cols..(first + n) * cols]);
-                }
+                // A row-partitioned store holds only the bags that read it.
+                let rows = l.bags_from().get(owner).copied().unwrap_or(n);
+                send.extend_from_slice(&l.pooled[*first * cols..(*first + rows) * cols]);
+                *first += rows;
             }
             counts[owner] = send.len() - before;
-            first += n;
         }
         let mut recv = std::mem::take(&mut self.bufs.vec_recv);
         let exchanged = self
@@ -148,26 +144,13 @@ impl ShardedEmbeddings {
             l.grad.clear();
         }
         let mut at = 0;
-        let mut first = 0;
-        for &n in &self.samples {
+        for (src, &n) in self.samples.iter().enumerate() {
             for l in &mut self.local {
-                let cols = l.columns();
-                if l.store().is_some() {
-                    for b in first..first + n {
-                        if l.read_any(b) {
-                            l.grad.extend_from_slice(&recv[at..at + cols]);
-                            at += cols;
-                        } else {
-                            l.grad.resize(l.grad.len() + cols, 0.0);
-                        }
-                    }
-                    continue;
-                }
-                let len = n * cols;
+                let rows = l.bags_from().get(src).copied().unwrap_or(n);
+                let len = rows * l.columns();
                 l.grad.extend_from_slice(&recv[at..at + len]);
                 at += len;
             }
-            first += n;
         }
         self.bufs.vec_recv = recv;
         Ok(())

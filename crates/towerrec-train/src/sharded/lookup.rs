@@ -21,7 +21,10 @@ pub(super) struct LocalShard {
     /// Their gradient, as the output distribution's backward leaves it.
     pub(super) grad: Vec<f32>,
     /// A row-partitioned table's store: rows by address, some shared with other ranks.
+    /// Its bags are only those that read it, `bags_from[src]` of them from each source
+    /// in source order (other shards hold a bag per sample of the global batch).
     store: Option<Store>,
+    bags_from: Vec<usize>,
 }
 
 impl LocalShard {
@@ -35,6 +38,7 @@ impl LocalShard {
             pooled: Vec::new(),
             grad: Vec::new(),
             store: None,
+            bags_from: Vec::new(),
         }
     }
 
@@ -47,9 +51,10 @@ impl LocalShard {
         self.store.as_ref()
     }
 
-    /// Whether bag `b` of the last forward (global sample order) had ids here.
-    pub(super) fn read_any(&self, b: usize) -> bool {
-        self.offsets[b + 1] > self.offsets[b]
+    /// A row-partitioned store's bags from each source in the last forward (they are
+    /// its pooled rows, in order).
+    pub(super) fn bags_from(&self) -> &[usize] {
+        &self.bags_from
     }
 
     /// The bags of the last forward: offsets and ids.
@@ -63,13 +68,14 @@ impl LocalShard {
 }
 
 /// Unpacks the input distribution's `recv` (from each source in order: its sample count,
-/// then per local shard its lengths and ids) into `local`; returns each source's sample
-/// count.
+/// then per local shard its lengths and ids; a row-partitioned store's lengths as in
+/// [`super::route::Router::pack`]) into `local`; returns each source's sample count.
 pub(super) fn unpack(recv: &[u64], sources: usize, local: &mut [LocalShard]) -> Vec<usize> {
     for l in local.iter_mut() {
         l.offsets.clear();
         l.offsets.push(0);
         l.values.clear();
+        l.bags_from.clear();
     }
     let mut samples = Vec::with_capacity(sources);
     let mut at = 0;
@@ -78,13 +84,24 @@ pub(super) fn unpack(recv: &[u64], sources: usize, local: &mut [LocalShard]) -> 
         at += 1;
         samples.push(n);
         for l in local.iter_mut() {
-            let lengths = &recv[at..at + n];
-            at += n;
             let mut end = *l.offsets.last().expect("offsets start with 0");
             let first = end;
-            for &len in lengths {
-                end += len as usize;
-                l.offsets.push(end);
+            if l.store.is_some() {
+                // Only the bags that read this store: `sample << 32 | length` each.
+                let k = recv[at] as usize;
+                for &bag in &recv[at + 1..at + 1 + k] {
+                    end += (bag & 0xffff_ffff) as usize;
+                    l.offsets.push(end);
+                }
+                at += 1 + k;
+                l.bags_from.push(k);
+            } else {
+                let lengths = &recv[at..at + n];
+                at += n;
+                for &len in lengths {
+                    end += len as usize;
+                    l.offsets.push(end);
+                }
             }
             l.values.extend_from_slice(&recv[at..at + end - first]);
             at += end - first;
@@ -93,12 +110,12 @@ pub(super) fn unpack(recv: &[u64], sources: usize, local: &mut [LocalShard]) -> 
     samples
 }
 
-/// Pools every local shard for the `global_batch` samples it received.
-pub(super) fn pool(local: &mut [LocalShard], global_batch: usize) -> Result<()> {
+/// Pools every bag each local shard received.
+pub(super) fn pool(local: &mut [LocalShard]) -> Result<()> {
     for l in local {
         let cols = l.columns();
         l.pooled.clear();
-        l.pooled.resize(global_batch * cols, 0.0);
+        l.pooled.resize((l.offsets.len() - 1) * cols, 0.0);
         let view = JaggedView::new(&l.offsets, &l.values)?;
         l.bag.forward(view, &mut l.pooled, cols, 0)?;
     }

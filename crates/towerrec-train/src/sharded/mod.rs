@@ -291,8 +291,7 @@ impl ShardedEmbeddings {
     /// (`B × slots.width()`).
     pub fn forward(&mut self, batch: &Batch, out: &mut [f32], slots: &FeatureSlots) -> Result<()> {
         self.input_dist(batch)?;
-        let global_batch: usize = self.samples.iter().sum();
-        lookup::pool(&mut self.local, global_batch)?;
+        lookup::pool(&mut self.local)?;
         if self.sptt.is_some() {
             self.sptt_output_dist(batch, out, slots)?;
         } else {

@@ -42,8 +42,14 @@ enum Split {
         shard_of: Vec<usize>,
         me: usize,
         topology: Topology,
+        /// `(shard, offset)` of every row, looked up once, for tables of up to
+        /// [`CACHED_ROWS`] rows (8 bytes a row); larger ones search the map per id.
+        cache: Option<Vec<(u32, u32)>>,
     },
 }
+
+/// Row-partitioned tables up to this many rows get their routes looked up once.
+const CACHED_ROWS: usize = 1 << 22;
 
 /// Where every shard of every sharded table lives, by group rank.
 pub(super) struct Router {
@@ -104,11 +110,21 @@ impl Router {
                     for (k, s) in shards.iter().enumerate() {
                         shard_of[s.rank] = k;
                     }
+                    let rows = map.order().rows();
+                    let cache = (rows <= CACHED_ROWS).then(|| {
+                        (0..rows)
+                            .map(|r| {
+                                let at = map.locate(r, *me, *topology);
+                                (shard_of[at.rank] as u32, at.offset as u32)
+                            })
+                            .collect()
+                    });
                     Split::Addressed {
                         map: Arc::clone(map),
                         shard_of,
                         me: *me,
                         topology: *topology,
+                        cache,
                     }
                 }
             };
@@ -154,10 +170,17 @@ impl Router {
                             (k, id - starts[k])
                         }
                         Split::Addressed {
+                            cache: Some(cache), ..
+                        } => {
+                            let (k, offset) = cache[id as usize];
+                            (k as usize, u64::from(offset))
+                        }
+                        Split::Addressed {
                             map,
                             shard_of,
                             me,
                             topology,
+                            cache: None,
                         } => {
                             let at = map.locate(id as usize, *me, *topology);
                             (shard_of[at.rank], at.offset as u64)
@@ -183,9 +206,26 @@ impl Router {
     }
 
     /// Appends the lengths and ids that shard `s` of table `t` receives from this rank:
-    /// its bucket for a split table (after [`Router::bucket`]), else the whole bags.
+    /// its bucket for a split table (after [`Router::bucket`]), else the whole bags. A
+    /// row-partitioned store gets the count of bags that read it, each as `sample << 32
+    /// | length`, then the ids (see [`super::lookup::unpack`]).
     pub(super) fn pack(&self, t: usize, s: usize, ids: JaggedView<'_>, send: &mut Vec<u64>) {
-        if !matches!(self.splits[t], Split::Whole) {
+        if matches!(self.splits[t], Split::Addressed { .. }) {
+            // Most bags send a store nothing: only the others, as `sample << 32 | length`.
+            let bucket = &self.buckets[t][s];
+            let start = send.len();
+            send.push(0);
+            send.extend(
+                bucket
+                    .lengths
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &n)| n > 0)
+                    .map(|(b, &n)| (b as u64) << 32 | n),
+            );
+            send[start] = (send.len() - start - 1) as u64;
+            send.extend_from_slice(&bucket.values);
+        } else if !matches!(self.splits[t], Split::Whole) {
             let bucket = &self.buckets[t][s];
             send.extend_from_slice(&bucket.lengths);
             send.extend_from_slice(&bucket.values);
