@@ -4,9 +4,10 @@ use crate::error::{Error, Result};
 use crate::forward::{default_group, PipelinedForward};
 use crate::model::Model;
 use crate::prefetch::{Prefetcher, ReadCounts, Share};
-use crate::ranks::rank_slice;
 use crate::read_check::check_read;
 use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use towerrec_comm::{Comm, Phase};
 use towerrec_core::layers::activation::sigmoid;
 use towerrec_core::metrics::EvalMetrics;
@@ -48,42 +49,67 @@ impl Scored {
 }
 
 /// Scores every sample of `stream`. On a sharded model every rank calls it with the same
-/// stream, scores its slice of each batch, and gets everyone's scores back.
+/// stream, reads and scores its slice of each batch, and gets everyone's scores and
+/// labels back (in global order: the slices are contiguous, by rank).
 pub fn score(
     model: &mut Model,
     stream: Box<dyn RecordStream>,
     batch_size: usize,
 ) -> Result<Scored> {
-    // Every rank needs every label (the metrics are the global batch's), so it reads
-    // whole batches.
-    let mut reader = Prefetcher::start(stream, batch_size, 0, 2, Share::Whole);
+    let (rank, world) = model.comm().map_or((0, 1), |c| (c.rank(), c.size()));
+    let share = if world > 1 {
+        Share::Rank(rank, world)
+    } else {
+        Share::Whole
+    };
+    let mut reader = Prefetcher::start(stream, batch_size, 0, 2, share);
     let mut probs = Vec::new();
     let mut labels = Vec::new();
-    let (rank, world) = model.comm().map_or((0, 1), |c| (c.rank(), c.size()));
+    // Labels of the batches pushed and not yet scored: the pipeline returns logits in
+    // push order.
+    let pending: RefCell<VecDeque<Vec<f32>>> = RefCell::new(VecDeque::new());
     // Batches are scored in groups, each group's lookups beside the previous group's
-    // dense layers; logits come back in push order, so labels are kept at push time.
+    // dense layers.
     let mut pipeline = PipelinedForward::new(model, default_group(batch_size));
     let mut done = |logits: &[f32], comm: Option<&Comm>| -> Result<()> {
+        let mine = pending
+            .borrow_mut()
+            .pop_front()
+            .expect("a batch's labels are pushed with it");
         match comm {
             Some(comm) => {
-                let (all, _) = comm.all_gather(logits, Phase::Control)?;
-                probs.extend(all.iter().map(|&z| sigmoid(z)));
+                // (logit, label) pairs, so that one gather brings both.
+                let pairs: Vec<f32> = logits
+                    .iter()
+                    .zip(&mine)
+                    .flat_map(|(&z, &y)| [z, y])
+                    .collect();
+                let (all, _) = comm.all_gather(&pairs, Phase::Control)?;
+                for pair in all.chunks_exact(2) {
+                    probs.push(sigmoid(pair[0]));
+                    labels.push(pair[1]);
+                }
             }
-            None => probs.extend(logits.iter().map(|&z| sigmoid(z))),
+            None => {
+                probs.extend(logits.iter().map(|&z| sigmoid(z)));
+                labels.extend_from_slice(&mine);
+            }
         }
         Ok(())
     };
-    while let Some(batch) = reader.next() {
-        let global = batch?.batch;
-        labels.extend_from_slice(&global.labels);
-        let mine = match rank_slice(&global, rank, world) {
-            Cow::Borrowed(_) => Cow::Owned(global),
-            Cow::Owned(slice) => Cow::Owned(slice),
-        };
-        pipeline.push(mine, &mut done)?;
+    while let Some(fed) = reader.next() {
+        let mine = fed?.batch;
+        pending.borrow_mut().push_back(mine.labels.clone());
+        pipeline.push(Cow::Owned(mine), &mut done)?;
     }
     pipeline.finish(&mut done)?;
-    let skipped = reader.finish().skipped;
+    let mut skipped = reader.finish().skipped;
+    if let Some(comm) = model.comm() {
+        // Each rank read its own rows; the metrics check every rank's malformed ones.
+        let mut all = [skipped];
+        comm.all_reduce(&mut all, Phase::Control)?;
+        skipped = all[0];
+    }
     Ok(Scored {
         probs,
         labels,
