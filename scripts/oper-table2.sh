@@ -44,8 +44,8 @@ out = b["output_dist"]
 total = (out["intra_host"] + out["cross_host"]) / 1e6
 cross = out["cross_host"] / 1e6
 sync = (b["sparse_grad_sync"]["intra_host"] + b["sparse_grad_sync"]["cross_host"]) / 1e6
-ratio = 2 * float(model_mb) / total if total > 0 else float("nan")
-print(f"| {name} | {strategy} | {extra}% (used {float(used):.2f}%) | {float(model_mb):.3f} | {total:.3f} | {cross:.3f} | {sync:.3f} | {ratio:.2f} |")
+ratio = f"{2 * float(model_mb) / total:.2f}" if total > 0 else "—"
+print(f"| {name} | {strategy} | {extra}% (used {float(used):.2f}%) | {float(model_mb):.3f} | {total:.3f} | {cross:.3f} | {sync:.3f} | {ratio} |")
 PY
     done
 done

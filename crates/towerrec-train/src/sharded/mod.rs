@@ -39,7 +39,7 @@ use route::{Route, Router};
 use sptt::Sptt;
 pub(crate) use sptt::TowerDomain;
 use std::sync::Arc;
-use towerrec_comm::{Comm, Phase, Topology};
+use towerrec_comm::{Comm, Phase};
 use towerrec_core::embedding::{EmbeddingBag, Pooling, SparseOptimizer};
 use towerrec_core::Batch;
 use towerrec_plan::partitioned::TableAddresses;
@@ -96,8 +96,6 @@ pub struct ShardedEmbeddings {
     /// The sync of row-partitioned rows with copies on several ranks, if any (then
     /// every backward ends with it).
     shared: Option<partitioned::SharedSync>,
-    /// The plan's cluster (row-partitioned tables' address maps name its ranks).
-    topology: Topology,
 }
 
 impl ShardedEmbeddings {
@@ -226,7 +224,6 @@ impl ShardedEmbeddings {
             samples: Vec::new(),
             bufs: Buffers::default(),
             shared: (!shared_rows.is_empty()).then(|| partitioned::SharedSync::new(shared_rows)),
-            topology: plan.topology,
         })
     }
 
@@ -368,10 +365,9 @@ impl ShardedEmbeddings {
         let dims: Vec<usize> = self.tables.iter().map(|t| t.dim).collect();
         let sync = self.shared.as_mut().expect("called with shared rows");
         let sums = sync.sum(&self.comm, touched, &dims)?;
-        let me = self.comm.world_rank();
         for (t, rows, grads) in sums {
             if let Some(l) = self.local.iter_mut().find(|l| l.table == t) {
-                l.apply_shared(&rows, &grads, lr, me, self.topology)?;
+                l.apply_shared(&rows, &grads, lr)?;
             }
         }
         Ok(())

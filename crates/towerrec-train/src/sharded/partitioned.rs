@@ -30,11 +30,12 @@ use towerrec_plan::{Shard, TablePlan, Topology};
 
 /// What a row-partitioned table's store on this rank needs beyond a shard's.
 pub(super) struct Store {
-    map: Arc<TableAddresses>,
     /// The table row at each offset.
     rows: Vec<usize>,
     /// Offsets of rows with copies elsewhere, sorted.
     shared: Vec<Range<usize>>,
+    /// `(table row, offset)` of those rows, by row.
+    shared_by_row: Vec<(u64, usize)>,
 }
 
 impl Store {
@@ -99,9 +100,16 @@ pub(super) fn local_store(
         optimizer,
         |r, row| init.fill_row(rows[r], 0, row),
     )?;
+    let shared = map.shared_offsets(shard.rank);
+    let mut shared_by_row: Vec<(u64, usize)> = shared
+        .iter()
+        .flat_map(|r| r.clone())
+        .map(|offset| (rows[offset] as u64, offset))
+        .collect();
+    shared_by_row.sort_unstable();
     let store = Store {
-        map: Arc::clone(map),
-        shared: map.shared_offsets(shard.rank),
+        shared,
+        shared_by_row,
         rows,
     };
     Ok(LocalShard::new(t, shard, bag).with_store(store))
@@ -155,23 +163,18 @@ impl LocalShard {
         Ok((rows, grads))
     }
 
-    /// Applies the summed gradients of shared rows this store holds.
-    pub(super) fn apply_shared(
-        &mut self,
-        rows: &[u64],
-        grads: &[f32],
-        lr: f32,
-        me: usize,
-        topology: Topology,
-    ) -> Result<()> {
+    /// Applies the summed gradients of shared rows (`rows` sorted) this store holds.
+    pub(super) fn apply_shared(&mut self, rows: &[u64], grads: &[f32], lr: f32) -> Result<()> {
         let cols = self.columns();
         let store = self.store().expect("a row-partitioned store");
         let mut mine = Vec::new();
         let mut mine_grads = Vec::new();
+        // Both sorted by row: one merge.
+        let mut held = store.shared_by_row.iter().peekable();
         for (i, &row) in rows.iter().enumerate() {
-            let at = store.map.locate(row as usize, me, topology);
-            if at.rank == me {
-                mine.push(at.offset as u64);
+            while held.next_if(|&&(r, _)| r < row).is_some() {}
+            if let Some(&(_, offset)) = held.next_if(|&&(r, _)| r == row) {
+                mine.push(offset as u64);
                 mine_grads.extend_from_slice(&grads[i * cols..(i + 1) * cols]);
             }
         }
