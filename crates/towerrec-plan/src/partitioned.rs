@@ -11,7 +11,7 @@
 //! A rank stores a partitioned table as the partitions it owns, in plan order, then the
 //! replicas it holds, in plan order; [`Location::offset`] counts rows into that.
 
-use crate::plan::{Partition, Plan, ShardingType, TablePlan};
+use crate::plan::{Plan, ShardingType, TablePlan};
 use towerrec_comm::Topology;
 
 /// A table's order: `hot` rows first, then every other row by increasing id.
@@ -25,7 +25,7 @@ pub struct RowOrder {
 
 impl RowOrder {
     /// The order of a table of `rows` rows whose hot rows are `hot`, which must be
-    /// distinct and below `rows` (see [`check_hot_rows`]).
+    /// distinct and below `rows` (as [`Plan::validate`] checks).
     pub fn new(rows: usize, hot: &[usize]) -> Self {
         let mut by_row: Vec<(usize, usize)> = hot.iter().copied().zip(0..).collect();
         by_row.sort_unstable();
@@ -233,66 +233,6 @@ impl TableAddresses {
                 .sum::<usize>()
             + self.stored.capacity() * size_of::<(usize, usize)>()
     }
-}
-
-/// Checks a row-partitioned entry of a table of `rows` rows on `world` ranks.
-pub(crate) fn check_entry(entry: &TablePlan, rows: usize, world: usize) -> Result<(), String> {
-    if !entry.shards.is_empty() {
-        return Err(format!(
-            "row_partitioned tables have partitions, not shards; found {} shards",
-            entry.shards.len()
-        ));
-    }
-    if entry.partitions.is_empty() {
-        return Err("row_partitioned needs at least one partition, found none".into());
-    }
-    check_hot_rows(&entry.hot_rows, rows)?;
-    crate::validate::tile(
-        entry.partitions.iter().map(|p| p.order),
-        rows,
-        "position",
-        "partition",
-    )?;
-    for (i, p) in entry.partitions.iter().enumerate() {
-        check_partition(i, p, world)?;
-    }
-    Ok(())
-}
-
-fn check_partition(i: usize, p: &Partition, world: usize) -> Result<(), String> {
-    let missing = |what: &str, r: usize| {
-        format!("partition {i}: {what} rank {r} does not exist; the topology has ranks 0..{world}")
-    };
-    if p.rank >= world {
-        return Err(missing("owner", p.rank));
-    }
-    let mut seen = vec![p.rank];
-    for &r in &p.replicas {
-        if r >= world {
-            return Err(missing("replica", r));
-        }
-        if seen.contains(&r) {
-            return Err(format!(
-                "partition {i}: rank {r} holds it twice (owner {}, replicas {:?}); a rank holds a partition at most once",
-                p.rank, p.replicas
-            ));
-        }
-        seen.push(r);
-    }
-    Ok(())
-}
-
-/// The hot rows of an order: distinct, each below `rows`.
-pub fn check_hot_rows(hot: &[usize], rows: usize) -> Result<(), String> {
-    let mut sorted = hot.to_vec();
-    sorted.sort_unstable();
-    if let Some(&r) = sorted.last().filter(|&&r| r >= rows) {
-        return Err(format!("hot row {r} is outside the table's {rows} rows"));
-    }
-    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-        return Err(format!("hot row {} is listed twice", w[0]));
-    }
-    Ok(())
 }
 
 impl Plan {

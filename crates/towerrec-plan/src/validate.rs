@@ -146,7 +146,7 @@ fn check_entry(
     let kind = entry.sharding.name();
     let shards = &entry.shards;
     if entry.sharding == ShardingType::RowPartitioned {
-        return crate::partitioned::check_entry(entry, spec.rows, world).or_else(fail);
+        return partitioned::check_entry(entry, spec.rows, world).or_else(fail);
     }
     if !entry.hot_rows.is_empty() || !entry.partitions.is_empty() {
         return fail(format!(
@@ -312,6 +312,7 @@ fn distinct_ranks(shards: &[Shard], kind: &str) -> std::result::Result<(), Strin
     Ok(())
 }
 
+mod partitioned;
 #[cfg(test)]
 mod tests;
 mod towers;

@@ -480,34 +480,28 @@ fn a_checkpoint_is_the_whole_model_and_resumes_on_another_topology() {
     .unwrap()
     .remove(0)
     .unwrap();
-    // Load on 1×3 row-wise and in one process: the same tables, bit for bit.
-    let to = Topology::new(1, 3).unwrap();
-    let plan = planners::row_wise(&table_specs(&cfg, &s), to).unwrap();
+    // Load on 1×3 row-wise, into OPER's row-partitioned stores with copies on 2×2
+    // (every copy loaded), and in one process: the same tables, bit for bit.
     let ckpt = Checkpoint::read(&path).unwrap();
-    let loaded = run_ranks(to, 1, |comm: Comm| {
-        let mut model =
-            Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, &plan)?;
-        ckpt.apply(&mut model)?;
-        model.whole_tables()
-    })
-    .unwrap()
-    .remove(0)
-    .unwrap();
+    let load = |topology: Topology, plan: &Plan| {
+        run_ranks(topology, 1, |comm: Comm| {
+            let mut model =
+                Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, plan)?;
+            ckpt.apply(&mut model)?;
+            model.whole_tables()
+        })
+        .unwrap()
+        .remove(0)
+        .unwrap()
+    };
+    let to = Topology::new(1, 3).unwrap();
+    assert_eq!(
+        saved,
+        load(to, &planners::row_wise(&table_specs(&cfg, &s), to).unwrap())
+    );
+    assert_eq!(saved, load(from, &oper_plan(&cfg, from, Mode::Training)));
     let mut single = Model::build(&cfg.model, &cfg.optimizer, &s, cfg.train.seed).unwrap();
     ckpt.apply(&mut single).unwrap();
-    assert_eq!(saved, loaded);
-    // And into row-partitioned stores with replicas (OPER), every copy loaded.
-    let plan = oper_plan(&cfg, from, Mode::Training);
-    let oper_loaded = run_ranks(from, 1, |comm: Comm| {
-        let mut model =
-            Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, &plan)?;
-        ckpt.apply(&mut model)?;
-        model.whole_tables()
-    })
-    .unwrap()
-    .remove(0)
-    .unwrap();
-    assert_eq!(saved, oper_loaded);
     assert_eq!(saved, single.whole_tables().unwrap().unwrap());
     let _ = std::fs::remove_file(path);
 }

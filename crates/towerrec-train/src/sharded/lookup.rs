@@ -3,7 +3,7 @@
 //! in global sample order, that the input distribution brought it, and its backward is
 //! the fused optimizer update where the rows live.
 
-use super::partitioned::{Store, Touched};
+use super::store::{Store, Touched};
 use crate::error::Result;
 use towerrec_core::batch::JaggedView;
 use towerrec_core::embedding::EmbeddingBag;

@@ -24,6 +24,7 @@ mod partitioned;
 mod replicas;
 mod route;
 mod sptt;
+mod store;
 mod whole;
 
 pub(crate) use whole::state_layout;
@@ -361,7 +362,7 @@ impl ShardedEmbeddings {
 
     /// Sums the gradients of shared rows over the ranks that read them and applies the
     /// sums to every copy.
-    fn sync_shared_rows(&mut self, touched: &partitioned::Touched, lr: f32) -> Result<()> {
+    fn sync_shared_rows(&mut self, touched: &store::Touched, lr: f32) -> Result<()> {
         let dims: Vec<usize> = self.tables.iter().map(|t| t.dim).collect();
         let sync = self.shared.as_mut().expect("called with shared rows");
         let sums = sync.sum(&self.comm, touched, &dims)?;

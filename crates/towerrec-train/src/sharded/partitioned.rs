@@ -16,34 +16,17 @@
 //! on every rank that holds the row.
 
 use super::lookup::LocalShard;
+use super::store::{Store, Touched};
 use crate::config::ReplicaSync;
 use crate::error::{Error, Result};
 use crate::init::TableInit;
 use std::collections::{BTreeMap, BTreeSet};
-use std::ops::Range;
 use std::sync::Arc;
 use towerrec_comm::{Comm, HierarchicalAllReduce, Phase};
 use towerrec_core::batch::JaggedView;
 use towerrec_core::embedding::{EmbeddingBag, Pooling, SparseOptimizer};
 use towerrec_plan::partitioned::TableAddresses;
 use towerrec_plan::{Shard, TablePlan, Topology};
-
-/// What a row-partitioned table's store on this rank needs beyond a shard's.
-pub(super) struct Store {
-    /// The table row at each offset.
-    rows: Vec<usize>,
-    /// Offsets of rows with copies elsewhere, sorted.
-    shared: Vec<Range<usize>>,
-    /// `(table row, offset)` of those rows, by row.
-    shared_by_row: Vec<(u64, usize)>,
-}
-
-impl Store {
-    fn is_shared(&self, offset: usize) -> bool {
-        let i = self.shared.partition_point(|r| r.end <= offset);
-        self.shared.get(i).is_some_and(|r| r.contains(&offset))
-    }
-}
 
 /// The address map of a row-partitioned `entry`, and one shard per rank that stores
 /// any of its rows (rows `0..stored`, every column).
@@ -101,23 +84,9 @@ pub(super) fn local_store(
         |r, row| init.fill_row(rows[r], 0, row),
     )?;
     let shared = map.shared_offsets(shard.rank);
-    let mut shared_by_row: Vec<(u64, usize)> = shared
-        .iter()
-        .flat_map(|r| r.clone())
-        .map(|offset| (rows[offset] as u64, offset))
-        .collect();
-    shared_by_row.sort_unstable();
-    let store = Store {
-        shared,
-        shared_by_row,
-        rows,
-    };
+    let store = Store::new(rows, shared);
     Ok(LocalShard::new(t, shard, bag).with_store(store))
 }
-
-/// Per table, the rows of shared copies this rank's reads touched and their summed
-/// gradients: `(table, rows, grads)`.
-pub(super) type Touched = Vec<(usize, Vec<u64>, Vec<f32>)>;
 
 impl LocalShard {
     /// The fused update of the rows only this store holds, and the summed gradient of
@@ -147,7 +116,7 @@ impl LocalShard {
         let mut grads: Vec<f32> = Vec::new();
         for (i, &(offset, b)) in shared.iter().enumerate() {
             if i == 0 || shared[i - 1].0 != offset {
-                rows.push(store.rows[offset] as u64);
+                rows.push(store.row(offset) as u64);
                 grads.resize(grads.len() + cols, 0.0);
             }
             let last = grads.len() - cols;
@@ -170,7 +139,7 @@ impl LocalShard {
         let mut mine = Vec::new();
         let mut mine_grads = Vec::new();
         // Both sorted by row: one merge.
-        let mut held = store.shared_by_row.iter().peekable();
+        let mut held = store.shared_by_row().iter().peekable();
         for (i, &row) in rows.iter().enumerate() {
             while held.next_if(|&&(r, _)| r < row).is_some() {}
             if let Some(&(_, offset)) = held.next_if(|&&(r, _)| r == row) {
