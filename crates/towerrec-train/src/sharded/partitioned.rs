@@ -64,7 +64,6 @@ pub(super) fn shared_rows(entry: &TablePlan, map: &TableAddresses) -> Vec<u64> {
 }
 
 /// This rank's store of table `t`, initialised as one process initialises the table.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn local_store(
     t: usize,
     name: &str,
