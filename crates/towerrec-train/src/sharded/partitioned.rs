@@ -20,7 +20,7 @@ use super::store::{Store, Touched};
 use crate::config::ReplicaSync;
 use crate::error::{Error, Result};
 use crate::init::TableInit;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use towerrec_comm::{Comm, HierarchicalAllReduce, Phase};
 use towerrec_core::batch::JaggedView;
@@ -109,8 +109,9 @@ impl LocalShard {
             }
             own_offsets.push(own.len());
         }
-        // A stable sort keeps each row's reads in (sample, position) order.
-        shared.sort_by_key(|&(offset, _)| offset);
+        // By row, then sample: each row's reads in sample order (reads of one row
+        // within one bag are equal pairs, so their order cannot matter).
+        shared.sort_unstable();
         let mut rows = Vec::new();
         let mut grads: Vec<f32> = Vec::new();
         for (i, &(offset, b)) in shared.iter().enumerate() {
@@ -279,14 +280,18 @@ fn decode_rows(all: &[u64], mut f: impl FnMut(usize, &[u64]) -> Result<()>) -> R
 /// global batch).
 fn touched_union(comm: &Comm, touched: &Touched) -> Result<Vec<(usize, Vec<u64>)>> {
     let (all, _) = comm.all_gather(&encode_rows(touched), Phase::SparseGradSync)?;
-    let mut union: BTreeMap<usize, BTreeSet<u64>> = BTreeMap::new();
+    let mut union: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
     decode_rows(&all, |t, rows| {
-        union.entry(t).or_default().extend(rows);
+        union.entry(t).or_default().extend_from_slice(rows);
         Ok(())
     })?;
     Ok(union
         .into_iter()
-        .map(|(t, r)| (t, r.into_iter().collect()))
+        .map(|(t, mut rows)| {
+            rows.sort_unstable();
+            rows.dedup();
+            (t, rows)
+        })
         .collect())
 }
 

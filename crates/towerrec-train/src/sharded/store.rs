@@ -8,8 +8,8 @@ use std::ops::Range;
 pub(super) struct Store {
     /// The table row at each offset.
     rows: Vec<usize>,
-    /// Offsets of rows with copies elsewhere, sorted.
-    shared: Vec<Range<usize>>,
+    /// Whether the row at each offset has copies elsewhere.
+    shared: Vec<bool>,
     /// `(table row, offset)` of those rows, by row.
     shared_by_row: Vec<(u64, usize)>,
 }
@@ -24,9 +24,13 @@ impl Store {
             .map(|offset| (rows[offset] as u64, offset))
             .collect();
         shared_by_row.sort_unstable();
+        let mut flags = vec![false; rows.len()];
+        for r in &shared {
+            flags[r.clone()].fill(true);
+        }
         Store {
             rows,
-            shared,
+            shared: flags,
             shared_by_row,
         }
     }
@@ -37,8 +41,7 @@ impl Store {
     }
 
     pub(super) fn is_shared(&self, offset: usize) -> bool {
-        let i = self.shared.partition_point(|r| r.end <= offset);
-        self.shared.get(i).is_some_and(|r| r.contains(&offset))
+        self.shared[offset]
     }
 
     /// `(table row, offset)` of the shared rows, by row.
