@@ -57,6 +57,15 @@ pub struct SyntheticConfig {
     /// `--eval-data` sets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval_path: Option<PathBuf>,
+    /// Every this many samples the Zipf tables' hot rows move (their rank → row map
+    /// shifts by about a third of the table): a stream whose access profile drifts
+    /// (docs/OPER.md); 0 (default) never.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub zipf_rotate_every: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn default_num_dense() -> usize {
@@ -150,6 +159,7 @@ impl SyntheticConfig {
             signal: default_signal(),
             positive_rate: default_positive_rate(),
             eval_path: None,
+            zipf_rotate_every: 0,
         }
     }
 
@@ -218,6 +228,7 @@ enum PoolGen {
 pub struct SyntheticGenerator {
     schema: Schema,
     seed: u64,
+    rotate_every: u64,
     tables: Vec<TableGen>,
     /// Per dense feature: (μ, hidden weight).
     dense: Vec<(f64, f64)>,
@@ -418,6 +429,7 @@ impl SyntheticGenerator {
                 sparse,
             },
             seed: cfg.seed,
+            rotate_every: cfg.zipf_rotate_every,
             tables,
             dense,
             sparse_coef,
@@ -452,6 +464,7 @@ impl SyntheticGenerator {
         }
         let mut sparse = Vec::with_capacity(self.tables.len());
         let mut sparse_sum = 0.0;
+        let rotation = i.checked_div(self.rotate_every).unwrap_or(0);
         for t in &self.tables {
             let n = match &t.pooling {
                 PoolGen::Fixed(n) => *n as usize,
@@ -466,8 +479,9 @@ impl SyntheticGenerator {
                     Some(z) => {
                         let rank = (z.sample(&mut rng) as u64).clamp(1, t.rows) - 1;
                         let (a, b) = t.perm;
-                        ((u128::from(a) * u128::from(rank) + u128::from(b)) % u128::from(t.rows))
-                            as u64
+                        let shift = u128::from(rotation) * u128::from(t.rows / 3 + 1);
+                        ((u128::from(a) * u128::from(rank) + u128::from(b) + shift)
+                            % u128::from(t.rows)) as u64
                     }
                 };
                 wsum += 2.0 * unit_f64(mix2(t.key, row)) - 1.0;

@@ -95,6 +95,10 @@ pub struct PlanArgs {
     /// Write the plan to this file [default: stdout].
     #[arg(long)]
     output: Option<PathBuf>,
+    /// Rate this plan instead of making one: validate it and print the per-rank
+    /// figures (with --profile, OPER's model too).
+    #[arg(long, value_name = "PLAN", conflicts_with_all = ["towers", "output"])]
+    rate: Option<PathBuf>,
     #[command(flatten)]
     oper: OperArgs,
 }
@@ -141,8 +145,13 @@ pub fn run(a: PlanArgs) -> Result<()> {
             unreachable!("planned from the profile below")
         }
     };
-    let plan = match (a.strategy.placement(), a.towers) {
-        (Some(placement), None) => {
+    let label = match &a.rate {
+        Some(path) => path.display().to_string(),
+        None => a.strategy.name().to_string(),
+    };
+    let plan = match (&a.rate, a.strategy.placement(), a.towers) {
+        (Some(path), _, _) => Ok(Plan::load(path)?),
+        (None, Some(placement), None) => {
             let Some(profile) = &profile else {
                 bail!(
                     "--strategy {} needs --profile (written by `towerrec profile`)",
@@ -152,31 +161,32 @@ pub fn run(a: PlanArgs) -> Result<()> {
             let p = plan_oper::plan(placement, &a.oper, &tables, profile, topology, cost, budget)?;
             Ok(p)
         }
-        (Some(_), Some(_)) => bail!(
+        (None, Some(_), Some(_)) => bail!(
             "--strategy {} does not make tower plans yet; drop --towers",
             a.strategy.name()
         ),
-        (None, None) => flat(&tables, topology),
-        (None, Some(0)) => bail!("--towers 0: a tower plan needs at least one tower"),
-        (None, Some(t)) if t > tables.len() => {
+        (None, None, None) => flat(&tables, topology),
+        (None, None, Some(0)) => bail!("--towers 0: a tower plan needs at least one tower"),
+        (None, None, Some(t)) if t > tables.len() => {
             bail!(
                 "--towers {t}: there are only {} tables to group",
                 tables.len()
             )
         }
-        (None, Some(t)) => {
+        (None, None, Some(t)) => {
             let towers = planners::strided_towers(tables.len(), t);
             planners::with_towers(&tables, topology, &towers, a.hosts_per_tower, flat)
         }
     }
-    .with_context(|| format!("planning {}", a.strategy.name()))?;
+    .with_context(|| format!("planning {label}"))?;
     plan.validate(&tables, topology, budget)
-        .with_context(|| format!("the {} plan does not fit", a.strategy.name()))?;
-    match &a.output {
-        Some(path) => plan.save(path)?,
-        None => print!("{}", plan.to_json_pretty()),
+        .with_context(|| format!("the {label} plan does not fit"))?;
+    match (&a.output, &a.rate) {
+        (Some(path), _) => plan.save(path)?,
+        (None, None) => print!("{}", plan.to_json_pretty()),
+        (None, Some(_)) => {}
     }
-    report(&plan, &tables, &cost, a.strategy, budget);
+    report(&plan, &tables, &cost, &label, budget);
     if let Some(profile) = &profile {
         let heatmap = a.oper.heatmap_path(a.output.as_deref());
         plan_oper::report(&plan, &tables, profile, &cost, heatmap.as_deref())?;
@@ -196,13 +206,7 @@ fn table_specs(cfg: &Config, schema: &Schema) -> Result<Vec<TableSpec>> {
 }
 
 /// The per-rank table on stderr: tables held, bytes, estimated embedding time per step.
-fn report(
-    plan: &Plan,
-    tables: &[TableSpec],
-    cost: &CostParams,
-    strategy: Strategy,
-    budget: Option<u64>,
-) {
+fn report(plan: &Plan, tables: &[TableSpec], cost: &CostParams, label: &str, budget: Option<u64>) {
     let topo = plan.topology;
     let mut kinds: Vec<(ShardingType, usize)> = Vec::new();
     for e in &plan.tables {
@@ -217,7 +221,7 @@ fn report(
         .collect();
     eprintln!(
         "{} plan for {} hosts × {} ranks per host: {} tables ({}); global batch {}",
-        strategy.name(),
+        label,
         topo.hosts,
         topo.ranks_per_host,
         plan.tables.len(),

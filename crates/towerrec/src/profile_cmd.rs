@@ -28,6 +28,9 @@ pub struct ProfileArgs {
     /// Count only the first N samples (HugeCTR counts the first 20 batches) [default: all].
     #[arg(long, value_name = "N")]
     max_samples: Option<u64>,
+    /// Pass over the first N samples first (with --max-samples: profile a window).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    skip_samples: u64,
     /// Tables with more rows than this keep only their hot rows, from a count-min
     /// sketch, instead of an exact count per row (4 bytes per row).
     #[arg(long, value_name = "ROWS", default_value_t = ProfileOptions::default().exact_max_rows)]
@@ -68,6 +71,13 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     };
     let source = cfg.data.describe(part, &cfg.base_dir);
     let mut stream = towerrec_data::open(&cfg.data, part, BadRows::Fail, &cfg.base_dir)?;
+    let skipped = stream.skip_records(a.skip_samples)?;
+    if skipped < a.skip_samples {
+        bail!(
+            "{source}: --skip-samples {} passes the end ({skipped} samples)",
+            a.skip_samples
+        );
+    }
     let started = Instant::now();
     let quiet = a.quiet;
     let profile = towerrec_data::profile::profile_stream(

@@ -273,3 +273,26 @@ proptest! {
         prop_assert!(cuts.windows(2).all(|w| w[0] < w[1]));
     }
 }
+
+#[test]
+fn rotating_zipf_moves_the_hot_rows() {
+    let mut cfg = SyntheticConfig::criteo_like(1000, 1, PoolingFactor::Fixed(1), 1.05);
+    cfg.train_samples = 20_000;
+    cfg.zipf_rotate_every = 10_000;
+    let hottest = |skip: u64| {
+        let mut s = SyntheticStream::new(&cfg, cfg.train_range()).unwrap();
+        s.skip_records(skip).unwrap();
+        let p = profile_stream(
+            &mut s,
+            ProfileOptions::default(),
+            Some(10_000),
+            String::new(),
+            |_| ControlFlow::Continue(()),
+        )
+        .unwrap();
+        p.tables[0].ranked()[0].0
+    };
+    assert_ne!(hottest(0), hottest(10_000));
+    // Within a window the map holds still.
+    assert_eq!(hottest(0), hottest(5_000));
+}
