@@ -29,7 +29,9 @@ pub use collective::{AlphaBeta, Collective, CrossHost, Group, Level, Network, Sc
 pub use error::{Error, Result};
 pub use hardware::{Compute, Hardware, SystemTraits};
 pub use memory::{DramTiming, MemorySystem, TimingRef};
-pub use step::{simulate, Exchange, Mode, Phase, Resource, Scenario, Sharding, Step};
+pub use step::{
+    simulate, simulate_rank, Exchange, Mode, Phase, RankLoad, Resource, Scenario, Sharding, Step,
+};
 pub use towerrec_core::layers::tower::TowerModuleKind;
 pub use towers::{GroupLoad, TowerCosts, Towers};
 pub use workload::{DenseCounts, Interaction, InteractionInput, TableGroup, Workload};

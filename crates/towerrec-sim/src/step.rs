@@ -173,8 +173,44 @@ fn phase(name: &'static str, resource: Resource, seconds: f64) -> Phase {
     }
 }
 
-/// Simulates one step of `workload` on `hw`.
+/// One rank's share of the embedding work against an even spread (1 = even): what a
+/// particular sharding plan gives it. [`simulate`] assumes every chip does the same;
+/// [`simulate_rank`] prices a rank of an uneven plan, whose step the slowest rank sets.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RankLoad {
+    /// Rows the rank looks up (and updates), over an even spread's.
+    pub lookups: f64,
+    /// Bytes of pooled embeddings the rank exchanges (the larger of sent and received),
+    /// over an even spread's; the gradients' exchange scales alike.
+    pub exchange: f64,
+}
+
+impl RankLoad {
+    pub const EVEN: RankLoad = RankLoad {
+        lookups: 1.0,
+        exchange: 1.0,
+    };
+}
+
+/// Simulates one step of `workload` on `hw`, every chip doing the same share.
 pub fn simulate(workload: &Workload, hw: &Hardware, scenario: Scenario) -> Result<Step> {
+    simulate_rank(workload, hw, scenario, RankLoad::EVEN)
+}
+
+/// Simulates one step of `workload` on `hw` as a rank with `load` sees it.
+pub fn simulate_rank(
+    workload: &Workload,
+    hw: &Hardware,
+    scenario: Scenario,
+    load: RankLoad,
+) -> Result<Step> {
+    let share_ok = |x: f64| x.is_finite() && x >= 0.0;
+    if !(share_ok(load.lookups) && share_ok(load.exchange)) {
+        return Err(Error::invalid(
+            "rank load",
+            format!("{load:?}: shares must be finite numbers ≥ 0"),
+        ));
+    }
     workload.validate()?;
     hw.validate()?;
     let chips = hw.chips();
@@ -227,7 +263,7 @@ pub fn simulate(workload: &Workload, hw: &Hardware, scenario: Scenario) -> Resul
             t.busiest.lookups / workload.lookups_per_sample()
         }
         _ => 1.0,
-    };
+    } * load.lookups;
     let compute = |flops_per_sample: f64| hw.compute_time(flops_per_sample * b);
     let training = scenario.mode == Mode::Training;
 
@@ -247,15 +283,15 @@ pub fn simulate(workload: &Workload, hw: &Hardware, scenario: Scenario) -> Resul
     // Each chip pools the bags of its tables for the whole batch: b bags per table.
     let bags = workload.num_tables() as f64 * b * lookup_share;
     let lookup = rows * row / mem.random_read(row) + bags * hw.system.lookup_overhead_ns * 1e-9;
-    let pooled = workload.pooled_bytes_per_sample() * b;
+    let pooled = workload.pooled_bytes_per_sample() * b * load.exchange;
     let exchange = match (scenario.exchange, scenario.sharding) {
         (Exchange::Flat, Sharding::Unsharded) => net.flat(Collective::AllToAll, pooled, world),
         (Exchange::Flat, Sharding::Sharded) => net.flat(
             Collective::ReduceScatter,
-            workload.unpooled_bytes_per_sample() * b,
+            workload.unpooled_bytes_per_sample() * b * load.exchange,
             world,
         ),
-        (Exchange::Towers(tc), _) => tower_exchange(hw, workload, &tc, b),
+        (Exchange::Towers(tc), _) => tower_exchange(hw, workload, &tc, b) * load.exchange,
     };
     t.overlapped(
         phase("lookup", Resource::Memory, lookup),
@@ -292,10 +328,10 @@ pub fn simulate(workload: &Workload, hw: &Hardware, scenario: Scenario) -> Resul
             (Exchange::Flat, Sharding::Unsharded) => net.flat(Collective::AllToAll, pooled, world),
             (Exchange::Flat, Sharding::Sharded) => net.flat(
                 Collective::AllGather,
-                workload.pooled_bytes_per_sample() * workload.global_batch(chips),
+                workload.pooled_bytes_per_sample() * workload.global_batch(chips) * load.exchange,
                 world,
             ),
-            (Exchange::Towers(tc), _) => tower_exchange(hw, workload, &tc, b),
+            (Exchange::Towers(tc), _) => tower_exchange(hw, workload, &tc, b) * load.exchange,
         };
         t.push("embedding_grad_exchange", Resource::Network, grads);
         if let Some(tm) = towers.filter(TowerCosts::has_modules) {

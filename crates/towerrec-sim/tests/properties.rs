@@ -2,8 +2,8 @@
 
 use proptest::prelude::*;
 use towerrec_sim::{
-    simulate, Collective, CrossHost, Exchange, Group, Hardware, Level, Mode, Network, Scaling,
-    Scenario, Sharding, Workload,
+    simulate, simulate_rank, Collective, CrossHost, Exchange, Group, Hardware, Level, Mode,
+    Network, RankLoad, Scaling, Scenario, Sharding, Workload,
 };
 
 fn network(lat: f64, bw: f64, cross: bool) -> Network {
@@ -80,12 +80,63 @@ proptest! {
     }
 
     #[test]
+    fn a_rank_with_more_embedding_work_is_never_faster(
+        lookups in 0.0f64..4.0,
+        exchange in 0.0f64..4.0,
+        more in 1.0f64..3.0,
+        sharded in any::<bool>(),
+        training in any::<bool>(),
+    ) {
+        let hw = Hardware::preset("dgx-a100").unwrap().with_chips(16).unwrap();
+        let scenario = Scenario {
+            mode: if training { Mode::Training } else { Mode::Inference },
+            sharding: if sharded { Sharding::Sharded } else { Sharding::Unsharded },
+            exchange: Exchange::Flat,
+        };
+        let w = Workload::rm2(false);
+        let step = |l, e| simulate_rank(&w, &hw, scenario, RankLoad { lookups: l, exchange: e }).unwrap();
+        let s = step(lookups, exchange);
+        prop_assert!(step(lookups * more, exchange).seconds >= s.seconds * (1.0 - 1e-12));
+        prop_assert!(step(lookups, exchange * more).seconds >= s.seconds * (1.0 - 1e-12));
+        let lookup = |s: &towerrec_sim::Step| s.phase("lookup").unwrap().seconds;
+        let doubled = step(2.0 * lookups, exchange);
+        prop_assert!((lookup(&doubled) - 2.0 * lookup(&s)).abs() <= 1e-9 * lookup(&doubled).max(1e-300));
+    }
+
+    #[test]
     fn random_reads_never_beat_the_bus(row in 8.0f64..4096.0, preset in 0usize..5) {
         let hw = Hardware::preset(["recspeed", "reference", "dgx2", "dgx-a100", "h100-cluster"][preset]).unwrap();
         let m = &hw.memory;
         prop_assert!(m.random_read(row) > 0.0);
         prop_assert!(m.random_read(row) <= m.peak());
         prop_assert!(m.random_read(row * 2.0) >= m.random_read(row) * (1.0 - 1e-12));
+    }
+}
+
+#[test]
+fn an_even_rank_is_the_step_of_simulate_and_shares_are_checked() {
+    let hw = Hardware::preset("dgx-a100").unwrap();
+    let scenario = Scenario {
+        mode: Mode::Training,
+        sharding: Sharding::Unsharded,
+        exchange: Exchange::Flat,
+    };
+    let w = Workload::rm2(false);
+    let even = simulate_rank(&w, &hw, scenario, RankLoad::EVEN).unwrap();
+    assert_eq!(even, simulate(&w, &hw, scenario).unwrap());
+    let idle = RankLoad {
+        lookups: 0.0,
+        exchange: 0.0,
+    };
+    let s = simulate_rank(&w, &hw, scenario, idle).unwrap();
+    assert_eq!(s.phase("lookup").unwrap().seconds, 0.0);
+    assert!(s.seconds < even.seconds);
+    for bad in [f64::NAN, -1.0, f64::INFINITY] {
+        let load = RankLoad {
+            lookups: bad,
+            exchange: 1.0,
+        };
+        assert!(simulate_rank(&w, &hw, scenario, load).is_err());
     }
 }
 

@@ -99,6 +99,10 @@ pub struct PlanArgs {
     /// figures (with --profile, OPER's model too).
     #[arg(long, value_name = "PLAN", conflicts_with_all = ["towers", "output"])]
     rate: Option<PathBuf>,
+    /// Also write the tables as JSON (name, rows, dim, bytes per row, pooling factor),
+    /// with the topology and global batch, for other planners (bench/torchrec).
+    #[arg(long, value_name = "FILE")]
+    tables_out: Option<PathBuf>,
     #[command(flatten)]
     oper: OperArgs,
 }
@@ -125,6 +129,9 @@ pub fn run(a: PlanArgs) -> Result<()> {
     };
     let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir)?;
     let tables = table_specs(&cfg, &schema)?;
+    if let Some(path) = &a.tables_out {
+        write_tables(path, &tables, topology, cfg.train.batch_size)?;
+    }
     let base = CostParams {
         batch_size: cfg.train.batch_size,
         ..CostParams::default()
@@ -203,6 +210,37 @@ fn table_specs(cfg: &Config, schema: &Schema) -> Result<Vec<TableSpec>> {
         bail!("the data has no sparse (categorical) features: there are no tables to plan");
     }
     Ok(towerrec_train::cluster::table_specs(cfg, schema))
+}
+
+/// The `towerrec-tables-v1` file: what another planner needs to plan the same tables.
+fn write_tables(
+    path: &std::path::Path,
+    tables: &[TableSpec],
+    topology: Topology,
+    batch_size: usize,
+) -> Result<()> {
+    let entries: Vec<serde_json::Value> = tables
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "name": t.name,
+                "rows": t.rows,
+                "dim": t.dim,
+                "bytes_per_row": t.bytes_per_row,
+                "pooling_factor": t.pooling_factor,
+            })
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "format": "towerrec-tables-v1",
+        "topology": { "hosts": topology.hosts, "ranks_per_host": topology.ranks_per_host },
+        "batch_size": batch_size,
+        "tables": entries,
+    });
+    let text = serde_json::to_string_pretty(&doc)? + "\n";
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("wrote the tables to {}", path.display());
+    Ok(())
 }
 
 /// The per-rank table on stderr: tables held, bytes, estimated embedding time per step.

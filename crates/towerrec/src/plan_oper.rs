@@ -97,7 +97,7 @@ impl OperArgs {
 
 /// Gathers at the memory's random-read rate for the tables' mean row; the all-to-all
 /// bandwidths within and between hosts for the links.
-fn from_hardware(hw: &Hardware, base: CostParams, tables: &[TableSpec]) -> CostParams {
+pub fn from_hardware(hw: &Hardware, base: CostParams, tables: &[TableSpec]) -> CostParams {
     let row = tables.iter().map(|t| 4.0 * t.dim as f64).sum::<f64>() / tables.len().max(1) as f64;
     let intra = hw.network.intra_host.all_to_all.bandwidth_gbs * 1e9;
     let cross = hw

@@ -281,3 +281,131 @@ fn bad_requests_say_what_is_wrong() {
         assert!(stderr.contains(expect), "{args:?}: {stderr}");
     }
 }
+
+/// `simulate --plans`: an even plan is the ordinary flat step, a plan that keeps hot
+/// rows local is priced faster, the tables file other planners read is written, and a
+/// plan for another cluster shape is refused.
+#[test]
+fn plans_are_priced_rank_by_rank() {
+    let dir = tmp_dir("plans");
+    let p = |f: &str| dir.join(f).to_str().unwrap().to_string();
+    let config = p("zipf.toml");
+    std::fs::write(
+        &config,
+        "[model]\nkind = \"dlrm\"\nembedding_dim = 16\nbottom_mlp = [32, 16]\ntop_mlp = [32, 1]\n\
+         [optimizer]\ndense = { kind = \"sgd\" }\ndense_lr = 0.01\nsparse = { kind = \"sgd\" }\nsparse_lr = 0.01\n\
+         [train]\nbatch_size = 2048\n\
+         [data]\nformat = \"synthetic\"\ntrain_samples = 20000\neval_samples = 1000\nnum_dense = 4\n\
+         tables = [{ rows = 5000, zipf_exponent = 1.05, count = 4 }]\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = towerrec(args);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        stdout
+    };
+    run(&[
+        "profile",
+        "--config",
+        &config,
+        "--quiet",
+        "--out",
+        &p("z.profile"),
+    ]);
+    let topo = ["--hosts", "1", "--ranks-per-host", "4"];
+    let plan = |strategy: &str, extra: &[&str], out: &str| {
+        let mut a = vec!["plan", "--config", &config, "--strategy", strategy];
+        a.extend_from_slice(&topo);
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&["--output", out]);
+        run(&a);
+    };
+    let tables = p("tables.json");
+    plan("table-wise", &["--tables-out", &tables], &p("tw.json"));
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&tables).unwrap()).unwrap();
+    assert_eq!(t["format"], "towerrec-tables-v1");
+    assert_eq!(t["topology"]["ranks_per_host"], 4);
+    assert_eq!(t["batch_size"], 2048);
+    assert_eq!(t["tables"].as_array().unwrap().len(), 4);
+    assert_eq!(t["tables"][0]["rows"], 5000);
+    assert_eq!(t["tables"][0]["bytes_per_row"], 64);
+    let prof = p("z.profile");
+    plan(
+        "oper",
+        &["--profile", &prof, "--extra-memory", "5%"],
+        &p("oper.json"),
+    );
+
+    let plans = format!("{},{}", p("tw.json"), p("oper.json"));
+    let hw = ["--hardware", "dgx-a100"];
+    let mut a = vec![
+        "simulate",
+        "--config",
+        &config,
+        "--json",
+        "--profile",
+        &prof,
+        "--plans",
+        &plans,
+    ];
+    a.extend_from_slice(&hw);
+    let lines: Vec<serde_json::Value> = run(&a)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    // Four equally read tables, one per rank: every rank does an even share.
+    for share in ["rank_lookup_share", "rank_exchange_share"] {
+        for x in lines[0][share].as_array().unwrap() {
+            assert!(
+                (x.as_f64().unwrap() - 1.0).abs() < 1e-9,
+                "{share}: {}",
+                lines[0]
+            );
+        }
+    }
+    let mut a = vec!["simulate", "--config", &config, "--json", "--gpus", "4"];
+    a.extend_from_slice(&hw);
+    let flat: serde_json::Value = serde_json::from_str(run(&a).lines().next().unwrap()).unwrap();
+    let even = lines[0]["step_seconds"].as_f64().unwrap();
+    let want = flat["step_seconds"].as_f64().unwrap();
+    assert!((even - want).abs() <= 1e-12 * want, "{even} against {want}");
+    let oper = lines[1]["step_seconds"].as_f64().unwrap();
+    assert!(
+        oper < even,
+        "copies of hot rows should shorten the step: {oper} ≥ {even}"
+    );
+    assert!(
+        lines[1]["model_bytes_per_iteration"].as_f64().unwrap()
+            < lines[0]["model_bytes_per_iteration"].as_f64().unwrap()
+    );
+
+    let out = towerrec(&[
+        "plan",
+        "--config",
+        &config,
+        "--hosts",
+        "2",
+        "--ranks-per-host",
+        "2",
+        "--output",
+        &p("2x2.json"),
+    ]);
+    assert!(out.status.success());
+    let out = towerrec(&[
+        "simulate",
+        "--config",
+        &config,
+        "--hardware",
+        "dgx-a100",
+        "--profile",
+        &prof,
+        "--plans",
+        &p("2x2.json"),
+    ]);
+    common::assert_fails_with(&out, &["2 host(s) × 2 ranks", "8 chips per host"]);
+    let out = towerrec(&["simulate", "--config", &config, "--plans", &p("tw.json")]);
+    common::assert_fails_with(&out, &["--plans needs --profile"]);
+}

@@ -15,6 +15,7 @@ use towerrec_train::config::{Config, ModelKind};
 
 mod figures;
 mod model;
+mod plans;
 use figures::*;
 use model::{load_model, SimModel};
 
@@ -63,6 +64,15 @@ pub struct SimulateArgs {
     /// Print one JSON object per size and exchange instead of the tables.
     #[arg(long)]
     json: bool,
+    /// Instead: price these sharding plans (JSON, docs/PLANS.md) of the config's tables,
+    /// each on its own topology, rank by rank (needs --profile); the step is the
+    /// slowest rank's.
+    #[arg(long, value_delimiter = ',', value_name = "PLAN.json,…", conflicts_with_all = ["gpus", "reproduce"])]
+    plans: Vec<PathBuf>,
+    /// With --plans: the access profile (`towerrec profile`) that says which rows the
+    /// ranks read.
+    #[arg(long, requires = "plans")]
+    profile: Option<PathBuf>,
     /// Instead: reproduce a paper's results (`scale-in`: Tables XVI and XVII with
     /// Figures 8, 11, 12b, 13b; `dmt`: the speedup of Figure 10 from 16 to 512 GPUs).
     #[arg(long, value_enum)]
@@ -121,6 +131,16 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         ModeArg::Train => Mode::Training,
         ModeArg::Infer => Mode::Inference,
     };
+    if !a.plans.is_empty() {
+        let req = plans::PlanRequest {
+            config: &a.config,
+            plans: &a.plans,
+            profile: a.profile.as_deref(),
+            mode,
+            json: a.json,
+        };
+        return plans::run(req, workload, &hw);
+    }
     let sharding = match a.sharding {
         ShardingArg::Unsharded => Sharding::Unsharded,
         ShardingArg::Sharded => Sharding::Sharded,
