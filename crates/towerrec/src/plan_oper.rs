@@ -195,13 +195,25 @@ pub fn report(
         var / 1e12,
         1e3 * r.max_seconds(),
         100.0 * r.balance(),
-        100.0 * extra.iter().sum::<u64>() as f64 / tables.iter().map(TableSpec::bytes).sum::<u64>().max(1) as f64
+        100.0 * extra_share(&r, tables)
+    );
+    eprintln!(
+        "gradients of rows with copies, read in an iteration: {:.3} MB per iteration (summed over the copies by a sparse AllReduce in training)",
+        r.copy_sync_bytes / 1e6
     );
     if let Some(path) = heatmap {
         draw(&r, topo, path)?;
         eprintln!("drew {}", path.display());
     }
     Ok(r)
+}
+
+/// Bytes held beyond one copy of every row (replicas of partitions and data-parallel
+/// tables alike), as a share of all tables' bytes.
+fn extra_share(r: &Rating, tables: &[TableSpec]) -> f64 {
+    let held: u64 = r.memory.iter().sum();
+    let once: u64 = tables.iter().map(TableSpec::bytes).sum();
+    held.saturating_sub(once) as f64 / once.max(1) as f64
 }
 
 fn draw(r: &Rating, topo: Topology, path: &Path) -> Result<()> {

@@ -127,6 +127,16 @@ pub(crate) fn partition(tables: &[TableSpec], counts: &[&[u32]], threshold: f64)
 /// Reads of each range of `bounds` (consecutive ranges of a table's order, from 0)
 /// over a table whose order is `hot` then the other rows by id.
 pub(crate) fn order_reads(counts: &[u32], hot: &[usize], bounds: &[(usize, usize)]) -> Vec<u64> {
+    order_sums(counts, hot, bounds, u64::from)
+}
+
+/// Per range of the table's order (`bounds`), the sum of `f` over its rows' counts.
+pub(crate) fn order_sums<T: std::iter::Sum<T>>(
+    counts: &[u32],
+    hot: &[usize],
+    bounds: &[(usize, usize)],
+    f: impl Fn(u32) -> T,
+) -> Vec<T> {
     let mut sorted_hot = hot.to_vec();
     sorted_hot.sort_unstable();
     let mut next_hot = sorted_hot.iter().peekable();
@@ -141,11 +151,6 @@ pub(crate) fn order_reads(counts: &[u32], hot: &[usize], bounds: &[(usize, usize
     let mut rows = hot.iter().copied().chain(cold);
     bounds
         .iter()
-        .map(|&(a, b)| {
-            rows.by_ref()
-                .take(b - a)
-                .map(|r| u64::from(counts[r]))
-                .sum()
-        })
+        .map(|&(a, b)| rows.by_ref().take(b - a).map(|r| f(counts[r])).sum())
         .collect()
 }

@@ -11,7 +11,7 @@
 //! that copy to the reader, as the forward pass of the runtime does for single-id
 //! bags; the backward sends as many bytes of gradients back.
 
-use super::partition::order_reads;
+use super::partition::{order_reads, order_sums};
 use crate::cost::CostParams;
 use crate::error::{Error, Result};
 use crate::plan::{Plan, ShardingType, TableSpec};
@@ -26,6 +26,9 @@ struct Piece {
     /// Bytes one read moves.
     read_bytes: f64,
     bytes: u64,
+    /// Rows of the piece read at least once per iteration (expected), counted only
+    /// where the piece has copies: the rows whose gradients the copies must sum.
+    touched_copied: f64,
 }
 
 /// The model's figures for one plan.
@@ -40,6 +43,10 @@ pub struct Rating {
     /// Seconds per iteration of each rank: its lookups, plus what it sends and receives
     /// at the rates of the links used.
     pub rank_seconds: Vec<f64>,
+    /// Gradient bytes per iteration of the rows held on more than one rank (whole
+    /// data-parallel tables, partitions with replicas) that some rank read: what a
+    /// sparse AllReduce of the copies (§5.3) sums each iteration. Outside Eq. 1–3.
+    pub copy_sync_bytes: f64,
 }
 
 impl Rating {
@@ -131,8 +138,25 @@ pub(crate) fn exact_counts<'a>(
         .collect()
 }
 
-fn pieces(plan: &Plan, tables: &[TableSpec], counts: &[&[u32]], per_read: f64) -> Vec<Piece> {
+fn pieces(
+    plan: &Plan,
+    tables: &[TableSpec],
+    counts: &[&[u32]],
+    samples: u64,
+    batch: usize,
+) -> Vec<Piece> {
     let world = plan.topology.world_size();
+    let per_read = batch as f64 / samples as f64;
+    // A row read n times in `samples` samples is read at least once in an iteration
+    // of `batch` samples with probability 1 − (1 − n / samples)^batch.
+    let touched = |n: u32| {
+        let p = (f64::from(n) / samples as f64).min(1.0);
+        if p >= 1.0 {
+            1.0
+        } else {
+            1.0 - (batch as f64 * (-p).ln_1p()).exp()
+        }
+    };
     let mut out = Vec::new();
     for (spec, c) in tables.iter().zip(counts) {
         let Some(entry) = plan.table(&spec.name) else {
@@ -145,12 +169,29 @@ fn pieces(plan: &Plan, tables: &[TableSpec], counts: &[&[u32]], per_read: f64) -
                 reads: row_range(0, c.len()) as f64 * per_read,
                 read_bytes: spec.dim as f64 * 4.0,
                 bytes: spec.bytes(),
+                touched_copied: if world > 1 {
+                    c.iter().map(|&n| touched(n)).sum()
+                } else {
+                    0.0
+                },
             }),
             ShardingType::RowPartitioned => {
                 let bounds: Vec<(usize, usize)> =
                     entry.partitions.iter().map(|p| p.order).collect();
                 let reads = order_reads(c, &entry.hot_rows, &bounds);
-                for (p, r) in entry.partitions.iter().zip(reads) {
+                let copied: Vec<(usize, usize)> = entry
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        if p.replicas.is_empty() {
+                            (0, 0)
+                        } else {
+                            p.order
+                        }
+                    })
+                    .collect();
+                let touched = order_sums(c, &entry.hot_rows, &copied, touched);
+                for ((p, r), t) in entry.partitions.iter().zip(reads).zip(touched) {
                     out.push(Piece {
                         holders: std::iter::once(p.rank)
                             .chain(p.replicas.iter().copied())
@@ -158,6 +199,7 @@ fn pieces(plan: &Plan, tables: &[TableSpec], counts: &[&[u32]], per_read: f64) -
                         reads: r as f64 * per_read,
                         read_bytes: spec.dim as f64 * 4.0,
                         bytes: p.num_rows() as u64 * spec.bytes_per_row as u64,
+                        touched_copied: t,
                     });
                 }
             }
@@ -168,6 +210,7 @@ fn pieces(plan: &Plan, tables: &[TableSpec], counts: &[&[u32]], per_read: f64) -
                         reads: row_range(s.rows.0, s.rows.1) as f64 * per_read,
                         read_bytes: s.num_columns() as f64 * 4.0,
                         bytes: spec.shard_bytes(s),
+                        touched_copied: 0.0,
                     });
                 }
             }
@@ -220,11 +263,12 @@ pub(crate) fn rate_counts(
 ) -> Rating {
     let topo = plan.topology;
     let w = topo.world_size();
-    let per_read = cost.batch_size as f64 / samples as f64;
     let mut memory = vec![0u64; w];
+    let mut copy_sync_bytes = 0.0;
     let mut lookup = vec![0.0; w];
     let mut comm = vec![vec![0.0; w]; w];
-    for p in pieces(plan, tables, counts, per_read) {
+    for p in pieces(plan, tables, counts, samples, cost.batch_size) {
+        copy_sync_bytes += p.touched_copied * p.read_bytes;
         for &h in &p.holders {
             memory[h] = memory[h].saturating_add(p.bytes);
         }
@@ -250,5 +294,6 @@ pub(crate) fn rate_counts(
         lookup_seconds: lookup,
         comm,
         rank_seconds,
+        copy_sync_bytes,
     }
 }

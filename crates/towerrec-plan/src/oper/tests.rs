@@ -268,6 +268,7 @@ fn the_rating_counts_reads_from_the_nearest_copy() {
     assert_eq!(r.comm[0][1], 30.0 * 64.0);
     assert_eq!(r.comm[1][0], 10.0 * 64.0);
     assert_eq!(r.memory, vec![128, 128]);
+    assert_eq!(r.copy_sync_bytes, 0.0, "no row has copies");
     // A replica of rows 2-3 on rank 0 makes its reads local.
     e.partitions[1].replicas = vec![0];
     let plan = Plan {
@@ -278,10 +279,23 @@ fn the_rating_counts_reads_from_the_nearest_copy() {
     let r = rate(&plan, &tables, &prof, &cost).unwrap();
     assert_eq!(r.comm[0][1], 0.0);
     assert_eq!(r.memory, vec![256, 128]);
+    // Of the copied rows 2-3, row 3 is read in every iteration, row 2 never.
+    assert_eq!(r.copy_sync_bytes, 64.0);
     // A table-wise plan of the same table: everything from its one rank.
     let tw = planners::table_wise(&tables, topo).unwrap();
     let r = rate(&tw, &tables, &prof, &cost).unwrap();
     assert_eq!(r.total_bytes(), 40.0 * 64.0);
+    assert_eq!(r.copy_sync_bytes, 0.0);
+    // Data-parallel: every row read in an iteration is summed over the copies; a row
+    // read once in 10 samples is read in an iteration of 20 with 1 − 0.9^20.
+    let dp = planners::data_parallel(&tables, topo).unwrap();
+    assert_eq!(
+        rate(&dp, &tables, &prof, &cost).unwrap().copy_sync_bytes,
+        128.0
+    );
+    let rare = profile(&tables, vec![vec![1, 0, 0, 0]], 10);
+    let got = rate(&dp, &tables, &rare, &cost).unwrap().copy_sync_bytes;
+    assert!((got - 64.0 * (1.0 - 0.9f64.powi(20))).abs() < 1e-9, "{got}");
 }
 
 #[test]

@@ -11,7 +11,7 @@ use crate::plan_oper;
 use towerrec_data::AccessProfile;
 use towerrec_plan::oper::{self, Rating};
 use towerrec_plan::{CostParams, Plan, TableSpec};
-use towerrec_sim::{simulate_rank, RankLoad, Step};
+use towerrec_sim::{simulate_rank, Group, Phase, RankLoad, Resource, Step};
 
 /// What `--plans` needs besides the model and hardware.
 pub(super) struct PlanRequest<'a> {
@@ -104,9 +104,35 @@ pub(super) fn run(req: PlanRequest, workload: Workload, hw: &Hardware) -> Result
             sharding: Sharding::Unsharded,
             exchange: Exchange::Flat,
         };
+        // Training: rows held on several ranks sum their gradients every step, the
+        // same all-reduce on every rank (Eq. 1–3 leave it out; OPER's Eq. 4–5 weigh it).
+        let copy_sync = match req.mode {
+            Mode::Training if rating.copy_sync_bytes > 0.0 => {
+                let world = Group {
+                    hosts: topo.hosts,
+                    per_host: topo.ranks_per_host,
+                };
+                sized
+                    .network
+                    .hierarchical_all_reduce(rating.copy_sync_bytes, world)
+            }
+            _ => 0.0,
+        };
         let steps = loads
             .iter()
-            .map(|&l| simulate_rank(&workload, &sized, scenario, l))
+            .map(|&l| {
+                let mut step = simulate_rank(&workload, &sized, scenario, l)?;
+                if copy_sync > 0.0 {
+                    step.phases.push(Phase {
+                        name: "copy_sync",
+                        resource: Resource::Network,
+                        seconds: copy_sync,
+                        exposed: copy_sync,
+                    });
+                    step.seconds += copy_sync;
+                }
+                Ok(step)
+            })
             .collect::<towerrec_sim::Result<Vec<_>>>()?;
         priced.push(Priced {
             label,
@@ -154,7 +180,7 @@ fn print_plans(w: &Workload, hw: &Hardware, tables: &[TableSpec], priced: &[Pric
         hw.chips_per_host
     );
     println!(
-        "\n{:<40} {:>6} {:>12} {:>12} {:>8} {:>12} {:>13} {:>12} {:>8} {:>10} {:>10}",
+        "\n{:<40} {:>6} {:>12} {:>12} {:>8} {:>12} {:>13} {:>12} {:>8} {:>10} {:>10} {:>10}",
         "plan",
         "ranks",
         "step",
@@ -165,14 +191,15 @@ fn print_plans(w: &Workload, hw: &Hardware, tables: &[TableSpec], priced: &[Pric
         "model ms",
         "model bal",
         "MB/iter",
-        "cross MB"
+        "cross MB",
+        "copies MB"
     );
     for p in priced {
         let s = p.slowest();
         let max = p.steps[s].seconds;
         let load = p.loads[s];
         println!(
-            "{:<40} {:>6} {:>12} {:>12} {:>7.1}% {:>12.0} {:>13} {:>12.4} {:>7.1}% {:>10.3} {:>10.3}",
+            "{:<40} {:>6} {:>12} {:>12} {:>7.1}% {:>12.0} {:>13} {:>12.4} {:>7.1}% {:>10.3} {:>10.3} {:>10.3}",
             p.label,
             p.steps.len(),
             duration(max),
@@ -184,10 +211,12 @@ fn print_plans(w: &Workload, hw: &Hardware, tables: &[TableSpec], priced: &[Pric
             100.0 * p.rating.balance(),
             p.rating.total_bytes() / 1e6,
             p.rating.cross_host_bytes(p.topology) / 1e6,
+            p.rating.copy_sync_bytes / 1e6,
         );
     }
     println!(
-        "\nslowest rank (lookups, exchange): its shares of an even spread's; model: OPER's cost model at the hardware's rates"
+        "\nslowest rank (lookups, exchange): its shares of an even spread's; model: OPER's cost model at the hardware's rates; \
+         copies MB: gradients of rows held on several ranks and read in an iteration, all-reduced each training step (in the step)"
     );
 }
 
@@ -209,6 +238,8 @@ fn print_json_plans(priced: &[Priced]) -> Result<()> {
             "model_balance": p.rating.balance(),
             "model_bytes_per_iteration": p.rating.total_bytes(),
             "model_cross_host_bytes_per_iteration": p.rating.cross_host_bytes(p.topology),
+            "copy_sync_bytes_per_iteration": p.rating.copy_sync_bytes,
+            "copy_sync_seconds": p.steps[s].phase("copy_sync").map_or(0.0, |ph| ph.seconds),
         });
         println!("{}", serde_json::to_string(&line)?);
     }
