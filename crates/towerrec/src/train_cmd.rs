@@ -233,6 +233,20 @@ pub fn train(a: TrainArgs) -> Result<()> {
         None
     };
     let result = train_on(&a, cfg, out, resume.is_some(), mpi.as_ref());
+    if let (Err(e), Some(_)) = (&result, &mpi) {
+        if let Some(agreed) = e.downcast_ref::<mpi::AgreedFailure>() {
+            // Every rank met a set-up error and none is inside a collective: rank 0
+            // says it once, the others leave quietly, all through MPI_Finalize.
+            let said = agreed.0.clone();
+            // Finalizes MPI (without MPI, Session is an empty stand-in with no Drop).
+            #[allow(clippy::drop_non_drop)]
+            drop(mpi);
+            return match said {
+                Some(text) => Err(anyhow::anyhow!(text)),
+                None => std::process::exit(1),
+            };
+        }
+    }
     if let (Err(e), Some(session)) = (&result, &mpi) {
         // Returning would leave the other ranks blocked in a collective and this one in
         // MPI_Finalize: end the whole job instead.
@@ -385,6 +399,19 @@ mod mpi {
     }
 
     /// This process's rank of an MPI run.
+    /// A set-up error every rank has agreed on (see [`agree`]): rank 0 carries the
+    /// text to print, the other ranks `None`.
+    #[derive(Debug)]
+    pub struct AgreedFailure(pub Option<String>);
+
+    impl std::fmt::Display for AgreedFailure {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0.as_deref().unwrap_or("set-up failed on another rank"))
+        }
+    }
+
+    impl std::error::Error for AgreedFailure {}
+
     #[cfg(feature = "mpi")]
     pub fn train(
         session: &Session,
@@ -392,14 +419,69 @@ mod mpi {
         opts: &TrainOptions,
         observer: &mut dyn towerrec_train::Observer,
     ) -> Result<Summary> {
-        let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir)?;
-        let plan = cfg.plan_path().map(towerrec_plan::Plan::load).transpose()?;
-        let plan = towerrec_train::cluster::resolve_plan(cfg, &schema, session.topology(), plan)?;
         let comm = session.world()?;
-        towerrec_train::cluster::check_run_fits(cfg, &schema, &plan, comm.size(), [comm.rank()])?;
+        let setup = || -> Result<towerrec_plan::Plan> {
+            let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir)?;
+            let plan = cfg.plan_path().map(towerrec_plan::Plan::load).transpose()?;
+            let topology = session.topology();
+            let plan = towerrec_train::cluster::resolve_plan(cfg, &schema, topology, plan)?;
+            let (size, rank) = (comm.size(), comm.rank());
+            towerrec_train::cluster::check_run_fits(cfg, &schema, &plan, size, [rank])?;
+            Ok(plan)
+        };
+        let plan = agree(&comm, setup())?;
         Ok(towerrec_train::cluster::train_rank(
             cfg, opts, comm, &plan, observer,
         )?)
+    }
+
+    /// Every rank's set-up outcome, gathered before the run's first collective: all
+    /// succeeded, or every rank fails with an [`AgreedFailure`] whose text (rank 0's)
+    /// names each distinct error once with the ranks that met it.
+    #[cfg(feature = "mpi")]
+    fn agree<T>(comm: &towerrec_comm::Comm, outcome: Result<T>) -> Result<T> {
+        let mine = outcome.as_ref().err().map(|e| format!("{e:#}"));
+        let chars: Vec<u32> = mine
+            .as_deref()
+            .unwrap_or("")
+            .chars()
+            .map(u32::from)
+            .collect();
+        let (all, counts) = comm.all_gather(&chars, towerrec_comm::Phase::Control)?;
+        let mut errors: Vec<(String, Vec<usize>)> = Vec::new();
+        let mut at = 0;
+        for (rank, &n) in counts.iter().enumerate() {
+            let text: String = all[at..at + n]
+                .iter()
+                .filter_map(|&c| char::from_u32(c))
+                .collect();
+            at += n;
+            if text.is_empty() {
+                continue;
+            }
+            match errors.iter_mut().find(|(t, _)| *t == text) {
+                Some((_, ranks)) => ranks.push(rank),
+                None => errors.push((text, vec![rank])),
+            }
+        }
+        if errors.is_empty() {
+            return outcome;
+        }
+        let size = comm.size();
+        let text = errors
+            .iter()
+            .map(|(t, ranks)| match ranks.len() {
+                n if n == size => format!("every rank: {t}"),
+                1 => format!("rank {} of {size}: {t}", ranks[0]),
+                _ => {
+                    let r: Vec<String> = ranks.iter().map(usize::to_string).collect();
+                    format!("ranks {} of {size}: {t}", r.join(", "))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\nerror: ");
+        let said = (comm.rank() == 0).then_some(text);
+        Err(AgreedFailure(said).into())
     }
 
     #[cfg(not(feature = "mpi"))]

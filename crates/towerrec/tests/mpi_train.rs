@@ -263,6 +263,46 @@ fn train_both(dir: &Path, case: &str, shape: (usize, usize), args: &[String]) ->
     assert_same_run_as(case, shape, &a, &b)
 }
 
+/// A set-up error that every rank meets (here a plan for another topology) is said
+/// once, not once per rank, and the job still fails.
+#[test]
+fn a_setup_error_of_every_rank_is_said_once() {
+    let _serial = serial();
+    let dir = tmp("setup-once");
+    let plan = dir.join("1x4.json");
+    let o = towerrec(
+        &[
+            "plan",
+            "--hosts",
+            "1",
+            "--ranks-per-host",
+            "4",
+            "--output",
+            plan.to_str().unwrap(),
+        ]
+        .map(String::from),
+        &[],
+        60,
+    );
+    assert!(o.status.success(), "{}", describe(&o));
+    let mut args: Vec<String> = ["train", "--backend", "mpi", "--plan"]
+        .map(String::from)
+        .into();
+    args.push(plan.to_str().unwrap().into());
+    args.extend(small_args());
+    args.extend(["--out".into(), dir.join("run").to_str().unwrap().into()]);
+    let o = mpirun(&args, &[], 60);
+    let text = describe(&o);
+    assert!(!o.status.success(), "{text}");
+    let errors: Vec<&str> = text.lines().filter(|l| l.contains("error:")).collect();
+    assert_eq!(errors.len(), 1, "{text}");
+    assert!(
+        errors[0].contains("every rank: plan: the plan is for 1 hosts × 4 ranks per host"),
+        "{text}"
+    );
+    assert!(!text.contains("MPI_Abort"), "{text}");
+}
+
 #[test]
 fn mpi_equals_in_process_on_2x2() {
     let _serial = serial();
