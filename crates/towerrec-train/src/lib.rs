@@ -32,4 +32,6 @@ pub use config::Config;
 pub use error::{Error, Result};
 pub use model::Model;
 pub use prefetch::ReadCounts;
-pub use trainer::{train, EvalReport, Observer, Silent, StepReport, Summary, TrainOptions};
+pub use trainer::{
+    train, DriftReport, EvalReport, Observer, Silent, StepReport, Summary, TrainOptions,
+};

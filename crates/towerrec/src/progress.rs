@@ -1,7 +1,7 @@
 //! A terminal progress bar that follows a training run.
 
 use indicatif::{ProgressBar, ProgressStyle};
-use towerrec_train::{EvalReport, Observer, StepReport};
+use towerrec_train::{DriftReport, EvalReport, Observer, StepReport};
 
 /// Draws steps, samples/s, loss and the last AUC; prints each evaluation as a line.
 pub struct Bar {
@@ -85,10 +85,37 @@ impl Observer for Bar {
             r.ne,
             r.samples
         );
+        self.say(line);
+    }
+
+    fn on_drift(&mut self, r: &DriftReport) {
+        let verdict = match &r.replan {
+            Some(path) => format!(
+                "a fresh plan is written to {} (move the rows: --resume with --plan it)",
+                path.display()
+            ),
+            None => "the plan stands".into(),
+        };
+        self.say(format!(
+            "drift at step {}: the run's plan models {:.3} ms and {:.2} MB per iteration, a fresh one {:.3} ms and {:.2} MB ({:.2}×); {verdict}",
+            r.step,
+            r.plan_seconds * 1e3,
+            r.plan_bytes / 1e6,
+            r.fresh_seconds * 1e3,
+            r.fresh_bytes / 1e6,
+            r.ratio
+        ));
+    }
+}
+
+impl Bar {
+    /// A line above the bar (or on stderr without a visible one), unless quiet.
+    fn say(&self, line: String) {
         match &self.bar {
-            Some(bar) => bar.println(line),
-            None if !self.quiet => eprintln!("{line}"),
-            None => {}
+            // A hidden bar (stderr not a terminal) would drop the line.
+            Some(bar) if !bar.is_hidden() => bar.println(line),
+            _ if !self.quiet => eprintln!("{line}"),
+            _ => {}
         }
     }
 }

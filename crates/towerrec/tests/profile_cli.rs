@@ -143,3 +143,129 @@ fn oper_plans_from_a_profile_and_rates_any_plan() {
         text(&o).1
     );
 }
+
+/// `[cluster.drift]`: the first check's window is the profile the plan was made from
+/// (ratio 1), a check after the hot rows moved writes a fresh plan, and watching leaves
+/// training as it was, bit for bit.
+#[test]
+fn a_run_watches_its_profile_drift_without_changing_training() {
+    let dir = common::tmp("profile_cli", "drift");
+    let p = |f: &str| dir.join(f).to_str().unwrap().to_string();
+    // 4 tables Zipf(1.05), hot rows moving every 4 steps of 1024.
+    let data = [
+        "--set",
+        "data.tables=[{rows=2000,zipf_exponent=1.05,count=4}]",
+        "--set",
+        "data.zipf_rotate_every=4096",
+        "--set",
+        "data.train_samples=16384",
+        "--set",
+        "train.batch_size=1024",
+        "--set",
+        "train.log_every=4",
+    ];
+    let run = |args: &[&str]| {
+        let mut a: Vec<&str> = args.to_vec();
+        a.extend_from_slice(&data);
+        let o = towerrec(&a);
+        let (stdout, stderr) = text(&o);
+        assert!(o.status.success(), "{args:?}: {stderr}");
+        format!("{stdout}{stderr}")
+    };
+    let prof = p("w0.profile");
+    run(&[
+        "profile",
+        "--max-samples",
+        "4096",
+        "--quiet",
+        "--out",
+        &prof,
+    ]);
+    let plan = p("p0.json");
+    let topo = ["--hosts", "2", "--ranks-per-host", "2"];
+    let mut a = vec![
+        "plan",
+        "--strategy",
+        "oper",
+        "--profile",
+        &prof,
+        "--output",
+        &plan,
+    ];
+    a.extend_from_slice(&topo);
+    run(&a);
+    let train = |out: &str, extra: &[&str]| {
+        let mut a = vec!["train", "--plan", &plan, "--out", out, "--max-steps", "12"];
+        a.extend_from_slice(&topo);
+        a.extend_from_slice(extra);
+        run(&a)
+    };
+    let (watched, plain) = (p("watched"), p("plain"));
+    let said = train(&watched, &["--set", "cluster.drift={check_every=4}"]);
+    train(&plain, &[]);
+
+    let log = std::fs::read_to_string(dir.join("watched/metrics.jsonl")).unwrap();
+    let checks: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v.get("drift").is_some())
+        .collect();
+    assert_eq!(checks.len(), 3, "{log}");
+    let d = |i: usize, k: &str| checks[i]["drift"][k].clone();
+    assert_eq!(d(0, "window_samples"), 4096);
+    assert!(
+        (d(0, "ratio").as_f64().unwrap() - 1.0).abs() < 1e-12,
+        "{log}"
+    );
+    assert!(d(0, "replan").is_null());
+    assert!(d(1, "ratio").as_f64().unwrap() > 1.1, "{log}");
+    let fresh = d(1, "replan");
+    assert!(
+        fresh.as_str().unwrap().ends_with("replan-step-8.json"),
+        "{log}"
+    );
+    assert!(dir.join("watched/replan-step-8.json").exists());
+    assert!(said.contains("drift at step 8"), "{said}");
+    // The fresh plan moves the rows: a resume with it trains on.
+    let moved = p("watched/replan-step-8.json");
+    let resumed = p("resumed");
+    let copy = std::process::Command::new("cp")
+        .args(["-r", &watched, &resumed])
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    let mut a = vec![
+        "train",
+        "--resume",
+        &resumed,
+        "--plan",
+        &moved,
+        "--max-steps",
+        "16",
+    ];
+    a.extend_from_slice(&topo);
+    let o = towerrec(&a);
+    assert!(o.status.success(), "{}", common::describe(&o));
+
+    // Training is the same bit for bit: the checkpoint, and every line but the checks.
+    // (The tensors, past the header, whose metadata holds the config.)
+    let tensors = |run: &str| {
+        let bytes = std::fs::read(dir.join(run).join("checkpoint.safetensors")).unwrap();
+        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        bytes[8 + n..].to_vec()
+    };
+    assert!(tensors("watched") == tensors("plain"));
+    let losses = |run: &str| -> Vec<String> {
+        std::fs::read_to_string(dir.join(run).join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("\"loss\""))
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                format!("{} {}", v["step"], v["loss"])
+            })
+            .collect()
+    };
+    assert_eq!(losses("watched"), losses("plain"));
+    assert!(!losses("plain").is_empty());
+}

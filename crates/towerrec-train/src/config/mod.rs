@@ -134,7 +134,7 @@ fn default_log_every() -> u64 {
 }
 
 /// Where the model trains (`[cluster]`; omitted: one process).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
     /// Hosts of the cluster.
@@ -155,6 +155,37 @@ pub struct ClusterConfig {
     /// (default; OPER's local-aggregated sparse AllReduce), `dense` or `all_gather`.
     #[serde(default)]
     pub replica_sync: ReplicaSync,
+    /// Watch the access profile drift (`[cluster.drift]`; docs/OPER.md): absent, off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<DriftConfig>,
+}
+
+/// `[cluster.drift]`: every `check_every` steps, the rows read since the last check are
+/// counted over the cluster, the run's plan and a fresh OPER plan are rated by OPER's
+/// model under them, and a fresh plan whose modelled cost is `threshold` below is
+/// written to the run directory for a resume to move the rows (docs/OPER.md, "Drift").
+/// Watching changes nothing in training.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DriftConfig {
+    /// Steps between checks (each check's window).
+    pub check_every: u64,
+    /// How much costlier than a fresh plan the run's may get before a re-plan is
+    /// written: 0.10 is 10%.
+    #[serde(default = "default_drift_threshold")]
+    pub threshold: f64,
+    /// The fresh plan's extra memory for copies of hot rows (training copies), as a
+    /// share of all tables' bytes (`towerrec plan --extra-memory`).
+    #[serde(default = "default_drift_extra_memory")]
+    pub extra_memory: f64,
+}
+
+fn default_drift_threshold() -> f64 {
+    0.10
+}
+
+fn default_drift_extra_memory() -> f64 {
+    0.05
 }
 
 /// How the gradients of rows held by several ranks are summed (`[cluster]
@@ -194,6 +225,7 @@ impl Default for ClusterConfig {
             plan: None,
             dense_sync: DenseSync::default(),
             replica_sync: ReplicaSync::default(),
+            drift: None,
         }
     }
 }

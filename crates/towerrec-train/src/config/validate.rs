@@ -131,6 +131,18 @@ impl Config {
                 "cluster: hosts × ranks_per_host must be at most {MAX_WORLD_SIZE}"
             ));
         }
+        if let Some(d) = &c.drift {
+            if d.check_every == 0 {
+                return Err("cluster.drift.check_every: must be at least 1 step".into());
+            }
+            non_negative("cluster.drift.threshold", d.threshold)?;
+            if !(0.0..=1.0).contains(&d.extra_memory) {
+                return Err(format!(
+                    "cluster.drift.extra_memory: must be a share between 0 and 1, got {}",
+                    d.extra_memory
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -321,6 +333,18 @@ mod tests {
             (
                 &["cluster.hosts=64", "cluster.ranks_per_host=65"],
                 "cluster",
+            ),
+            (
+                &["cluster.drift={ check_every = 0 }"],
+                "cluster.drift.check_every",
+            ),
+            (
+                &["cluster.drift={ check_every = 5, threshold = -0.1 }"],
+                "cluster.drift.threshold",
+            ),
+            (
+                &["cluster.drift={ check_every = 5, extra_memory = 1.5 }"],
+                "cluster.drift.extra_memory",
             ),
         ] {
             let e = error_of(sets);

@@ -97,6 +97,8 @@ pub struct ShardedEmbeddings {
     /// The sync of row-partitioned rows with copies on several ranks, if any (then
     /// every backward ends with it).
     shared: Option<partitioned::SharedSync>,
+    /// The plan the tables are spread by.
+    plan: Plan,
 }
 
 impl ShardedEmbeddings {
@@ -225,7 +227,13 @@ impl ShardedEmbeddings {
             samples: Vec::new(),
             bufs: Buffers::default(),
             shared: (!shared_rows.is_empty()).then(|| partitioned::SharedSync::new(shared_rows)),
+            plan: plan.clone(),
         })
+    }
+
+    /// The plan the tables are spread by.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
     }
 
     /// The world communicator (dense gradients, evaluation and checkpoints use it too).

@@ -7,11 +7,13 @@
 //! at the end, `summary.json`.
 
 mod checks;
+mod drift;
 mod evaluation;
 mod log;
 mod run;
 
 pub use crate::read_check::check_read;
+pub use drift::DriftReport;
 pub use run::{finished, train_model};
 
 use crate::config::{Config, ModelKind};
@@ -106,6 +108,8 @@ pub trait Observer {
     fn on_start(&mut self, _params: usize, _total_steps: Option<u64>, _resumed_at: u64) {}
     fn on_step(&mut self, _report: &StepReport) {}
     fn on_eval(&mut self, _report: &EvalReport) {}
+    /// Called after each `[cluster.drift]` check.
+    fn on_drift(&mut self, _report: &DriftReport) {}
 }
 
 /// An observer that ignores everything.

@@ -6,6 +6,7 @@
 //! fails at start-up leaves it as it was.
 
 use super::checks::{at, place};
+use super::drift::{self, DriftWatch};
 use super::evaluation::evaluate_aside;
 use super::log::{write_json, MetricsLog};
 use super::{train_step_on_slice, EvalReport, Observer, Silent, StepReport, Summary, TrainOptions};
@@ -110,6 +111,8 @@ struct Run<'a> {
     eval_traffic: Option<RankTraffic>,
     fail_at: Option<(usize, u64)>,
     stall_at: Option<(usize, u64)>,
+    /// `[cluster.drift]` on a cluster: the rows read since the last check.
+    drift: Option<DriftWatch>,
 }
 
 /// Trains `model` (whole, or this rank's part of a sharded one) as `cfg` says. On a
@@ -155,6 +158,10 @@ pub fn train_model(
         let t = c.traffic();
         t.since(&t)
     });
+    let drift = match model.comm() {
+        Some(_) => DriftWatch::new(cfg)?,
+        None => None,
+    };
     let mut run = Run {
         cfg,
         opts,
@@ -173,6 +180,7 @@ pub fn train_model(
         eval_traffic,
         fail_at: crate::inject::failure_at()?,
         stall_at: crate::inject::stall_at()?,
+        drift,
     };
     run.go(root)
 }
@@ -292,6 +300,9 @@ impl Run<'_> {
             let loss = train_step_on_slice(&mut self.model, batch, n, lrs, &mut logits, &mut grad)
                 .map_err(|e| at(e, place(p.step + 1, p.epoch, p.batch_in_epoch + 1)))?;
             let b = n as u64;
+            if let Some(watch) = &mut self.drift {
+                watch.count(batch, b);
+            }
             self.progress.step += 1;
             self.progress.batch_in_epoch += 1;
             self.progress.samples += b;
@@ -336,11 +347,30 @@ impl Run<'_> {
             self.evaluate()?;
             self.window.start = Instant::now();
         }
+        self.watch_drift()?;
         let at_stop = self.opts.stop_after == Some(step);
         if at_stop || (cfg.train.checkpoint_every > 0 && step % cfg.train.checkpoint_every == 0) {
             self.save()?;
             self.window.start = Instant::now();
         }
+        Ok(())
+    }
+
+    /// A drift check, where one is due: logged, and said where a re-plan was written.
+    fn watch_drift(&mut self) -> Result<()> {
+        let Some(watch) = &mut self.drift else {
+            return Ok(());
+        };
+        let crate::embeddings::Embeddings::Sharded(sharded) = self.model.embeddings() else {
+            return Ok(());
+        };
+        let step = self.progress.step;
+        let Some(report) = watch.check(sharded.comm(), sharded.plan(), step, &self.opts.out_dir)?
+        else {
+            return Ok(());
+        };
+        self.log.write(&drift::log_line(&report))?;
+        self.observer.on_drift(&report);
         Ok(())
     }
 
