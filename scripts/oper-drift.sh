@@ -11,7 +11,7 @@ set -euo pipefail
 windows=${1:-4}
 window=${2:-50000}
 threshold=${THRESHOLD:-1.10}
-bin=target/release/towerrec
+bin=${BIN:-target/release/towerrec}
 cfg=${CONFIG:-bench/oper/speed.toml}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

@@ -12,7 +12,7 @@
 set -euo pipefail
 rounds=${1:-3}
 rate=${2:-1gbit}
-bin=target/release/towerrec
+bin=${BIN:-target/release/towerrec}
 cfg=${CONFIG:-bench/oper/speed.toml}
 extra=${EXTRA:-5%}
 out=$(mktemp -d)
