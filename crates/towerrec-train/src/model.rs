@@ -573,6 +573,26 @@ impl Model {
         }
     }
 
+    /// Moves this rank's part of a sharded model's tables to `plan` (every rank at
+    /// once): the same values and optimizer state, spread anew. Collective.
+    pub fn move_rows(&mut self, plan: &Plan) -> Result<()> {
+        if self.towers.is_some() {
+            return Err(Error::Plan(
+                "a DMT model's tables cannot move to another plan inside a run".into(),
+            ));
+        }
+        let old = std::mem::replace(&mut self.embeddings, Embeddings::Local(Vec::new()));
+        let Embeddings::Sharded(sharded) = old else {
+            self.embeddings = old;
+            return Err(Error::Plan(
+                "only a cluster's tables can move to another plan".into(),
+            ));
+        };
+        let moved = sharded.respread(&self.tables, plan, self.sparse_optimizer)?;
+        self.embeddings = Embeddings::Sharded(Box::new(moved));
+        Ok(())
+    }
+
     /// A DMT model's Tower Modules: their parameters and forward FLOPs per sample.
     pub fn tower_counts(&self) -> Option<(usize, usize)> {
         self.towers.as_ref().map(ModelTowers::counts)

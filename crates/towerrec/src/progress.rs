@@ -90,6 +90,7 @@ impl Observer for Bar {
 
     fn on_drift(&mut self, r: &DriftReport) {
         let verdict = match &r.replan {
+            Some(path) if r.moved => format!("the rows moved to a fresh plan, {}", path.display()),
             Some(path) => format!(
                 "a fresh plan is written to {} (move the rows: --resume with --plan it)",
                 path.display()

@@ -269,3 +269,103 @@ fn a_run_watches_its_profile_drift_without_changing_training() {
     assert_eq!(losses("watched"), losses("plain"));
     assert!(!losses("plain").is_empty());
 }
+
+/// `[cluster.drift] move = true`: the rows move to the fresh plan inside the run, and a
+/// run stopped before the move (mid-window) or after it (the checkpoint names the plan
+/// moved to) and resumed ends bit for bit as the run never stopped.
+#[test]
+fn rows_move_inside_the_run_and_resume_exactly() {
+    let dir = common::tmp("profile_cli", "drift-move");
+    let p = |f: &str| dir.join(f).to_str().unwrap().to_string();
+    let data = [
+        "--set",
+        "data.tables=[{rows=2000,zipf_exponent=1.05,count=4}]",
+        "--set",
+        "data.zipf_rotate_every=4096",
+        "--set",
+        "data.train_samples=16384",
+        "--set",
+        "train.batch_size=1024",
+        "--set",
+        "train.log_every=2",
+        "--set",
+        "cluster.drift={check_every=4, move=true}",
+    ];
+    let run = |args: &[&str]| {
+        let mut a: Vec<&str> = args.to_vec();
+        a.extend_from_slice(&data);
+        let o = towerrec(&a);
+        assert!(o.status.success(), "{args:?}: {}", common::describe(&o));
+    };
+    let prof = p("w0.profile");
+    run(&[
+        "profile",
+        "--max-samples",
+        "4096",
+        "--quiet",
+        "--out",
+        &prof,
+    ]);
+    let plan = p("p0.json");
+    let topo = ["--hosts", "2", "--ranks-per-host", "2"];
+    let mut a = vec![
+        "plan",
+        "--strategy",
+        "oper",
+        "--profile",
+        &prof,
+        "--output",
+        &plan,
+    ];
+    a.extend_from_slice(&topo);
+    run(&a);
+    let train = |out: &str, extra: &[&str]| {
+        let mut a = vec!["train", "--plan", &plan, "--out", out, "--max-steps", "12"];
+        a.extend_from_slice(&topo);
+        a.extend_from_slice(extra);
+        run(&a);
+    };
+    let resume = |out: &str| {
+        let mut a = vec!["train", "--resume", out];
+        a.extend_from_slice(&topo);
+        let o = towerrec(&a);
+        assert!(o.status.success(), "{}", common::describe(&o));
+    };
+    let whole = p("whole");
+    train(&whole, &[]);
+    let log = std::fs::read_to_string(dir.join("whole/metrics.jsonl")).unwrap();
+    assert!(log.contains("\"moved\":true"), "{log}");
+    assert!(log.contains("replan-step-8.json"), "{log}");
+    // What a run leaves that must not depend on where it stopped.
+    let tensors = |run: &str| {
+        let bytes = std::fs::read(dir.join(run).join("checkpoint.safetensors")).unwrap();
+        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        bytes[8 + n..].to_vec()
+    };
+    let records = |run: &str| -> Vec<String> {
+        std::fs::read_to_string(dir.join(run).join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+                for k in ["samples_per_sec", "eval_seconds"] {
+                    if let Some(o) = v.as_object_mut() {
+                        o.remove(k);
+                    }
+                }
+                if let Some(d) = v.get_mut("drift").and_then(|d| d.as_object_mut()) {
+                    d.remove("replan");
+                }
+                v.to_string()
+            })
+            .collect()
+    };
+    for stop in ["6", "10"] {
+        let name = format!("stop{stop}");
+        let out = p(&name);
+        train(&out, &["--stop-after", stop]);
+        resume(&out);
+        assert!(tensors(&name) == tensors("whole"), "stopped at {stop}");
+        assert_eq!(records(&name), records("whole"), "stopped at {stop}");
+    }
+}

@@ -160,11 +160,11 @@ pub struct ClusterConfig {
     pub drift: Option<DriftConfig>,
 }
 
-/// `[cluster.drift]`: every `check_every` steps, the rows read since the last check are
-/// counted over the cluster, the run's plan and a fresh OPER plan are rated by OPER's
-/// model under them, and a fresh plan whose modelled cost is `threshold` below is
-/// written to the run directory for a resume to move the rows (docs/OPER.md, "Drift").
-/// Watching changes nothing in training.
+/// `[cluster.drift]`: every `check_every` steps, the rows read since the last check (or
+/// the epoch's start) are counted over the cluster, the run's plan and a fresh OPER plan
+/// are rated by OPER's model under them, and a fresh plan whose modelled cost is
+/// `threshold` below is written to the run directory; with `move`, the rows move to it
+/// at once (docs/OPER.md, "Drift"). Watching alone changes nothing in training.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DriftConfig {
@@ -178,6 +178,9 @@ pub struct DriftConfig {
     /// share of all tables' bytes (`towerrec plan --extra-memory`).
     #[serde(default = "default_drift_extra_memory")]
     pub extra_memory: f64,
+    /// Also move the rows to the fresh plan at once, inside the run (`move = true`).
+    #[serde(default, rename = "move")]
+    pub move_rows: bool,
 }
 
 fn default_drift_threshold() -> f64 {

@@ -99,6 +99,10 @@ pub struct ShardedEmbeddings {
     shared: Option<partitioned::SharedSync>,
     /// The plan the tables are spread by.
     plan: Plan,
+    /// Every table's pooling, as built.
+    pooling: Pooling,
+    /// How shared rows sum their gradients (kept for a re-spread).
+    replica_sync: crate::config::ReplicaSync,
 }
 
 impl ShardedEmbeddings {
@@ -228,7 +232,32 @@ impl ShardedEmbeddings {
             bufs: Buffers::default(),
             shared: (!shared_rows.is_empty()).then(|| partitioned::SharedSync::new(shared_rows)),
             plan: plan.clone(),
+            pooling,
+            replica_sync: crate::config::ReplicaSync::default(),
         })
+    }
+
+    /// The same tables, values and optimizer state spread by `plan` instead (OPER's
+    /// rows moved to a fresh plan): every table gathered whole on every rank, then each
+    /// rank's part taken, as a checkpoint and a resume with `plan` would. Collective;
+    /// every rank holds every table whole for a moment.
+    pub fn respread(
+        self,
+        descs: &[TableDesc],
+        plan: &Plan,
+        optimizer: SparseOptimizer,
+    ) -> Result<Self> {
+        if self.sptt.is_some() {
+            return Err(Error::Plan(
+                "a DMT model's tables cannot move to another plan inside a run".into(),
+            ));
+        }
+        let whole = self.gather_whole_to(descs, optimizer, true)?;
+        let (pooling, mode) = (self.pooling, self.replica_sync);
+        let mut moved = ShardedEmbeddings::new(self.comm, descs, plan, pooling, optimizer, 0)?;
+        moved.set_replica_sync(mode);
+        moved.load_whole(&whole.unwrap_or_default(), optimizer)?;
+        Ok(moved)
     }
 
     /// The plan the tables are spread by.
@@ -363,6 +392,7 @@ impl ShardedEmbeddings {
     /// How rows copied on several ranks sum their gradients (every rank the same,
     /// before the first step).
     pub fn set_replica_sync(&mut self, mode: crate::config::ReplicaSync) {
+        self.replica_sync = mode;
         if let Some(s) = &mut self.shared {
             s.mode = mode;
         }

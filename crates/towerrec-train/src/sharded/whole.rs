@@ -124,6 +124,16 @@ impl ShardedEmbeddings {
         descs: &[TableDesc],
         optimizer: SparseOptimizer,
     ) -> Result<Option<Vec<WholeTable>>> {
+        self.gather_whole_to(descs, optimizer, false)
+    }
+
+    /// Gathers every table whole on rank 0, or on every rank with `everyone`.
+    pub(super) fn gather_whole_to(
+        &self,
+        descs: &[TableDesc],
+        optimizer: SparseOptimizer,
+        everyone: bool,
+    ) -> Result<Option<Vec<WholeTable>>> {
         let p = self.comm.size();
         let mut send = Vec::new();
         let mut steps = Vec::new();
@@ -134,14 +144,21 @@ impl ShardedEmbeddings {
             }
             steps.push(l.bag.step());
         }
-        let mut counts = vec![0; p];
-        counts[0] = send.len();
-        let (recv, _) = self.comm.all_to_all_v(&send, &counts, Phase::Control)?;
-        counts[0] = steps.len();
-        let (recv_steps, _) = self.comm.all_to_all_v(&steps, &counts, Phase::Control)?;
-        if self.comm.rank() != 0 {
-            return Ok(None);
-        }
+        let (recv, recv_steps) = if everyone {
+            let (recv, _) = self.comm.all_gather(&send, Phase::Control)?;
+            let (recv_steps, _) = self.comm.all_gather(&steps, Phase::Control)?;
+            (recv, recv_steps)
+        } else {
+            let mut counts = vec![0; p];
+            counts[0] = send.len();
+            let (recv, _) = self.comm.all_to_all_v(&send, &counts, Phase::Control)?;
+            counts[0] = steps.len();
+            let (recv_steps, _) = self.comm.all_to_all_v(&steps, &counts, Phase::Control)?;
+            if self.comm.rank() != 0 {
+                return Ok(None);
+            }
+            (recv, recv_steps)
+        };
         let mut whole: Vec<WholeTable> = descs
             .iter()
             .enumerate()

@@ -5,8 +5,11 @@
 //! cluster into a profile of the window, the run's plan and a fresh OPER plan are rated
 //! by OPER's model (§3.2 Eq. 1–3) under it, and where the run's plan costs more than
 //! `1 + threshold` times the fresh one, the fresh plan is written to the run directory
-//! (`replan-step-S.json`): a checkpoint and `--resume DIR --plan` it moves the rows.
-//! Watching only reads the batches: training is the same with it or without it.
+//! (`replan-step-S.json`), and with `move` the rows move to it at once
+//! ([`crate::model::Model::move_rows`]; the checkpoints that follow name it as the
+//! run's plan). A window ends at a check or at the start of an epoch, so a resumed
+//! run recounts the part of its window before the stop from the data and decides as
+//! the run never stopped would. Watching alone only reads the batches.
 
 use crate::config::{Config, DriftConfig};
 use crate::error::{Error, Result};
@@ -35,6 +38,8 @@ pub struct DriftReport {
     pub ratio: f64,
     /// The fresh plan, written where the ratio passed `1 + threshold`.
     pub replan: Option<PathBuf>,
+    /// Whether the rows moved to it.
+    pub moved: bool,
 }
 
 /// The record in the metrics log.
@@ -73,6 +78,18 @@ impl DriftWatch {
         }))
     }
 
+    /// Batches of the current window that a run resumed at `step` (its epoch at batch
+    /// `batch_in_epoch`) read before it stopped: since the last check, within the epoch.
+    pub(super) fn window_before(&self, step: u64, batch_in_epoch: u64) -> u64 {
+        (step % self.cfg.check_every).min(batch_in_epoch)
+    }
+
+    /// Starts a new window (at an epoch's start).
+    pub(super) fn reset(&mut self) {
+        self.counts.iter_mut().for_each(|c| c.fill(0));
+        self.samples = 0;
+    }
+
     /// Counts the rows `batch` (this rank's part of a global batch of `global`) reads.
     pub(super) fn count(&mut self, batch: &Batch, global: u64) {
         for (t, counts) in self.counts.iter_mut().enumerate() {
@@ -93,7 +110,7 @@ impl DriftWatch {
         plan: &Plan,
         step: u64,
         dir: &Path,
-    ) -> Result<Option<DriftReport>> {
+    ) -> Result<Option<(DriftReport, Option<Plan>)>> {
         if !step.is_multiple_of(self.cfg.check_every) || self.samples == 0 {
             return Ok(None);
         }
@@ -129,11 +146,12 @@ impl DriftWatch {
             fresh_seconds: new.max_seconds(),
             fresh_bytes: new.total_bytes(),
             ratio,
+            moved: replan.is_some() && self.cfg.move_rows,
             replan,
         };
-        self.counts.iter_mut().for_each(|c| c.fill(0));
-        self.samples = 0;
-        Ok(Some(report))
+        self.reset();
+        let fresh = report.replan.is_some().then_some(fresh);
+        Ok(Some((report, fresh)))
     }
 
     /// The window's reads summed over the ranks, as a profile.

@@ -113,6 +113,8 @@ struct Run<'a> {
     stall_at: Option<(usize, u64)>,
     /// `[cluster.drift]` on a cluster: the rows read since the last check.
     drift: Option<DriftWatch>,
+    /// The plan the rows last moved to inside the run (checkpoints name it).
+    moved_to: Option<PathBuf>,
 }
 
 /// Trains `model` (whole, or this rank's part of a sharded one) as `cfg` says. On a
@@ -158,10 +160,13 @@ pub fn train_model(
         let t = c.traffic();
         t.since(&t)
     });
-    let drift = match model.comm() {
+    let mut drift = match model.comm() {
         Some(_) => DriftWatch::new(cfg)?,
         None => None,
     };
+    if let (Some(watch), true) = (&mut drift, opts.resume) {
+        recount_window(cfg, &model, watch, progress)?;
+    }
     let mut run = Run {
         cfg,
         opts,
@@ -181,8 +186,36 @@ pub fn train_model(
         fail_at: crate::inject::failure_at()?,
         stall_at: crate::inject::stall_at()?,
         drift,
+        moved_to: None,
     };
     run.go(root)
+}
+
+/// A resumed run's drift window before its stop, counted again from the data: the
+/// batches since the last check within the epoch, each rank its part as it read them.
+fn recount_window(
+    cfg: &Config,
+    model: &Model,
+    watch: &mut DriftWatch,
+    progress: Progress,
+) -> Result<()> {
+    let k = watch.window_before(progress.step, progress.batch_in_epoch);
+    let Some(comm) = model.comm().filter(|_| k > 0) else {
+        return Ok(());
+    };
+    let stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir)?;
+    let share = Share::Rank(comm.rank(), comm.size());
+    let first = progress.batch_in_epoch - k;
+    let mut reader = Prefetcher::start(stream, cfg.train.batch_size, first, 4, share);
+    for _ in 0..k {
+        let Some(fed) = reader.next() else {
+            break;
+        };
+        let fed = fed?;
+        watch.count(&fed.batch, fed.global_size as u64);
+    }
+    reader.finish();
+    Ok(())
 }
 
 impl Run<'_> {
@@ -243,6 +276,9 @@ impl Run<'_> {
         let cfg = self.cfg;
         let stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir)?;
         let from_start = self.progress.batch_in_epoch == 0;
+        if let (Some(watch), true) = (&mut self.drift, from_start) {
+            watch.reset();
+        }
         let share = match self.model.comm() {
             Some(c) => Share::Rank(c.rank(), c.size()),
             None => Share::Whole,
@@ -365,10 +401,15 @@ impl Run<'_> {
             return Ok(());
         };
         let step = self.progress.step;
-        let Some(report) = watch.check(sharded.comm(), sharded.plan(), step, &self.opts.out_dir)?
-        else {
+        let dir = std::path::absolute(&self.opts.out_dir)
+            .map_err(|e| Error::io(&self.opts.out_dir, e))?;
+        let Some((report, fresh)) = watch.check(sharded.comm(), sharded.plan(), step, &dir)? else {
             return Ok(());
         };
+        if let (Some(plan), true) = (&fresh, report.moved) {
+            self.model.move_rows(plan)?;
+            self.moved_to.clone_from(&report.replan);
+        }
         self.log.write(&drift::log_line(&report))?;
         self.observer.on_drift(&report);
         Ok(())
@@ -405,10 +446,21 @@ impl Run<'_> {
     }
 
     fn save(&mut self) -> Result<()> {
+        // A run whose rows moved resumes on the plan they moved to.
+        let moved;
+        let cfg = match &self.moved_to {
+            Some(plan) => {
+                let mut c = self.cfg.clone();
+                c.cluster.plan = Some(plan.clone());
+                moved = c;
+                &moved
+            }
+            None => self.cfg,
+        };
         checkpoint::save(
             &self.ckpt_path,
             &mut self.model,
-            self.cfg,
+            cfg,
             self.progress,
             &self.data_files,
         )
