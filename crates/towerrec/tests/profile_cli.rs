@@ -144,126 +144,158 @@ fn oper_plans_from_a_profile_and_rates_any_plan() {
     );
 }
 
+/// A drifting stream (4 tables Zipf(1.05), hot rows moving every 4 steps of 1024) on
+/// 2 × 2 ranks, with an OPER plan made from its first 4 steps; `extra` sets more keys.
+struct Drift {
+    dir: std::path::PathBuf,
+    data: Vec<String>,
+    plan: String,
+}
+
+const TOPO: [&str; 4] = ["--hosts", "2", "--ranks-per-host", "2"];
+
+impl Drift {
+    fn new(name: &str, extra: &[&str]) -> Self {
+        let dir = common::tmp("profile_cli", name);
+        let data: Vec<String> = [
+            "data.tables=[{rows=2000,zipf_exponent=1.05,count=4}]",
+            "data.zipf_rotate_every=4096",
+            "data.train_samples=16384",
+            "train.batch_size=1024",
+        ]
+        .iter()
+        .chain(extra)
+        .flat_map(|kv| ["--set".to_string(), kv.to_string()])
+        .collect();
+        let plan = dir.join("p0.json").to_str().unwrap().to_string();
+        let d = Drift { dir, data, plan };
+        let prof = d.path("w0.profile");
+        d.run(&[
+            "profile",
+            "--max-samples",
+            "4096",
+            "--quiet",
+            "--out",
+            &prof,
+        ]);
+        let mut a = vec![
+            "plan",
+            "--strategy",
+            "oper",
+            "--profile",
+            &prof,
+            "--output",
+            &d.plan,
+        ];
+        a.extend_from_slice(&TOPO);
+        d.run(&a);
+        d
+    }
+
+    fn path(&self, f: &str) -> String {
+        self.dir.join(f).to_str().unwrap().to_string()
+    }
+
+    /// `towerrec ARGS` with the stream's keys; its stdout and stderr.
+    fn run(&self, args: &[&str]) -> String {
+        let mut a: Vec<&str> = args.to_vec();
+        a.extend(self.data.iter().map(String::as_str));
+        let o = towerrec(&a);
+        let (stdout, stderr) = text(&o);
+        assert!(o.status.success(), "{args:?}: {stderr}");
+        format!("{stdout}{stderr}")
+    }
+
+    /// 12 steps on the first plan into run directory `out`.
+    fn train(&self, out: &str, extra: &[&str]) -> String {
+        let out = self.path(out);
+        let mut a = vec![
+            "train",
+            "--plan",
+            &self.plan,
+            "--out",
+            &out,
+            "--max-steps",
+            "12",
+        ];
+        a.extend_from_slice(&TOPO);
+        a.extend_from_slice(extra);
+        self.run(&a)
+    }
+
+    /// Resumes run directory `out` (without the stream's keys: they are the checkpoint's).
+    fn resume(&self, out: &str, extra: &[&str]) {
+        let out = self.path(out);
+        let mut a = vec!["train", "--resume", &out];
+        a.extend_from_slice(&TOPO);
+        a.extend_from_slice(extra);
+        let o = towerrec(&a);
+        assert!(o.status.success(), "{}", common::describe(&o));
+    }
+
+    /// The tensors of a run's checkpoint, past the header (whose metadata holds the
+    /// config).
+    fn tensors(&self, run: &str) -> Vec<u8> {
+        let bytes = std::fs::read(self.dir.join(run).join("checkpoint.safetensors")).unwrap();
+        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        bytes[8 + n..].to_vec()
+    }
+
+    fn metrics(&self, run: &str) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.join(run).join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
 /// `[cluster.drift]`: the first check's window is the profile the plan was made from
 /// (ratio 1), a check after the hot rows moved writes a fresh plan, and watching leaves
 /// training as it was, bit for bit.
 #[test]
 fn a_run_watches_its_profile_drift_without_changing_training() {
-    let dir = common::tmp("profile_cli", "drift");
-    let p = |f: &str| dir.join(f).to_str().unwrap().to_string();
-    // 4 tables Zipf(1.05), hot rows moving every 4 steps of 1024.
-    let data = [
-        "--set",
-        "data.tables=[{rows=2000,zipf_exponent=1.05,count=4}]",
-        "--set",
-        "data.zipf_rotate_every=4096",
-        "--set",
-        "data.train_samples=16384",
-        "--set",
-        "train.batch_size=1024",
-        "--set",
-        "train.log_every=4",
-    ];
-    let run = |args: &[&str]| {
-        let mut a: Vec<&str> = args.to_vec();
-        a.extend_from_slice(&data);
-        let o = towerrec(&a);
-        let (stdout, stderr) = text(&o);
-        assert!(o.status.success(), "{args:?}: {stderr}");
-        format!("{stdout}{stderr}")
-    };
-    let prof = p("w0.profile");
-    run(&[
-        "profile",
-        "--max-samples",
-        "4096",
-        "--quiet",
-        "--out",
-        &prof,
-    ]);
-    let plan = p("p0.json");
-    let topo = ["--hosts", "2", "--ranks-per-host", "2"];
-    let mut a = vec![
-        "plan",
-        "--strategy",
-        "oper",
-        "--profile",
-        &prof,
-        "--output",
-        &plan,
-    ];
-    a.extend_from_slice(&topo);
-    run(&a);
-    let train = |out: &str, extra: &[&str]| {
-        let mut a = vec!["train", "--plan", &plan, "--out", out, "--max-steps", "12"];
-        a.extend_from_slice(&topo);
-        a.extend_from_slice(extra);
-        run(&a)
-    };
-    let (watched, plain) = (p("watched"), p("plain"));
-    let said = train(&watched, &["--set", "cluster.drift={check_every=4}"]);
-    train(&plain, &[]);
-
-    let log = std::fs::read_to_string(dir.join("watched/metrics.jsonl")).unwrap();
-    let checks: Vec<serde_json::Value> = log
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+    let d = Drift::new("drift", &["train.log_every=4"]);
+    let said = d.train("watched", &["--set", "cluster.drift={check_every=4}"]);
+    d.train("plain", &[]);
+    let checks: Vec<serde_json::Value> = d
+        .metrics("watched")
+        .into_iter()
         .filter(|v| v.get("drift").is_some())
         .collect();
-    assert_eq!(checks.len(), 3, "{log}");
-    let d = |i: usize, k: &str| checks[i]["drift"][k].clone();
-    assert_eq!(d(0, "window_samples"), 4096);
+    assert_eq!(checks.len(), 3, "{checks:?}");
+    let c = |i: usize, k: &str| checks[i]["drift"][k].clone();
+    assert_eq!(c(0, "window_samples"), 4096);
     assert!(
-        (d(0, "ratio").as_f64().unwrap() - 1.0).abs() < 1e-12,
-        "{log}"
+        (c(0, "ratio").as_f64().unwrap() - 1.0).abs() < 1e-12,
+        "{checks:?}"
     );
-    assert!(d(0, "replan").is_null());
-    assert!(d(1, "ratio").as_f64().unwrap() > 1.1, "{log}");
-    let fresh = d(1, "replan");
+    assert!(c(0, "replan").is_null());
+    assert!(c(1, "ratio").as_f64().unwrap() > 1.1, "{checks:?}");
+    assert_eq!(c(1, "moved"), false);
+    let fresh = c(1, "replan");
     assert!(
         fresh.as_str().unwrap().ends_with("replan-step-8.json"),
-        "{log}"
+        "{checks:?}"
     );
-    assert!(dir.join("watched/replan-step-8.json").exists());
+    assert!(d.dir.join("watched/replan-step-8.json").exists());
     assert!(said.contains("drift at step 8"), "{said}");
     // The fresh plan moves the rows: a resume with it trains on.
-    let moved = p("watched/replan-step-8.json");
-    let resumed = p("resumed");
     let copy = std::process::Command::new("cp")
-        .args(["-r", &watched, &resumed])
+        .args(["-r", &d.path("watched"), &d.path("resumed")])
         .status()
         .unwrap();
     assert!(copy.success());
-    let mut a = vec![
-        "train",
-        "--resume",
-        &resumed,
-        "--plan",
-        &moved,
-        "--max-steps",
-        "16",
-    ];
-    a.extend_from_slice(&topo);
-    let o = towerrec(&a);
-    assert!(o.status.success(), "{}", common::describe(&o));
+    let moved = d.path("watched/replan-step-8.json");
+    d.resume("resumed", &["--plan", &moved, "--max-steps", "16"]);
 
-    // Training is the same bit for bit: the checkpoint, and every line but the checks.
-    // (The tensors, past the header, whose metadata holds the config.)
-    let tensors = |run: &str| {
-        let bytes = std::fs::read(dir.join(run).join("checkpoint.safetensors")).unwrap();
-        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-        bytes[8 + n..].to_vec()
-    };
-    assert!(tensors("watched") == tensors("plain"));
+    // Training is the same bit for bit: the checkpoint, and every loss.
+    assert!(d.tensors("watched") == d.tensors("plain"));
     let losses = |run: &str| -> Vec<String> {
-        std::fs::read_to_string(dir.join(run).join("metrics.jsonl"))
-            .unwrap()
-            .lines()
-            .filter(|l| l.contains("\"loss\""))
-            .map(|l| {
-                let v: serde_json::Value = serde_json::from_str(l).unwrap();
-                format!("{} {}", v["step"], v["loss"])
-            })
+        d.metrics(run)
+            .iter()
+            .filter(|v| v.get("loss").is_some())
+            .map(|v| format!("{} {}", v["step"], v["loss"]))
             .collect()
     };
     assert_eq!(losses("watched"), losses("plain"));
@@ -275,86 +307,30 @@ fn a_run_watches_its_profile_drift_without_changing_training() {
 /// moved to) and resumed ends bit for bit as the run never stopped.
 #[test]
 fn rows_move_inside_the_run_and_resume_exactly() {
-    let dir = common::tmp("profile_cli", "drift-move");
-    let p = |f: &str| dir.join(f).to_str().unwrap().to_string();
-    let data = [
-        "--set",
-        "data.tables=[{rows=2000,zipf_exponent=1.05,count=4}]",
-        "--set",
-        "data.zipf_rotate_every=4096",
-        "--set",
-        "data.train_samples=16384",
-        "--set",
-        "train.batch_size=1024",
-        "--set",
-        "train.log_every=2",
-        "--set",
-        "cluster.drift={check_every=4, move=true}",
-    ];
-    let run = |args: &[&str]| {
-        let mut a: Vec<&str> = args.to_vec();
-        a.extend_from_slice(&data);
-        let o = towerrec(&a);
-        assert!(o.status.success(), "{args:?}: {}", common::describe(&o));
-    };
-    let prof = p("w0.profile");
-    run(&[
-        "profile",
-        "--max-samples",
-        "4096",
-        "--quiet",
-        "--out",
-        &prof,
-    ]);
-    let plan = p("p0.json");
-    let topo = ["--hosts", "2", "--ranks-per-host", "2"];
-    let mut a = vec![
-        "plan",
-        "--strategy",
-        "oper",
-        "--profile",
-        &prof,
-        "--output",
-        &plan,
-    ];
-    a.extend_from_slice(&topo);
-    run(&a);
-    let train = |out: &str, extra: &[&str]| {
-        let mut a = vec!["train", "--plan", &plan, "--out", out, "--max-steps", "12"];
-        a.extend_from_slice(&topo);
-        a.extend_from_slice(extra);
-        run(&a);
-    };
-    let resume = |out: &str| {
-        let mut a = vec!["train", "--resume", out];
-        a.extend_from_slice(&topo);
-        let o = towerrec(&a);
-        assert!(o.status.success(), "{}", common::describe(&o));
-    };
-    let whole = p("whole");
-    train(&whole, &[]);
-    let log = std::fs::read_to_string(dir.join("whole/metrics.jsonl")).unwrap();
-    assert!(log.contains("\"moved\":true"), "{log}");
-    assert!(log.contains("replan-step-8.json"), "{log}");
+    let d = Drift::new(
+        "drift-move",
+        &[
+            "train.log_every=2",
+            "cluster.drift={check_every=4, move=true}",
+        ],
+    );
+    d.train("whole", &[]);
+    let checks: Vec<serde_json::Value> = d
+        .metrics("whole")
+        .into_iter()
+        .filter(|v| v.get("drift").is_some())
+        .collect();
+    assert_eq!(checks[1]["drift"]["moved"], true, "{checks:?}");
     // What a run leaves that must not depend on where it stopped.
-    let tensors = |run: &str| {
-        let bytes = std::fs::read(dir.join(run).join("checkpoint.safetensors")).unwrap();
-        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-        bytes[8 + n..].to_vec()
-    };
     let records = |run: &str| -> Vec<String> {
-        std::fs::read_to_string(dir.join(run).join("metrics.jsonl"))
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-                for k in ["samples_per_sec", "eval_seconds"] {
-                    if let Some(o) = v.as_object_mut() {
-                        o.remove(k);
-                    }
+        d.metrics(run)
+            .into_iter()
+            .map(|mut v| {
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("samples_per_sec");
                 }
-                if let Some(d) = v.get_mut("drift").and_then(|d| d.as_object_mut()) {
-                    d.remove("replan");
+                if let Some(o) = v.get_mut("drift").and_then(|x| x.as_object_mut()) {
+                    o.remove("replan");
                 }
                 v.to_string()
             })
@@ -362,10 +338,9 @@ fn rows_move_inside_the_run_and_resume_exactly() {
     };
     for stop in ["6", "10"] {
         let name = format!("stop{stop}");
-        let out = p(&name);
-        train(&out, &["--stop-after", stop]);
-        resume(&out);
-        assert!(tensors(&name) == tensors("whole"), "stopped at {stop}");
+        d.train(&name, &["--stop-after", stop]);
+        d.resume(&name, &[]);
+        assert!(d.tensors(&name) == d.tensors("whole"), "stopped at {stop}");
         assert_eq!(records(&name), records("whole"), "stopped at {stop}");
     }
 }
