@@ -9,7 +9,9 @@
 //! nearest copy (the rank itself, a replica on its host, else the owner: the address
 //! map's rule). A read moves the row's columns held there (`4 · columns` bytes) from
 //! that copy to the reader, as the forward pass of the runtime does for single-id
-//! bags; the backward sends as many bytes of gradients back.
+//! bags; the backward sends as many bytes of gradients back. A row-wise or
+//! table-row-wise shard is the exception, priced as the runtime (and TorchRec) runs it:
+//! it sends each rank one partial sum per sample of its batch, read or not.
 
 use super::partition::{order_reads, order_sums};
 use crate::cost::CostParams;
@@ -29,6 +31,9 @@ struct Piece {
     /// Rows of the piece read at least once per iteration (expected), counted only
     /// where the piece has copies: the rows whose gradients the copies must sum.
     touched_copied: f64,
+    /// A row-wise or table-row-wise shard: the runtime sends every sample's partial
+    /// sum from it, read or not (a reduce-scatter), not one per read.
+    every_sample: bool,
 }
 
 /// The model's figures for one plan.
@@ -174,6 +179,7 @@ fn pieces(
                 } else {
                     0.0
                 },
+                every_sample: false,
             }),
             ShardingType::RowPartitioned => {
                 let bounds: Vec<(usize, usize)> =
@@ -200,10 +206,13 @@ fn pieces(
                         read_bytes: spec.dim as f64 * 4.0,
                         bytes: p.num_rows() as u64 * spec.bytes_per_row as u64,
                         touched_copied: t,
+                        every_sample: false,
                     });
                 }
             }
-            _ => {
+            kind => {
+                let every_sample =
+                    matches!(kind, ShardingType::RowWise | ShardingType::TableRowWise);
                 for s in &entry.shards {
                     out.push(Piece {
                         holders: vec![s.rank],
@@ -211,6 +220,7 @@ fn pieces(
                         read_bytes: s.num_columns() as f64 * 4.0,
                         bytes: spec.shard_bytes(s),
                         touched_copied: 0.0,
+                        every_sample,
                     });
                 }
             }
@@ -273,11 +283,18 @@ pub(crate) fn rate_counts(
             memory[h] = memory[h].saturating_add(p.bytes);
         }
         let per_rank = p.reads / w as f64;
+        // What rank i receives from the copy it reads: one vector per read, or one
+        // per sample of its batch from a row-split shard.
+        let sent = if p.every_sample {
+            cost.batch_size as f64 / w as f64
+        } else {
+            per_rank
+        } * p.read_bytes;
         for (i, row) in comm.iter_mut().enumerate() {
             let j = nearest(&p.holders, i, topo);
             lookup[j] += per_rank * p.read_bytes / cost.gather_bytes_per_s;
             if j != i {
-                row[j] += per_rank * p.read_bytes;
+                row[j] += sent;
             }
         }
     }

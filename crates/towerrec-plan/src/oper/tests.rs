@@ -293,6 +293,11 @@ fn the_rating_counts_reads_from_the_nearest_copy() {
         rate(&dp, &tables, &prof, &cost).unwrap().copy_sync_bytes,
         128.0
     );
+    // Row-wise: each rank receives a partial sum per sample of its batch from the
+    // other's shard, 10 · 64 bytes however few rows it reads there.
+    let rw = planners::row_wise(&tables, topo).unwrap();
+    let r = rate(&rw, &tables, &prof, &cost).unwrap();
+    assert_eq!((r.comm[0][1], r.comm[1][0]), (640.0, 640.0));
     let rare = profile(&tables, vec![vec![1, 0, 0, 0]], 10);
     let got = rate(&dp, &tables, &rare, &cost).unwrap().copy_sync_bytes;
     assert!((got - 64.0 * (1.0 - 0.9f64.powi(20))).abs() < 1e-9, "{got}");
