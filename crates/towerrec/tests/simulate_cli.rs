@@ -372,11 +372,27 @@ fn plans_are_priced_rank_by_rank() {
     let even = lines[0]["step_seconds"].as_f64().unwrap();
     let want = flat["step_seconds"].as_f64().unwrap();
     assert!((even - want).abs() <= 1e-12 * want, "{even} against {want}");
-    let oper = lines[1]["step_seconds"].as_f64().unwrap();
+    // Training: the copies' gradients are all-reduced every step, inside the step.
+    let sync = lines[1]["copy_sync_seconds"].as_f64().unwrap();
+    assert!(sync > 0.0, "{}", lines[1]);
+    assert_eq!(lines[0]["copy_sync_seconds"], 0.0);
+    // Inference (no sync): reading hot rows from local copies shortens the step.
+    let mut a = vec!["simulate", "--config", &config, "--json", "--mode", "infer"];
+    a.extend_from_slice(&["--profile", &prof, "--plans", &plans]);
+    a.extend_from_slice(&hw);
+    let infer: Vec<serde_json::Value> = run(&a)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let (even, oper) = (
+        infer[0]["step_seconds"].as_f64().unwrap(),
+        infer[1]["step_seconds"].as_f64().unwrap(),
+    );
     assert!(
         oper < even,
         "copies of hot rows should shorten the step: {oper} ≥ {even}"
     );
+    assert_eq!(infer[1]["copy_sync_seconds"], 0.0);
     assert!(
         lines[1]["model_bytes_per_iteration"].as_f64().unwrap()
             < lines[0]["model_bytes_per_iteration"].as_f64().unwrap()
