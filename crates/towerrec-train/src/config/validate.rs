@@ -136,6 +136,13 @@ impl Config {
                 return Err("cluster.drift.check_every: must be at least 1 step".into());
             }
             non_negative("cluster.drift.threshold", d.threshold)?;
+            if d.move_rows && self.model.towers.is_some() {
+                return Err(
+                    "cluster.drift.move: a DMT model's tables cannot move to another plan \
+                     (tower plans do not take row-partitioned tables)"
+                        .into(),
+                );
+            }
             if !(0.0..=1.0).contains(&d.extra_memory) {
                 return Err(format!(
                     "cluster.drift.extra_memory: must be a share between 0 and 1, got {}",
@@ -345,6 +352,13 @@ mod tests {
             (
                 &["cluster.drift={ check_every = 5, extra_memory = 1.5 }"],
                 "cluster.drift.extra_memory",
+            ),
+            (
+                &[
+                    "model.towers={ module = \"dlrm\", count = 2, d = 8, c = 1 }",
+                    "cluster.drift={ check_every = 5, move = true }",
+                ],
+                "cluster.drift.move",
             ),
         ] {
             let e = error_of(sets);
