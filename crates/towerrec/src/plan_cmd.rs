@@ -219,23 +219,11 @@ fn write_tables(
     topology: Topology,
     batch_size: usize,
 ) -> Result<()> {
-    let entries: Vec<serde_json::Value> = tables
-        .iter()
-        .map(|t| {
-            serde_json::json!({
-                "name": t.name,
-                "rows": t.rows,
-                "dim": t.dim,
-                "bytes_per_row": t.bytes_per_row,
-                "pooling_factor": t.pooling_factor,
-            })
-        })
-        .collect();
     let doc = serde_json::json!({
         "format": "towerrec-tables-v1",
         "topology": { "hosts": topology.hosts, "ranks_per_host": topology.ranks_per_host },
         "batch_size": batch_size,
-        "tables": entries,
+        "tables": tables,
     });
     let text = serde_json::to_string_pretty(&doc)? + "\n";
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;

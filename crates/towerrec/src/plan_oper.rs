@@ -171,14 +171,13 @@ pub fn report(
         "{:>6} {:>5} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10}",
         "rank", "host", "MiB", "extra MiB", "lookup ms", "sent MB", "recv MB", "model ms"
     );
-    for rank in 0..r.memory.len() {
-        let sent: f64 = r.comm.iter().map(|row| row[rank]).sum();
-        let recv: f64 = r.comm[rank].iter().sum();
+    for (rank, extra) in extra.iter().enumerate().take(r.memory.len()) {
+        let (sent, recv) = (r.sent(rank), r.received(rank));
         eprintln!(
             "{rank:>6} {:>5} {:>10.2} {:>10.2} {:>11.4} {:>10.3} {:>10.3} {:>10.4}",
             topo.host_of(rank),
             mib(r.memory[rank]),
-            mib(extra[rank]),
+            mib(*extra),
             1e3 * r.lookup_seconds[rank],
             sent / 1e6,
             recv / 1e6,

@@ -74,6 +74,16 @@ impl Rating {
         self.rank_seconds.iter().copied().fold(0.0, f64::max)
     }
 
+    /// Embedding bytes `rank` sends to the other ranks per iteration.
+    pub fn sent(&self, rank: usize) -> f64 {
+        self.comm.iter().map(|row| row[rank]).sum()
+    }
+
+    /// Embedding bytes `rank` receives from the other ranks per iteration.
+    pub fn received(&self, rank: usize) -> f64 {
+        self.comm[rank].iter().sum()
+    }
+
     /// Embedding bytes sent between ranks per iteration, all pairs.
     pub fn total_bytes(&self) -> f64 {
         self.comm.iter().flatten().sum()

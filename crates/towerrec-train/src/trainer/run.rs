@@ -113,8 +113,9 @@ struct Run<'a> {
     stall_at: Option<(usize, u64)>,
     /// `[cluster.drift]` on a cluster: the rows read since the last check.
     drift: Option<DriftWatch>,
-    /// The plan the rows last moved to inside the run (checkpoints name it).
-    moved_to: Option<PathBuf>,
+    /// After the rows moved inside the run: the config with the plan they moved to,
+    /// which checkpoints then hold.
+    moved_cfg: Option<Config>,
 }
 
 /// Trains `model` (whole, or this rank's part of a sharded one) as `cfg` says. On a
@@ -186,9 +187,17 @@ pub fn train_model(
         fail_at: crate::inject::failure_at()?,
         stall_at: crate::inject::stall_at()?,
         drift,
-        moved_to: None,
+        moved_cfg: None,
     };
     run.go(root)
+}
+
+/// The part of each global batch this process reads: its rank's slice on a cluster.
+fn rank_share(model: &Model) -> Share {
+    match model.comm() {
+        Some(c) => Share::Rank(c.rank(), c.size()),
+        None => Share::Whole,
+    }
 }
 
 /// A resumed run's drift window before its stop, counted again from the data: the
@@ -200,11 +209,11 @@ fn recount_window(
     progress: Progress,
 ) -> Result<()> {
     let k = watch.window_before(progress.step, progress.batch_in_epoch);
-    let Some(comm) = model.comm().filter(|_| k > 0) else {
+    if k == 0 {
         return Ok(());
-    };
+    }
     let stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir)?;
-    let share = Share::Rank(comm.rank(), comm.size());
+    let share = rank_share(model);
     let first = progress.batch_in_epoch - k;
     let mut reader = Prefetcher::start(stream, cfg.train.batch_size, first, 4, share);
     for _ in 0..k {
@@ -279,10 +288,7 @@ impl Run<'_> {
         if let (Some(watch), true) = (&mut self.drift, from_start) {
             watch.reset();
         }
-        let share = match self.model.comm() {
-            Some(c) => Share::Rank(c.rank(), c.size()),
-            None => Share::Whole,
-        };
+        let share = rank_share(&self.model);
         let mut reader = Prefetcher::start(
             stream,
             cfg.train.batch_size,
@@ -408,7 +414,9 @@ impl Run<'_> {
         };
         if let (Some(plan), true) = (&fresh, report.moved) {
             self.model.move_rows(plan)?;
-            self.moved_to.clone_from(&report.replan);
+            let mut cfg = self.cfg.clone();
+            cfg.cluster.plan.clone_from(&report.replan);
+            self.moved_cfg = Some(cfg);
         }
         self.log.write(&drift::log_line(&report))?;
         self.observer.on_drift(&report);
@@ -447,16 +455,7 @@ impl Run<'_> {
 
     fn save(&mut self) -> Result<()> {
         // A run whose rows moved resumes on the plan they moved to.
-        let moved;
-        let cfg = match &self.moved_to {
-            Some(plan) => {
-                let mut c = self.cfg.clone();
-                c.cluster.plan = Some(plan.clone());
-                moved = c;
-                &moved
-            }
-            None => self.cfg,
-        };
+        let cfg = self.moved_cfg.as_ref().unwrap_or(self.cfg);
         checkpoint::save(
             &self.ckpt_path,
             &mut self.model,

@@ -160,8 +160,7 @@ fn rank_loads(r: &Rating, gather_bytes_per_s: f64) -> Vec<RankLoad> {
     let share = |x: f64, even: f64| if even > 0.0 { x / even } else { 0.0 };
     (0..w)
         .map(|rank| {
-            let sent: f64 = r.comm.iter().map(|row| row[rank]).sum();
-            let recv: f64 = r.comm[rank].iter().sum();
+            let (sent, recv) = (r.sent(rank), r.received(rank));
             RankLoad {
                 lookups: share(r.lookup_seconds[rank], even_lookup),
                 exchange: share(sent.max(recv), even_exchange),
