@@ -234,17 +234,13 @@ pub fn train(a: TrainArgs) -> Result<()> {
     };
     let result = train_on(&a, cfg, out, resume.is_some(), mpi.as_ref());
     if let (Err(e), Some(_)) = (&result, &mpi) {
-        if let Some(agreed) = e.downcast_ref::<mpi::AgreedFailure>() {
-            // Every rank met a set-up error and none is inside a collective: rank 0
-            // says it once, the others leave quietly, all through MPI_Finalize.
-            let said = agreed.0.clone();
+        if e.downcast_ref::<mpi::AgreedFailure>().is_some() {
+            // Every rank met a set-up error, rank 0 has said it once, and none is inside
+            // a collective: all leave through MPI_Finalize.
             // Finalizes MPI (without MPI, Session is an empty stand-in with no Drop).
             #[allow(clippy::drop_non_drop)]
             drop(mpi);
-            return match said {
-                Some(text) => Err(anyhow::anyhow!(text)),
-                None => std::process::exit(1),
-            };
+            std::process::exit(1);
         }
     }
     if let (Err(e), Some(session)) = (&result, &mpi) {
@@ -399,14 +395,13 @@ mod mpi {
     }
 
     /// This process's rank of an MPI run.
-    /// A set-up error every rank has agreed on (see [`agree`]): rank 0 carries the
-    /// text to print, the other ranks `None`.
+    /// A set-up error every rank has agreed on (see [`agree`]), already said by rank 0.
     #[derive(Debug)]
-    pub struct AgreedFailure(pub Option<String>);
+    pub struct AgreedFailure;
 
     impl std::fmt::Display for AgreedFailure {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str(self.0.as_deref().unwrap_or("set-up failed on another rank"))
+            f.write_str("set-up failed on every rank (rank 0 said why)")
         }
     }
 
@@ -436,8 +431,8 @@ mod mpi {
     }
 
     /// Every rank's set-up outcome, gathered before the run's first collective: all
-    /// succeeded, or every rank fails with an [`AgreedFailure`] whose text (rank 0's)
-    /// names each distinct error once with the ranks that met it.
+    /// succeeded, or rank 0 prints each distinct error once with the ranks that met it
+    /// and every rank fails with an [`AgreedFailure`].
     #[cfg(feature = "mpi")]
     fn agree<T>(comm: &towerrec_comm::Comm, outcome: Result<T>) -> Result<T> {
         let mine = outcome.as_ref().err().map(|e| format!("{e:#}"));
@@ -480,8 +475,13 @@ mod mpi {
             })
             .collect::<Vec<_>>()
             .join("\nerror: ");
-        let said = (comm.rank() == 0).then_some(text);
-        Err(AgreedFailure(said).into())
+        // Rank 0 says it before the barrier: a rank that left first would have mpirun
+        // end the job before rank 0 had printed anything.
+        if comm.rank() == 0 {
+            towerrec_comm::print_line(&format!("error: {text}"));
+        }
+        comm.barrier()?;
+        Err(AgreedFailure.into())
     }
 
     #[cfg(not(feature = "mpi"))]
