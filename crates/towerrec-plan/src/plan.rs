@@ -94,6 +94,18 @@ impl TablePlan {
             partitions: Vec::new(),
         }
     }
+
+    /// Moves every shard, partition and replica `by` ranks up: a plan made on a
+    /// sub-cluster placed on the hosts that start at rank `by`.
+    pub fn shift_ranks(&mut self, by: usize) {
+        for s in &mut self.shards {
+            s.rank += by;
+        }
+        for p in &mut self.partitions {
+            p.rank += by;
+            p.replicas.iter_mut().for_each(|r| *r += by);
+        }
+    }
 }
 
 /// A partition of a row-partitioned table: positions `order.0..order.1` of the

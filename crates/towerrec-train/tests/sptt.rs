@@ -3,17 +3,22 @@
 //! orchestrates the data flow and leaves the computation intact).
 //!
 //! On 2×2, 2×4 and 4×2 (hosts × ranks per host), with table-wise, column-wise,
-//! row-wise and mixed tables inside the towers, and with towers on one host or
-//! spanning two, 20 steps give the same losses, dense parameters and whole tables (and
-//! optimizer state), compared as bits.
+//! row-wise, mixed and OPER row-partitioned tables (with hot-row replicas on the
+//! tower's hosts) inside the towers, and with towers on one host or spanning two, 20
+//! steps give the same losses, dense parameters and whole tables (and optimizer
+//! state), compared as bits.
 
 mod common;
 
 use std::path::Path;
-use towerrec_comm::{Comm, Topology};
+use towerrec_comm::{Bytes, ClusterTraffic, Comm, Phase, Topology};
 use towerrec_core::Batch;
-use towerrec_data::schema;
-use towerrec_plan::{Plan, Shard, ShardingType, TablePlan, TowerPlan};
+use towerrec_data::profile::{profile_stream, ProfileOptions};
+use towerrec_data::{open, schema, Part};
+use towerrec_plan::oper::{self, OperParams};
+use towerrec_plan::{
+    planners, CostParams, Plan, Shard, ShardingType, TablePlan, TableSpec, TowerPlan,
+};
 use towerrec_train::cluster::{run_ranks, table_specs};
 use towerrec_train::sharded::WholeTable;
 use towerrec_train::trainer::train_step;
@@ -50,12 +55,14 @@ sparse_lr = 0.05
     Config::from_toml(&text, "test", Path::new(".")).expect("test config")
 }
 
-/// Loss bits of every step, dense parameters and whole tables after training.
+/// Loss bits of every step, dense parameters and whole tables after training, and the
+/// bytes every rank sent to sum the gradients of rows with copies on several ranks.
 #[derive(PartialEq, Debug)]
 struct Outcome {
     losses: Vec<u64>,
     dense: Vec<Vec<u32>>,
     tables: Vec<WholeTable>,
+    copy_sync: Bytes,
 }
 
 fn train(cfg: &Config, batches: &[Batch], topology: Topology, plan: &Plan) -> Outcome {
@@ -69,6 +76,7 @@ fn train(cfg: &Config, batches: &[Batch], topology: Topology, plan: &Plan) -> Ou
     let outs = run_ranks(topology, 1, |comm: Comm| {
         let mut model =
             Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, plan)?;
+        let before = model.comm().expect("sharded").traffic();
         let (mut logits, mut grad) = (Vec::new(), Vec::new());
         let mut losses = Vec::new();
         for b in batches {
@@ -80,17 +88,20 @@ fn train(cfg: &Config, batches: &[Batch], topology: Topology, plan: &Plan) -> Ou
             .iter()
             .map(|p| p.value.iter().map(|v| v.to_bits()).collect())
             .collect();
-        Ok(model.whole_tables()?.map(|tables| Outcome {
-            losses,
-            dense,
-            tables,
-        }))
+        let sent = model.comm().expect("sharded").traffic().since(&before);
+        let tables = model.whole_tables()?;
+        Ok((tables, sent.to_flat(), losses, dense))
     })
     .unwrap_or_else(|e| panic!("{e}"));
-    outs.into_iter()
-        .next()
-        .unwrap()
-        .expect("rank 0 has the tables")
+    let flats: Vec<u64> = outs.iter().flat_map(|o| o.1.iter().copied()).collect();
+    let copy_sync = ClusterTraffic::from_flat(topology, &flats).phase(Phase::SparseGradSync);
+    let (tables, _, losses, dense) = outs.into_iter().next().unwrap();
+    Outcome {
+        losses,
+        dense,
+        tables: tables.expect("rank 0 has the tables"),
+        copy_sync,
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -99,6 +110,9 @@ enum Inside {
     ColumnWise,
     RowWise,
     Mixed,
+    /// OPER's plan of each host group's tables on its hosts, with hot-row replicas
+    /// there (for training: on every rank of the group).
+    Oper,
 }
 
 /// Tables spread over towers (table `i` in tower `i % towers`, tower `t` on host group
@@ -107,6 +121,9 @@ enum Inside {
 fn tower_plan(cfg: &Config, topology: Topology, k: usize, towers: usize, inside: Inside) -> Plan {
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
     let specs = table_specs(cfg, &s);
+    if let Inside::Oper = inside {
+        return oper_towers(cfg, &specs, topology, k, towers);
+    }
     let groups = topology.hosts / k;
     let ranks_of = |g: usize| -> Vec<usize> {
         (g * k..(g + 1) * k)
@@ -125,7 +142,7 @@ fn tower_plan(cfg: &Config, topology: Topology, k: usize, towers: usize, inside:
             other => other,
         };
         let (sharding, shards) = match kind {
-            Inside::TableWise | Inside::Mixed => (
+            Inside::TableWise | Inside::Mixed | Inside::Oper => (
                 ShardingType::TableWise,
                 vec![Shard {
                     rank: ranks[i % m],
@@ -186,6 +203,48 @@ fn tower_plan(cfg: &Config, topology: Topology, k: usize, towers: usize, inside:
     }
 }
 
+/// The tables in towers as [`tower_plan`] groups them (the same strided assignment),
+/// each host group's planned by OPER on its own hosts from an exact profile of the
+/// training data, with replicas (20% extra memory: the tables are tiny).
+fn oper_towers(
+    cfg: &Config,
+    specs: &[TableSpec],
+    topology: Topology,
+    k: usize,
+    towers: usize,
+) -> Plan {
+    let mut stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir).unwrap();
+    let profile = profile_stream(
+        stream.as_mut(),
+        ProfileOptions::default(),
+        None,
+        "train".into(),
+        |_| std::ops::ControlFlow::Continue(()),
+    )
+    .unwrap();
+    let p = OperParams {
+        cost: CostParams {
+            batch_size: cfg.train.batch_size,
+            ..CostParams::default()
+        },
+        extra_memory: 0.2,
+        threshold: 0.05,
+        ..OperParams::default()
+    };
+    let groups = planners::strided_towers(specs.len(), towers);
+    let plan = planners::with_towers(specs, topology, &groups, k, |t, sub| {
+        oper::plan(t, &profile, sub, &p).map(|o| o.plan)
+    })
+    .unwrap();
+    assert!(
+        plan.tables
+            .iter()
+            .any(|t| t.partitions.iter().any(|q| !q.replicas.is_empty())),
+        "no replicas in the plan"
+    );
+    plan
+}
+
 fn check(kind: &str, topology: Topology, k: usize, towers: usize, inside: Inside) {
     check_config(config(kind), topology, k, towers, inside);
 }
@@ -207,6 +266,34 @@ fn check_config(cfg: Config, topology: Topology, k: usize, towers: usize, inside
     assert_eq!(want.losses, got.losses, "{what}: losses");
     assert_eq!(want.dense, got.dense, "{what}: dense parameters");
     assert_eq!(want.tables, got.tables, "{what}: tables");
+    if let Inside::Oper = inside {
+        // The copies of a tower's rows sum their gradients among its hosts only: on
+        // one-host towers nothing crosses hosts, where the flat path's world-wide sync
+        // of the same rows does.
+        assert!(got.copy_sync.total() > 0, "{what}: no copy sync");
+        if k == 1 {
+            assert_eq!(got.copy_sync.cross_host, 0, "{what}: {:?}", got.copy_sync);
+            assert!(
+                want.copy_sync.cross_host > 0,
+                "{what}: {:?}",
+                want.copy_sync
+            );
+        }
+    }
+}
+
+#[test]
+fn sptt_with_oper_tables_is_the_flat_path_bit_for_bit() {
+    check("dlrm", Topology::new(2, 2).unwrap(), 1, 2, Inside::Oper);
+    check("dlrm", Topology::new(2, 2).unwrap(), 2, 2, Inside::Oper);
+    check("dcn", Topology::new(4, 2).unwrap(), 1, 4, Inside::Oper);
+    check_config(
+        pooled("dlrm", "mean"),
+        Topology::new(2, 4).unwrap(),
+        1,
+        4,
+        Inside::Oper,
+    );
 }
 
 const INSIDE: [Inside; 4] = [

@@ -156,33 +156,36 @@ pub fn run(a: PlanArgs) -> Result<()> {
         Some(path) => path.display().to_string(),
         None => a.strategy.name().to_string(),
     };
-    let plan = match (&a.rate, a.strategy.placement(), a.towers) {
-        (Some(path), _, _) => Ok(Plan::load(path)?),
-        (None, Some(placement), None) => {
-            let Some(profile) = &profile else {
-                bail!(
-                    "--strategy {} needs --profile (written by `towerrec profile`)",
-                    a.strategy.name()
-                );
-            };
-            let p = plan_oper::plan(placement, &a.oper, &tables, profile, topology, cost, budget)?;
-            Ok(p)
+    let by_profile = |tables: &[TableSpec], topology: Topology| -> Result<Plan> {
+        let (Some(placement), Some(profile)) = (a.strategy.placement(), &profile) else {
+            bail!(
+                "--strategy {} needs --profile (written by `towerrec profile`)",
+                a.strategy.name()
+            );
+        };
+        plan_oper::plan(placement, &a.oper, tables, profile, topology, cost, budget)
+    };
+    let any = |tables: &[TableSpec], topology: Topology| -> Result<Plan> {
+        match a.strategy.placement() {
+            Some(_) => by_profile(tables, topology),
+            None => Ok(flat(tables, topology)?),
         }
-        (None, Some(_), Some(_)) => bail!(
-            "--strategy {} does not make tower plans yet; drop --towers",
-            a.strategy.name()
-        ),
-        (None, None, None) => flat(&tables, topology),
-        (None, None, Some(0)) => bail!("--towers 0: a tower plan needs at least one tower"),
-        (None, None, Some(t)) if t > tables.len() => {
+    };
+    let plan = match (&a.rate, a.towers) {
+        (Some(path), _) => Ok(Plan::load(path)?),
+        (None, None) => any(&tables, topology),
+        (None, Some(0)) => bail!("--towers 0: a tower plan needs at least one tower"),
+        (None, Some(t)) if t > tables.len() => {
             bail!(
                 "--towers {t}: there are only {} tables to group",
                 tables.len()
             )
         }
-        (None, None, Some(t)) => {
+        (None, Some(t)) => {
+            // OPER inside towers: each host group's tables planned on its hosts, so
+            // replicas stay there (docs/OPER.md, "Replicas under DMT towers").
             let towers = planners::strided_towers(tables.len(), t);
-            planners::with_towers(&tables, topology, &towers, a.hosts_per_tower, flat)
+            planners::with_towers(&tables, topology, &towers, a.hosts_per_tower, any)
         }
     }
     .with_context(|| format!("planning {label}"))?;

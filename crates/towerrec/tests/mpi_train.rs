@@ -375,10 +375,34 @@ fn mpi_equals_in_process_on_2x2() {
         .concat(),
     );
 
+    // OPER inside two one-host towers: each host's rows and replicas on its own ranks,
+    // the replicas synchronised within the host.
+    let oper_towers = write_plan(
+        &dir,
+        "oper-towers.json",
+        &[
+            &[
+                "--strategy",
+                "oper",
+                "--profile",
+                profile.to_str().unwrap(),
+                "--extra-memory",
+                "5%",
+                "--towers",
+                "2",
+                "--set",
+                "data.train_samples=7680",
+            ][..],
+            &shape,
+        ]
+        .concat(),
+    );
+
     for (case, plan) in [
         ("greedy plan", None),
         ("row-wise plan", Some(&row_wise)),
         ("oper plan", Some(&oper)),
+        ("oper plan in towers", Some(&oper_towers)),
         ("tower plan", Some(&towers)),
         ("row-wise towers of 2 hosts", Some(&wide)),
         ("dmt model", None),

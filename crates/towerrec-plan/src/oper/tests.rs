@@ -337,3 +337,43 @@ fn sketch_profiles_and_missing_tables_are_refused() {
     let e = plan(&tables, &prof, topo, &params(0.01, Mode::Training)).unwrap_err();
     assert!(e.to_string().contains("no such table"), "{e}");
 }
+
+/// Under DMT towers each tower's tables are planned by OPER on its hosts alone: every
+/// partition and replica stays there, so replicas synchronise within the tower's hosts;
+/// a replica moved to another host is refused.
+#[test]
+fn oper_inside_towers_keeps_every_copy_on_the_towers_hosts() {
+    let (tables, prof) = zipf_case(6, 2000, 50_000);
+    let topology = Topology::new(2, 2).unwrap();
+    let towers = planners::strided_towers(tables.len(), 2);
+    for mode in [Mode::Training, Mode::Inference] {
+        let p = params(0.2, mode);
+        let plan = planners::with_towers(&tables, topology, &towers, 1, |t, sub| {
+            plan(t, &prof, sub, &p).map(|o| o.plan)
+        })
+        .unwrap();
+        let mut replicated = false;
+        for (i, tower) in plan.towers.iter().enumerate() {
+            for name in &tower.features {
+                let entry = plan.table(name).unwrap();
+                assert_eq!(entry.sharding, ShardingType::RowPartitioned);
+                for part in &entry.partitions {
+                    replicated |= !part.replicas.is_empty();
+                    for r in std::iter::once(part.rank).chain(part.replicas.iter().copied()) {
+                        assert_eq!(topology.host_of(r), i, "{name} of tower {i} on rank {r}");
+                    }
+                }
+            }
+        }
+        assert!(replicated, "{mode:?}: no replicas at 20% extra memory");
+        let mut moved = plan.clone();
+        let name = plan.towers[0].features[0].clone();
+        let entry = moved.tables.iter_mut().find(|e| e.table == name).unwrap();
+        entry.partitions[0].replicas = vec![2];
+        let err = moved
+            .validate(&tables, topology, None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("outside the tower's hosts"), "{err}");
+    }
+}

@@ -21,27 +21,31 @@ pub fn strided_towers(features: usize, towers: usize) -> Vec<Vec<usize>> {
 
 /// A plan with `towers` (feature indices into `tables`, every table in exactly one),
 /// each tower on `hosts_per_tower` hosts, its tables placed by `inner` on the
-/// sub-cluster of those hosts.
-pub fn with_towers(
+/// sub-cluster of those hosts. An inner OPER plan keeps its replicas on the tower's
+/// hosts, so that they synchronise among those hosts alone (OPER beyond the paper:
+/// host-local replicas under DMT towers).
+pub fn with_towers<E: From<Error>>(
     tables: &[TableSpec],
     topology: Topology,
     towers: &[Vec<usize>],
     hosts_per_tower: usize,
-    inner: impl Fn(&[TableSpec], Topology) -> Result<Plan>,
-) -> Result<Plan> {
+    inner: impl Fn(&[TableSpec], Topology) -> std::result::Result<Plan, E>,
+) -> std::result::Result<Plan, E> {
     let k = hosts_per_tower;
     if k == 0 || !topology.hosts.is_multiple_of(k) {
         return Err(Error::Request(format!(
             "towers of {k} hosts on {} hosts: the hosts per tower must divide the hosts",
             topology.hosts
-        )));
+        ))
+        .into());
     }
     let groups = topology.hosts / k;
     if towers.len() < groups {
         return Err(Error::Request(format!(
             "{} towers for {groups} host groups of {k}: every host group needs a tower",
             towers.len()
-        )));
+        ))
+        .into());
     }
     let l = topology.ranks_per_host;
     let sub = Topology::new(k, l).map_err(|e| Error::Request(e.to_string()))?;
@@ -63,9 +67,9 @@ pub fn with_towers(
             })
             .collect::<Result<_>>()?;
         if mine.is_empty() {
-            return Err(Error::Request(format!(
-                "host group {g} got towers with no features"
-            )));
+            return Err(
+                Error::Request(format!("host group {g} got towers with no features")).into(),
+            );
         }
         let first_host = g * k;
         for mut entry in inner(&mine, sub)?.tables {
@@ -74,11 +78,10 @@ pub fn with_towers(
                     "the planner made table '{}' data-parallel; a tower's tables live on its \
                      hosts: choose another strategy",
                     entry.table
-                )));
+                ))
+                .into());
             }
-            for s in &mut entry.shards {
-                s.rank += first_host * l;
-            }
+            entry.shift_ranks(first_host * l);
             plan.tables.push(entry);
         }
     }

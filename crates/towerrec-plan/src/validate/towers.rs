@@ -1,7 +1,8 @@
 //! Checking a plan's DMT towers (paper §3.1, §3.1.3): every table in exactly one tower,
 //! each tower on 1 or K hosts (the same K for every tower), towers that share hosts
 //! sharing them whole, every host under some tower, and every shard of a tower's table
-//! on the ranks of the tower's hosts. Data-parallel tables have no place in a tower.
+//! (every partition and replica of a row-partitioned one) on the ranks of the tower's
+//! hosts. Data-parallel tables have no place in a tower.
 
 use crate::error::{Error, Result};
 use crate::plan::{Plan, ShardingType};
@@ -75,6 +76,20 @@ impl Plan {
                         "feature '{f}' has a shard on rank {} (host {}), outside the tower's hosts {:?}",
                         s.rank,
                         topology.host_of(s.rank),
+                        tower.hosts
+                    )));
+                }
+                let copies = entry
+                    .partitions
+                    .iter()
+                    .flat_map(|p| std::iter::once(p.rank).chain(p.replicas.iter().copied()));
+                if let Some(r) = copies
+                    .into_iter()
+                    .find(|&r| !hosts.contains(&topology.host_of(r)))
+                {
+                    return Err(fail(format!(
+                        "feature '{f}' has rows on rank {r} (host {}), outside the tower's hosts {:?}",
+                        topology.host_of(r),
                         tower.hosts
                     )));
                 }

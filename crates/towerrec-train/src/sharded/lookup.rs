@@ -25,6 +25,8 @@ pub(super) struct LocalShard {
     /// in source order (other shards hold a bag per sample of the global batch).
     store: Option<Store>,
     bags_from: Vec<usize>,
+    /// A store's bags' samples, each within its source's slice, in bag order.
+    bag_samples: Vec<u32>,
 }
 
 impl LocalShard {
@@ -39,6 +41,7 @@ impl LocalShard {
             grad: Vec::new(),
             store: None,
             bags_from: Vec::new(),
+            bag_samples: Vec::new(),
         }
     }
 
@@ -55,6 +58,19 @@ impl LocalShard {
     /// its pooled rows, in order).
     pub(super) fn bags_from(&self) -> &[usize] {
         &self.bags_from
+    }
+
+    /// A row-partitioned store's bags of the last forward as rows of a dense block:
+    /// per source `src`, `(index of the bag's pooled row, sample within src's slice)`.
+    pub(super) fn store_bags(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        let mut k = 0;
+        self.bags_from
+            .iter()
+            .enumerate()
+            .flat_map(move |(src, &n)| {
+                k += n;
+                (k - n..k).map(move |b| (src, b, self.bag_samples[b] as usize))
+            })
     }
 
     /// The bags of the last forward: offsets and ids.
@@ -76,6 +92,7 @@ pub(super) fn unpack(recv: &[u64], sources: usize, local: &mut [LocalShard]) -> 
         l.offsets.push(0);
         l.values.clear();
         l.bags_from.clear();
+        l.bag_samples.clear();
     }
     let mut samples = Vec::with_capacity(sources);
     let mut at = 0;
@@ -92,6 +109,7 @@ pub(super) fn unpack(recv: &[u64], sources: usize, local: &mut [LocalShard]) -> 
                 for &bag in &recv[at + 1..at + 1 + k] {
                     end += (bag & 0xffff_ffff) as usize;
                     l.offsets.push(end);
+                    l.bag_samples.push((bag >> 32) as u32);
                 }
                 at += 1 + k;
                 l.bags_from.push(k);

@@ -14,7 +14,8 @@
 //!    gradient after the backward;
 //! 5. row-partitioned tables (OPER, [`partitioned`]) route ids through the address map
 //!    to the nearest copy of each row and run stages 2–3 as row-wise shards do; rows
-//!    with copies on several ranks are synchronized by a sparse AllReduce.
+//!    with copies on several ranks are synchronized by a sparse AllReduce (with towers,
+//!    within the tower group that holds every copy).
 //!
 //! [`whole`] gathers and loads whole tables for checkpoints.
 
@@ -128,12 +129,6 @@ impl ShardedEmbeddings {
             })?;
             let init = TableInit::new(seed, t, desc.rows, desc.dim);
             if entry.sharding == ShardingType::RowPartitioned {
-                if !plan.towers.is_empty() {
-                    return Err(Error::Plan(format!(
-                        "table '{}' is row_partitioned: tower plans do not take OPER tables yet",
-                        desc.name
-                    )));
-                }
                 let (map, shards) = partitioned::stores(entry, desc.rows, desc.dim, plan.topology);
                 let rows = partitioned::shared_rows(entry, &map);
                 if !rows.is_empty() {
@@ -221,6 +216,11 @@ impl ShardedEmbeddings {
                 .collect();
             Some(Sptt::new(&comm, plan, &dims, index)?.with_mean_split(mean_split))
         };
+        if let Some(sp) = &sptt {
+            // A tower's rows have all their copies on its hosts (the plan is validated):
+            // its group alone sums their gradients.
+            shared_rows.retain(|(t, _)| sp.in_my_group(*t));
+        }
         Ok(Self {
             comm,
             tables: states,
@@ -399,11 +399,13 @@ impl ShardedEmbeddings {
     }
 
     /// Sums the gradients of shared rows over the ranks that read them and applies the
-    /// sums to every copy.
+    /// sums to every copy: over the world, or with towers over this rank's tower group,
+    /// which holds every copy of its tables' rows (intra-host for one-host towers).
     fn sync_shared_rows(&mut self, touched: &store::Touched, lr: f32) -> Result<()> {
         let dims: Vec<usize> = self.tables.iter().map(|t| t.dim).collect();
         let sync = self.shared.as_mut().expect("called with shared rows");
-        let sums = sync.sum(&self.comm, touched, &dims)?;
+        let comm = self.sptt.as_ref().map_or(&self.comm, Sptt::group);
+        let sums = sync.sum(comm, touched, &dims)?;
         for (t, rows, grads) in sums {
             if let Some(l) = self.local.iter_mut().find(|l| l.table == t) {
                 l.apply_shared(&rows, &grads, lr)?;

@@ -20,11 +20,17 @@
 //! the whole global batch in global sample order, as the flat path does, so the fused
 //! updates are the same.
 //!
+//! A row-partitioned (OPER) table in a tower has all its copies on the tower's hosts:
+//! its stores' partial sums enter step d as row-wise shards' do, spread to one row per
+//! sample (zero where a sample read none of a store's rows), and its shared rows sync
+//! within the group ([`ShardedEmbeddings`]' sparse AllReduce over the group).
+//!
 //! A mean-pooled row-wise table is summed in step d and then divided, as the flat path
 //! divides at the sample owner; the rank that sums holds other ranks' samples, so the
 //! peers first share their samples' bag lengths (an AllGather among peers).
 
 use super::flat::{mean_scale, place_block};
+use super::lookup::LocalShard;
 use super::ShardedEmbeddings;
 use crate::error::{Error, Result};
 use crate::slots::{FeatureSlots, Slot};
@@ -237,6 +243,16 @@ impl Sptt {
         }
     }
 
+    /// This rank's tower group: the ranks of the hosts that hold its towers' tables.
+    pub(super) fn group(&self) -> &Comm {
+        &self.group
+    }
+
+    /// Whether table `t` is in one of this rank's group's towers.
+    pub(super) fn in_my_group(&self, t: usize) -> bool {
+        self.features[self.my_group].iter().any(|&(f, _)| f == t)
+    }
+
     /// Takes a DMT model's Tower Modules, to run them between steps e and f.
     pub(super) fn adopt(&mut self, modules: ModelTowers) {
         self.modules = Some(modules);
@@ -429,6 +445,10 @@ impl ShardedEmbeddings {
         slots: &FeatureSlots,
     ) -> Result<()> {
         let firsts = firsts(&self.samples);
+        let global: usize = self.samples.iter().sum();
+        for l in self.local.iter_mut().filter(|l| l.store().is_some()) {
+            densify(l, &firsts, global, &mut sp.x);
+        }
         // c, d: every group-mate gets its peers' rows of every local shard.
         sp.send.clear();
         let mut counts = vec![0; sp.group.size()];
@@ -580,8 +600,38 @@ impl ShardedEmbeddings {
                 }
             }
         }
+        for l in self.local.iter_mut().filter(|l| l.store().is_some()) {
+            compact_grad(l, &firsts, &mut sp.x);
+        }
         Ok(())
     }
+}
+
+/// Spreads a row-partitioned store's pooled rows (one per bag that read it) to one row
+/// per sample of the `global` batch, zero where a sample read none of its rows: step d
+/// then sums them with the other copies' partial sums as it sums row-wise shards' (the
+/// zeros add nothing, so the sums are the flat path's).
+fn densify(l: &mut LocalShard, firsts: &[usize], global: usize, scratch: &mut Vec<f32>) {
+    let cols = l.columns();
+    scratch.clear();
+    scratch.resize(global * cols, 0.0);
+    for (src, bag, sample) in l.store_bags() {
+        let row = (firsts[src] + sample) * cols;
+        scratch[row..row + cols].copy_from_slice(&l.pooled[bag * cols..(bag + 1) * cols]);
+    }
+    std::mem::swap(&mut l.pooled, scratch);
+}
+
+/// The reverse of [`densify`] for the gradient: keeps the rows of the bags the store
+/// served, in bag order, as its fused update reads them.
+fn compact_grad(l: &mut LocalShard, firsts: &[usize], scratch: &mut Vec<f32>) {
+    let cols = l.columns();
+    scratch.clear();
+    for (src, _, sample) in l.store_bags() {
+        let row = (firsts[src] + sample) * cols;
+        scratch.extend_from_slice(&l.grad[row..row + cols]);
+    }
+    std::mem::swap(&mut l.grad, scratch);
 }
 
 #[cfg(test)]
