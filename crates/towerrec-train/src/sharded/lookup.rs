@@ -60,17 +60,11 @@ impl LocalShard {
         &self.bags_from
     }
 
-    /// A row-partitioned store's bags of the last forward as rows of a dense block:
-    /// per source `src`, `(index of the bag's pooled row, sample within src's slice)`.
-    pub(super) fn store_bags(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
-        let mut k = 0;
-        self.bags_from
-            .iter()
-            .enumerate()
-            .flat_map(move |(src, &n)| {
-                k += n;
-                (k - n..k).map(move |b| (src, b, self.bag_samples[b] as usize))
-            })
+    /// A row-partitioned store's bags from source `src` in the last forward: the
+    /// first bag's index, and each bag's sample within `src`'s slice.
+    pub(super) fn bags_of(&self, src: usize) -> (usize, &[u32]) {
+        let first: usize = self.bags_from[..src].iter().sum();
+        (first, &self.bag_samples[first..first + self.bags_from[src]])
     }
 
     /// The bags of the last forward: offsets and ids.

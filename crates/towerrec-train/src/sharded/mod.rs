@@ -25,6 +25,7 @@ mod partitioned;
 mod replicas;
 mod route;
 mod sptt;
+mod sptt_stores;
 mod store;
 mod whole;
 
@@ -214,7 +215,11 @@ impl ShardedEmbeddings {
                 .filter(|(_, s)| s.row_split() && s.pooling == Pooling::Mean)
                 .map(|(t, _)| t)
                 .collect();
-            Some(Sptt::new(&comm, plan, &dims, index)?.with_mean_split(mean_split))
+            let addressed: Vec<usize> = (0..states.len())
+                .filter(|&t| states[t].addresses.is_some())
+                .collect();
+            let sp = Sptt::new(&comm, plan, &dims, index)?;
+            Some(sp.with_mean_split(mean_split).with_addressed(&addressed))
         };
         if let Some(sp) = &sptt {
             // A tower's rows have all their copies on its hosts (the plan is validated):

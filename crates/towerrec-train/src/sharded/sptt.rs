@@ -21,16 +21,16 @@
 //! updates are the same.
 //!
 //! A row-partitioned (OPER) table in a tower has all its copies on the tower's hosts:
-//! its stores' partial sums enter step d as row-wise shards' do, spread to one row per
-//! sample (zero where a sample read none of a store's rows), and its shared rows sync
-//! within the group ([`ShardedEmbeddings`]' sparse AllReduce over the group).
+//! its stores' partial sums enter step d as row-wise shards' do, but only for the bags
+//! that read them ([`stores`]), and its shared rows sync within the group
+//! ([`ShardedEmbeddings`]' sparse AllReduce over the group).
 //!
 //! A mean-pooled row-wise table is summed in step d and then divided, as the flat path
 //! divides at the sample owner; the rank that sums holds other ranks' samples, so the
 //! peers first share their samples' bag lengths (an AllGather among peers).
 
 use super::flat::{mean_scale, place_block};
-use super::lookup::LocalShard;
+use super::sptt_stores as stores;
 use super::ShardedEmbeddings;
 use crate::error::{Error, Result};
 use crate::slots::{FeatureSlots, Slot};
@@ -73,6 +73,11 @@ pub(super) struct Sptt {
     dx: Vec<f32>,
     send: Vec<f32>,
     recv: Vec<f32>,
+    /// Whether this group's tables include row-partitioned ones: step d then also
+    /// exchanges the samples of their stores' rows ([`stores`]), kept for the backward.
+    addressed: bool,
+    index_send: Vec<u64>,
+    index_recv: Vec<u64>,
 }
 
 /// Where a DMT model's Tower Modules are synchronized: each tower's gradients are
@@ -171,7 +176,16 @@ impl Sptt {
             dx: Vec::new(),
             send: Vec::new(),
             recv: Vec::new(),
+            addressed: false,
+            index_send: Vec::new(),
+            index_recv: Vec::new(),
         })
+    }
+
+    /// Tables `addressed` are row-partitioned (their stores send only the rows read).
+    pub(super) fn with_addressed(mut self, addressed: &[usize]) -> Self {
+        self.addressed = addressed.iter().any(|&t| self.in_my_group(t));
+        self
     }
 
     /// Tables `mean_split` (mean-pooled, split by rows) are divided by bag length after
@@ -237,10 +251,7 @@ impl Sptt {
     /// The factor of group row `row` of table `t` (1 for tables not mean-pooled and
     /// split by rows).
     fn mean_scale_of(&self, t: usize, row: usize, total: usize) -> f32 {
-        match self.mean_split.iter().position(|&m| m == t) {
-            Some(i) => self.scales[i * total + row],
-            None => 1.0,
-        }
+        mean_scale_of(&self.mean_split, &self.scales, t, row, total)
     }
 
     /// This rank's tower group: the ranks of the hosts that hold its towers' tables.
@@ -410,6 +421,15 @@ impl Sptt {
     }
 }
 
+/// The factor of group row `row` of table `t` among the `total` rows: from `scales`
+/// for the tables of `mean_split`, else 1.
+fn mean_scale_of(mean_split: &[usize], scales: &[f32], t: usize, row: usize, total: usize) -> f32 {
+    match mean_split.iter().position(|&m| m == t) {
+        Some(i) => scales[i * total + row],
+        None => 1.0,
+    }
+}
+
 /// First global sample of each world rank's slice.
 fn firsts(samples: &[usize]) -> Vec<usize> {
     samples
@@ -445,17 +465,20 @@ impl ShardedEmbeddings {
         slots: &FeatureSlots,
     ) -> Result<()> {
         let firsts = firsts(&self.samples);
-        let global: usize = self.samples.iter().sum();
-        for l in self.local.iter_mut().filter(|l| l.store().is_some()) {
-            densify(l, &firsts, global, &mut sp.x);
-        }
-        // c, d: every group-mate gets its peers' rows of every local shard.
+        // c, d: every group-mate gets its peers' rows of every local shard (a store's:
+        // only the bags it served, their samples on the index channel).
         sp.send.clear();
+        sp.index_send.clear();
         let mut counts = vec![0; sp.group.size()];
+        let mut index_counts = vec![0; sp.group.size()];
         let order = peer_order(&sp.rank_of);
         for (j, dests) in order.chunks(sp.rank_of.len()).enumerate() {
-            let before = sp.send.len();
+            let (before, index_before) = (sp.send.len(), sp.index_send.len());
             for l in &self.local {
+                if l.store().is_some() {
+                    stores::send_rows(l, dests, &mut sp.send, &mut sp.index_send);
+                    continue;
+                }
                 let cols = l.columns();
                 for &w in dests {
                     let (f, n) = (firsts[w], self.samples[w]);
@@ -464,6 +487,15 @@ impl ShardedEmbeddings {
                 }
             }
             counts[j] = sp.send.len() - before;
+            index_counts[j] = sp.index_send.len() - index_before;
+        }
+        if sp.addressed {
+            sp.group.all_to_all_v_into(
+                &sp.index_send,
+                &index_counts,
+                &mut sp.index_recv,
+                Phase::TowerIntra,
+            )?;
         }
         sp.group
             .all_to_all_v_into(&sp.send, &counts, &mut sp.recv, Phase::TowerIntra)?;
@@ -473,13 +505,24 @@ impl ShardedEmbeddings {
         let total: usize = peer_rows.iter().map(|&(_, n)| n).sum();
         sp.rows.clear();
         sp.rows.resize(total * width, 0.0);
-        let mut at = 0;
+        let (mut at, mut iat) = (0, 0);
         for j in 0..sp.group.size() {
             for (t, s) in self.router.held_by(sp.rank_of[sp.my_group][j]) {
                 let table = &self.tables[t];
                 let shard = &table.shards[s];
                 let (cols, off) = (shard.num_columns(), sp.offset_of[t] + shard.columns.0);
                 for &(first, n) in &peer_rows {
+                    if table.addresses.is_some() {
+                        let b = stores::Block {
+                            first,
+                            width,
+                            off,
+                            cols,
+                        };
+                        let (index, recv) = (&sp.index_recv, &sp.recv);
+                        stores::add_rows(index, &mut iat, recv, &mut at, &mut sp.rows, b);
+                        continue;
+                    }
                     let block = &sp.recv[at..at + n * cols];
                     at += n * cols;
                     let rows = &mut sp.rows[first * width..(first + n) * width];
@@ -560,12 +603,25 @@ impl ShardedEmbeddings {
         let width = sp.widths[sp.my_group];
         sp.send.clear();
         let mut counts = vec![0; sp.group.size()];
+        let mut iat = 0;
         for (j, count) in counts.iter_mut().enumerate() {
             let before = sp.send.len();
             for (t, s) in self.router.held_by(sp.rank_of[sp.my_group][j]) {
                 let shard = &self.tables[t].shards[s];
                 let (cols, off) = (shard.num_columns(), sp.offset_of[t] + shard.columns.0);
                 for &(first, n) in &peer_rows {
+                    if self.tables[t].addresses.is_some() {
+                        // The gradients of the rows the store sent, in its order.
+                        let (index, rows, send) = (&sp.index_recv, &sp.rows, &mut sp.send);
+                        stores::for_each_row(index, &mut iat, first, |r| {
+                            let part = &rows[r * width + off..r * width + off + cols];
+                            match mean_scale_of(&sp.mean_split, &sp.scales, t, r, total) {
+                                1.0 => send.extend_from_slice(part),
+                                scale => send.extend(part.iter().map(|&g| g * scale)),
+                            }
+                        });
+                        continue;
+                    }
                     let rows = &sp.rows[first * width..(first + n) * width];
                     for (k, row) in rows.chunks_exact(width.max(1)).enumerate() {
                         let part = &row[off..off + cols];
@@ -585,8 +641,12 @@ impl ShardedEmbeddings {
         let firsts = firsts(&self.samples);
         let global: usize = self.samples.iter().sum();
         for l in &mut self.local {
+            let rows = match l.store() {
+                Some(_) => l.bags_from().iter().sum(),
+                None => global,
+            };
             l.grad.clear();
-            l.grad.resize(global * l.columns(), 0.0);
+            l.grad.resize(rows * l.columns(), 0.0);
         }
         let mut at = 0;
         for j in 0..sp.group.size() {
@@ -594,44 +654,18 @@ impl ShardedEmbeddings {
                 let cols = l.columns();
                 for g in &sp.rank_of {
                     let w = g[j];
+                    if l.store().is_some() {
+                        stores::place_grads(l, w, &sp.recv, &mut at);
+                        continue;
+                    }
                     let (f, n) = (firsts[w], self.samples[w]);
                     l.grad[f * cols..(f + n) * cols].copy_from_slice(&sp.recv[at..at + n * cols]);
                     at += n * cols;
                 }
             }
         }
-        for l in self.local.iter_mut().filter(|l| l.store().is_some()) {
-            compact_grad(l, &firsts, &mut sp.x);
-        }
         Ok(())
     }
-}
-
-/// Spreads a row-partitioned store's pooled rows (one per bag that read it) to one row
-/// per sample of the `global` batch, zero where a sample read none of its rows: step d
-/// then sums them with the other copies' partial sums as it sums row-wise shards' (the
-/// zeros add nothing, so the sums are the flat path's).
-fn densify(l: &mut LocalShard, firsts: &[usize], global: usize, scratch: &mut Vec<f32>) {
-    let cols = l.columns();
-    scratch.clear();
-    scratch.resize(global * cols, 0.0);
-    for (src, bag, sample) in l.store_bags() {
-        let row = (firsts[src] + sample) * cols;
-        scratch[row..row + cols].copy_from_slice(&l.pooled[bag * cols..(bag + 1) * cols]);
-    }
-    std::mem::swap(&mut l.pooled, scratch);
-}
-
-/// The reverse of [`densify`] for the gradient: keeps the rows of the bags the store
-/// served, in bag order, as its fused update reads them.
-fn compact_grad(l: &mut LocalShard, firsts: &[usize], scratch: &mut Vec<f32>) {
-    let cols = l.columns();
-    scratch.clear();
-    for (src, _, sample) in l.store_bags() {
-        let row = (firsts[src] + sample) * cols;
-        scratch.extend_from_slice(&l.grad[row..row + cols]);
-    }
-    std::mem::swap(&mut l.grad, scratch);
 }
 
 #[cfg(test)]

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# OPER inside DMT towers (docs/OPER.md, "Replicas under DMT towers"): the same tables
+# planned three ways on 2 hosts x 2 ranks, and each plan's bytes per step by phase,
+# within and across hosts, from the runtime's traffic accounting:
+#   oper         OPER over all four ranks, hot rows copied on every rank (flat exchange);
+#   oper-towers  two one-host towers, each host's tables planned by OPER on its two
+#                ranks, copies on that host only (SPTT exchange);
+#   table-wise-towers  the same towers, whole tables (SPTT, no copies).
+#   scripts/oper-towers.sh [CONFIG] [ROUNDS]
+# CONFIG defaults to bench/dmt/speed.toml (26 Zipf(1.05) tables of dim 64, global batch
+# 4096). With ROUNDS (needs root, OpenMPI and a release build with --features mpi) the
+# plans also train on the emulated cluster (scripts/emulated-cluster.sh, 1 Gbit/s
+# between hosts), alternated ROUNDS times, and the samples/s are printed. STEPS
+# (default 20) and EXTRA (default 5%) from the environment; BIN names the binary.
+set -euo pipefail
+bin=${BIN:-target/release/towerrec}
+cfg=${1:-bench/dmt/speed.toml}
+rounds=${2:-0}
+steps=${STEPS:-20}
+extra=${EXTRA:-5%}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+topo=(--hosts 2 --ranks-per-host 2)
+"$bin" profile --config "$cfg" --quiet --out "$out/p.profile" >/dev/null
+plan() { # NAME ARGS...
+    local name=$1
+    shift
+    "$bin" plan --config "$cfg" "${topo[@]}" "$@" --output "$out/$name.json" \
+        >/dev/null 2>"$out/plan.log" || { cat "$out/plan.log"; exit 1; }
+}
+plan oper --strategy oper --profile "$out/p.profile" --extra-memory "$extra"
+plan oper-towers --strategy oper --profile "$out/p.profile" --extra-memory "$extra" --towers 2
+plan table-wise-towers --strategy table-wise --towers 2
+variants=(oper oper-towers table-wise-towers)
+report() { # SUMMARY VARIANT
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+b = {p["phase"]: p for p in s["cluster"]["bytes_per_step"]}
+cells = []
+for ph in ["input_dist", "output_dist", "tower_intra", "tower_peer", "sparse_grad_sync", "dense_grad_sync"]:
+    p = b.get(ph, {"intra_host": 0, "cross_host": 0})
+    cells.append(f"{p['intra_host'] / 1e6:.3f} / {p['cross_host'] / 1e6:.3f}")
+print(f"| {sys.argv[2]} | " + " | ".join(cells) + f" | {s['train_samples_per_sec']:.0f} |")
+PY
+}
+echo "bytes per step, all ranks, MB within / across hosts ($steps steps in-process, $cfg, extra memory $extra):"
+echo "| plan | input_dist | output_dist | tower_intra | tower_peer | sparse_grad_sync | dense_grad_sync | samples/s (in-process) |"
+echo "|---|---|---|---|---|---|---|---:|"
+for v in "${variants[@]}"; do
+    "$bin" train --config "$cfg" --plan "$out/$v.json" "${topo[@]}" --set train.max_steps="$steps" \
+        --set train.eval_every=0 --quiet --out "$out/run-$v" >"$out/log" 2>&1 || { cat "$out/log"; exit 1; }
+    report "$out/run-$v/summary.json" "$v"
+done
+((rounds > 0)) || exit 0
+echo
+echo "emulated cluster, 1 Gbit/s between hosts, $rounds rounds alternated (train samples/s):"
+for r in $(seq "$rounds"); do
+    line="round $r:"
+    for v in "${variants[@]}"; do
+        run="$out/mpi-$v-$r"
+        scripts/emulated-cluster.sh --hosts 2 --ranks-per-host 2 --rate 1gbit -- \
+            "$bin" train --backend mpi --config "$cfg" --plan "$out/$v.json" \
+            --set train.max_steps="$steps" --set train.eval_every=0 --quiet --out "$run" \
+            >"$out/log" 2>&1 || { cat "$out/log"; exit 1; }
+        sps=$(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['train_samples_per_sec']))" "$run/summary.json")
+        line="$line $v $sps"
+        echo "$r $v $sps" >>"$out/speed.tsv"
+    done
+    echo "$line"
+done
+python3 - "$out/speed.tsv" <<'PY'
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    r, v, s = line.split()
+    runs.setdefault(v, []).append(float(s))
+base = statistics.median(runs["oper"])
+for v, xs in runs.items():
+    m = statistics.median(xs)
+    print(f"{v}: median {m:.0f} samples/s, {m / base:.2f}x oper")
+PY
