@@ -5,7 +5,11 @@
 #   oper         OPER over all four ranks, hot rows copied on every rank (flat exchange);
 #   oper-towers  two one-host towers, each host's tables planned by OPER on its two
 #                ranks, copies on that host only (SPTT exchange);
-#   table-wise-towers  the same towers, whole tables (SPTT, no copies).
+#   table-wise-towers  the same towers, whole tables (SPTT, no copies);
+#   row-wise-towers    the same towers, every table split by rows over its host's ranks
+#                      (SPTT; step d sums a partial row per sample from every shard);
+#   dmt-c4-oper-towers, dmt-c4-table-wise-towers  the two tower plans as DMT-DLRM with
+#                      its Tower Module at compression 4 (c = 1, p = 0, D = dim / 4).
 #   scripts/oper-towers.sh [CONFIG] [ROUNDS]
 # CONFIG defaults to bench/dmt/speed.toml (26 Zipf(1.05) tables of dim 64, global batch
 # 4096). With ROUNDS (needs root, OpenMPI and a release build with --features mpi) the
@@ -31,7 +35,16 @@ plan() { # NAME ARGS...
 plan oper --strategy oper --profile "$out/p.profile" --extra-memory "$extra"
 plan oper-towers --strategy oper --profile "$out/p.profile" --extra-memory "$extra" --towers 2
 plan table-wise-towers --strategy table-wise --towers 2
-variants=(oper oper-towers table-wise-towers)
+plan row-wise-towers --strategy row-wise --towers 2
+dim=$(python3 -c "import sys, tomllib; print(tomllib.load(open(sys.argv[1], 'rb'))['model']['embedding_dim'])" "$cfg")
+dmt=(--set "model.towers={module=\"dlrm\",count=2,d=$((dim / 4)),c=1,p=0}" --set "model.bottom_mlp=[64,$((dim / 4))]")
+variants=(oper oper-towers table-wise-towers row-wise-towers dmt-c4-oper-towers dmt-c4-table-wise-towers)
+args() { # VARIANT: its plan and model arguments
+    case $1 in
+    dmt-c4-*) echo "--plan $out/${1#dmt-c4-}.json" ;;
+    *) echo "--plan $out/$1.json" ;;
+    esac
+}
 report() { # SUMMARY VARIANT
     python3 - "$1" "$2" <<'PY'
 import json, sys
@@ -47,8 +60,13 @@ PY
 echo "bytes per step, all ranks, MB within / across hosts ($steps steps in-process, $cfg, extra memory $extra):"
 echo "| plan | input_dist | output_dist | tower_intra | tower_peer | sparse_grad_sync | dense_grad_sync | samples/s (in-process) |"
 echo "|---|---|---|---|---|---|---|---:|"
+extra_args() { # VARIANT
+    if [[ $1 == dmt-c4-* ]]; then printf '%s\n' "${dmt[@]}"; fi
+}
 for v in "${variants[@]}"; do
-    "$bin" train --config "$cfg" --plan "$out/$v.json" "${topo[@]}" --set train.max_steps="$steps" \
+    mapfile -t more < <(extra_args "$v")
+    # shellcheck disable=SC2046
+    "$bin" train --config "$cfg" $(args "$v") "${more[@]}" "${topo[@]}" --set train.max_steps="$steps" \
         --set train.eval_every=0 --quiet --out "$out/run-$v" >"$out/log" 2>&1 || { cat "$out/log"; exit 1; }
     report "$out/run-$v/summary.json" "$v"
 done
@@ -59,8 +77,10 @@ for r in $(seq "$rounds"); do
     line="round $r:"
     for v in "${variants[@]}"; do
         run="$out/mpi-$v-$r"
+        mapfile -t more < <(extra_args "$v")
+        # shellcheck disable=SC2046
         scripts/emulated-cluster.sh --hosts 2 --ranks-per-host 2 --rate 1gbit -- \
-            "$bin" train --backend mpi --config "$cfg" --plan "$out/$v.json" \
+            "$bin" train --backend mpi --config "$cfg" $(args "$v") "${more[@]}" \
             --set train.max_steps="$steps" --set train.eval_every=0 --quiet --out "$run" \
             >"$out/log" 2>&1 || { cat "$out/log"; exit 1; }
         sps=$(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['train_samples_per_sec']))" "$run/summary.json")
