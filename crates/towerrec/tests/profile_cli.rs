@@ -344,3 +344,74 @@ fn rows_move_inside_the_run_and_resume_exactly() {
         assert_eq!(records(&name), records("whole"), "stopped at {stop}");
     }
 }
+
+/// `--strategy oper --towers 2`: each host's tower tables planned on that host, every
+/// partition and copy there; the plan trains on 2 × 2 threads with SPTT and its copies'
+/// sync crosses no host.
+#[test]
+fn oper_plans_inside_towers_and_trains() {
+    let dir = common::tmp("profile_cli", "oper-towers");
+    let prof = dir.join("p.profile");
+    let data = [
+        "--set",
+        "data.tables=[{rows=4000,zipf_exponent=1.05,count=4}]",
+        "--set",
+        "data.train_samples=20000",
+    ];
+    let mut args = vec!["profile", "--quiet", "--out", prof.to_str().unwrap()];
+    args.extend(data);
+    let o = towerrec(&args);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let plan = dir.join("oper-towers.json");
+    let topo = ["--hosts", "2", "--ranks-per-host", "2"];
+    let mut args = vec!["plan", "--strategy", "oper", "--profile"];
+    args.extend([
+        prof.to_str().unwrap(),
+        "--extra-memory",
+        "5%",
+        "--towers",
+        "2",
+    ]);
+    args.extend(["--output", plan.to_str().unwrap()]);
+    args.extend(topo);
+    args.extend(data);
+    let o = towerrec(&args);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let p = towerrec_plan::Plan::load(&plan).unwrap();
+    assert_eq!(p.towers.len(), 2);
+    let mut copies = 0;
+    for tower in &p.towers {
+        for name in &tower.features {
+            for part in &p.table(name).unwrap().partitions {
+                copies += part.replicas.len();
+                for r in std::iter::once(part.rank).chain(part.replicas.iter().copied()) {
+                    assert_eq!(vec![r / 2], tower.hosts, "{name} on rank {r}");
+                }
+            }
+        }
+    }
+    assert!(copies > 0, "no copies at 5% extra memory");
+    let run = dir.join("run");
+    let mut args = vec![
+        "train",
+        "--plan",
+        plan.to_str().unwrap(),
+        "--max-steps",
+        "6",
+    ];
+    args.extend(["--set", "train.eval_every=0", "--quiet", "--out"]);
+    args.extend([run.to_str().unwrap()]);
+    args.extend(topo);
+    args.extend(data);
+    let o = towerrec(&args);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    let phases = summary["cluster"]["bytes_per_step"].as_array().unwrap();
+    let sync = phases
+        .iter()
+        .find(|p| p["phase"] == "sparse_grad_sync")
+        .expect("a copies' sync phase");
+    assert!(sync["intra_host"].as_f64().unwrap() > 0.0, "{sync}");
+    assert_eq!(sync["cross_host"].as_f64().unwrap(), 0.0, "{sync}");
+}
