@@ -6,7 +6,7 @@
 //!
 //! The modules' output widths, parameters and FLOPs are towerrec's own
 //! ([`TowerModuleKind::counts`]), and the layout is its runtime's
-//! (`crates/towerrec-train/src/sharded/sptt.rs`, docs/DMT.md "SPTT"): tower `t` on host
+//! (`crates/towerrec-train/src/sharded/sptt/`, docs/DMT.md "SPTT"): tower `t` on host
 //! group `t mod G`, the `G = hosts / K` groups being runs of `K` consecutive hosts, each
 //! group's tables spread evenly over its `S = K·R` ranks (`R` per host). For a rank of
 //! group `g` holding `b` samples, with `W_g` the columns of the group's tables, `O_g` of

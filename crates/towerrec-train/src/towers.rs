@@ -5,7 +5,7 @@
 //! *interaction rows* (the same base part, then every tower's output slot), and back.
 //! In one process, and on a cluster whose plan has no towers, the modules run here,
 //! where the sample lives; with a tower plan SPTT runs them between its steps e and f
-//! (`sharded/sptt.rs`), so that step f carries their compressed outputs.
+//! (`sharded/sptt/modules.rs`), so that step f carries their compressed outputs.
 
 use crate::error::{Error, Result};
 use crate::slots::FeatureSlots;

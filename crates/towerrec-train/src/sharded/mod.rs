@@ -25,7 +25,6 @@ mod partitioned;
 mod replicas;
 mod route;
 mod sptt;
-mod sptt_stores;
 mod store;
 mod whole;
 

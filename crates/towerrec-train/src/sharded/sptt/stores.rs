@@ -12,7 +12,7 @@
 //! The sums skip only zeros that the flat path also skips, in the same order, so SPTT
 //! stays bit for bit the flat path (crates/towerrec-train/tests/sptt.rs).
 
-use super::lookup::LocalShard;
+use crate::sharded::lookup::LocalShard;
 
 /// Appends to `send` and `index` store `l`'s rows for the peers `dests` (world ranks).
 pub(super) fn send_rows(
