@@ -6,6 +6,7 @@
 #   oper-towers  two one-host towers, each host's tables planned by OPER on its two
 #                ranks, copies on that host only (SPTT exchange);
 #   table-wise-towers  the same towers, whole tables (SPTT, no copies);
+#   greedy-towers      the same towers, whole tables placed by the greedy cost planner;
 #   row-wise-towers    the same towers, every table split by rows over its host's ranks
 #                      (SPTT; step d sums a partial row per sample from every shard);
 #   dmt-c4-oper-towers, dmt-c4-table-wise-towers  the two tower plans as DMT-DLRM with
@@ -36,9 +37,10 @@ plan oper --strategy oper --profile "$out/p.profile" --extra-memory "$extra"
 plan oper-towers --strategy oper --profile "$out/p.profile" --extra-memory "$extra" --towers 2
 plan table-wise-towers --strategy table-wise --towers 2
 plan row-wise-towers --strategy row-wise --towers 2
+plan greedy-towers --strategy greedy --towers 2
 dim=$(python3 -c "import sys, tomllib; print(tomllib.load(open(sys.argv[1], 'rb'))['model']['embedding_dim'])" "$cfg")
 dmt=(--set "model.towers={module=\"dlrm\",count=2,d=$((dim / 4)),c=1,p=0}" --set "model.bottom_mlp=[64,$((dim / 4))]")
-variants=(oper oper-towers table-wise-towers row-wise-towers dmt-c4-oper-towers dmt-c4-table-wise-towers)
+variants=(oper oper-towers table-wise-towers greedy-towers row-wise-towers dmt-c4-oper-towers dmt-c4-table-wise-towers)
 args() { # VARIANT: its plan and model arguments
     case $1 in
     dmt-c4-*) echo "--plan $out/${1#dmt-c4-}.json" ;;
