@@ -55,6 +55,12 @@ pub struct SystemTraits {
     /// Fixed time per step outside the modelled phases (framework, data loading), µs.
     #[serde(default)]
     pub step_overhead_us: f64,
+    /// The wait at a collective that follows computation, as `towerrec calibrate`
+    /// measures it with every rank computing the same work and then meeting: `[work µs,
+    /// wait µs]` by increasing work (ranks that share cores finish the same work at
+    /// different times; dedicated chips wait about nothing). Empty: no wait.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sync_wait: Vec<[f64; 2]>,
 }
 
 fn yes() -> bool {
@@ -70,7 +76,30 @@ impl Default for SystemTraits {
             lookup_overhead_ns: 0.0,
             update_overhead_ns: 0.0,
             step_overhead_us: 0.0,
+            sync_wait: Vec::new(),
         }
+    }
+}
+
+impl SystemTraits {
+    /// Seconds a collective waits for the other ranks after `work` seconds of
+    /// computation since the last one: the measured curve, linear from (0, 0) to its
+    /// first point and between points, flat after its last.
+    pub fn sync_wait(&self, work: f64) -> f64 {
+        let us = work * 1e6;
+        let mut prev = [0.0, 0.0];
+        for &[w, t] in &self.sync_wait {
+            if us <= w {
+                let f = if w > prev[0] {
+                    (us - prev[0]) / (w - prev[0])
+                } else {
+                    1.0
+                };
+                return (prev[1] + f * (t - prev[1])) * 1e-6;
+            }
+            prev = [w, t];
+        }
+        prev[1] * 1e-6
     }
 }
 
@@ -210,6 +239,16 @@ impl Hardware {
         check_non_negative("system.lookup_overhead_ns", s.lookup_overhead_ns)?;
         check_non_negative("system.update_overhead_ns", s.update_overhead_ns)?;
         check_non_negative("system.step_overhead_us", s.step_overhead_us)?;
+        for (i, &[w, t]) in s.sync_wait.iter().enumerate() {
+            check_non_negative(&format!("system.sync_wait[{i}] work"), w)?;
+            check_non_negative(&format!("system.sync_wait[{i}] wait"), t)?;
+            if i > 0 && w <= s.sync_wait[i - 1][0] {
+                return Err(Error::invalid(
+                    "system.sync_wait",
+                    "points must be listed by strictly increasing work",
+                ));
+            }
+        }
         self.memory.validate()?;
         self.network.check(self.hosts)
     }

@@ -391,6 +391,10 @@ pub fn simulate_rank(
             );
         }
     }
+    let wait = sync_waits(&t.phases, &hw.system);
+    if wait > 0.0 {
+        t.push("sync_wait", Resource::Other, wait);
+    }
     if hw.system.step_overhead_us > 0.0 {
         t.push(
             "overhead",
@@ -415,6 +419,37 @@ pub fn simulate_rank(
         chips,
         global_batch: workload.global_batch(chips),
     })
+}
+
+/// The waits of the step's collectives for each other: each network phase that
+/// follows computation waits as the hardware's measured curve says for the work since
+/// the previous network phase (the step repeats, so the work after the last one counts
+/// before the first). Back-to-back collectives wait for none.
+fn sync_waits(phases: &[Phase], system: &crate::hardware::SystemTraits) -> f64 {
+    if system.sync_wait.is_empty() {
+        return 0.0;
+    }
+    let is_sync = |p: &Phase| p.resource == Resource::Network && p.seconds > 0.0;
+    let Some(last) = phases.iter().rposition(is_sync) else {
+        return 0.0;
+    };
+    let mut work: f64 = phases[last + 1..]
+        .iter()
+        .filter(|p| p.resource != Resource::Network)
+        .map(|p| p.exposed)
+        .sum();
+    let mut total = 0.0;
+    for p in phases {
+        if is_sync(p) {
+            if work > 0.0 {
+                total += system.sync_wait(work);
+            }
+            work = 0.0;
+        } else if p.resource != Resource::Network {
+            work += p.exposed;
+        }
+    }
+    total
 }
 
 /// Seconds of one direction of the SPTT exchange on a rank of the busiest tower group

@@ -157,3 +157,40 @@ fn a_512_gpu_point_simulates() {
     assert_eq!(step.chips, 512);
     assert_eq!(step.global_batch, 512.0 * 16_384.0);
 }
+
+/// The measured sync-wait curve: read linearly from (0, 0) through its points and flat
+/// after the last; a step pays one wait per collective that follows computation (a
+/// flat training step: the index exchange, the pooled exchange, its gradient and the
+/// dense all-reduce), each for the work since the collective before it.
+#[test]
+fn sync_waits_follow_the_measured_curve() {
+    let mut hw = Hardware::preset("reference").unwrap();
+    hw.system.sync_wait = vec![[1000.0, 100.0], [4000.0, 400.0]];
+    let s = &hw.system;
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-12;
+    assert!(close(s.sync_wait(0.0), 0.0));
+    assert!(close(s.sync_wait(500e-6), 50e-6));
+    assert!(close(s.sync_wait(2500e-6), 250e-6));
+    assert!(close(s.sync_wait(1.0), 400e-6));
+    let scenario = Scenario {
+        mode: Mode::Training,
+        sharding: Sharding::Unsharded,
+        exchange: Exchange::Flat,
+    };
+    let w = Workload::rm2(false);
+    let without = simulate(&w, &Hardware::preset("reference").unwrap(), scenario).unwrap();
+    let with = simulate(&w, &hw, scenario).unwrap();
+    let wait = with.phase("sync_wait").unwrap().seconds;
+    assert!(close(with.seconds, without.seconds + wait));
+    // Every phase of this step is longer than the curve's last point: 4 flat waits.
+    let gaps = without
+        .phases
+        .iter()
+        .filter(|p| p.resource == towerrec_sim::Resource::Network)
+        .count();
+    assert_eq!(gaps, 4);
+    assert!(wait <= 4.0 * 400e-6 + 1e-12, "{wait}");
+    assert!(wait > 0.0);
+    hw.system.sync_wait = vec![[2.0, 1.0], [1.0, 1.0]];
+    assert!(hw.validate().is_err());
+}

@@ -74,6 +74,9 @@ fn measure(
     } else {
         None
     };
+    // Every rank computes alike, then meets the others: what the first collective
+    // after computation waits.
+    let waits = super::sync_wait::measure(&world)?;
     progress.finish();
     if !root {
         return Ok(());
@@ -94,7 +97,8 @@ fn measure(
         "towerrec calibrate over MPI ({} × {} ranks, {threads} threads each, all measuring at once, \
          a chip is their mean): f32 GEMM {GEMM_N}³, MLP {} forward and backward, a {} MiB copy and \
          random gathers from a {} table; all_to_all_v and all_reduce of f32 within each host and \
-         among each rank's peers, α–β fitted to medians{}{}",
+         among each rank's peers, α–β fitted to medians; the wait at a barrier after the same work \
+         on every rank{}{}",
         topo.hosts,
         topo.ranks_per_host,
         dims_label(),
@@ -103,7 +107,8 @@ fn measure(
         if notes.is_empty() { "" } else { "; " },
         notes.join("; ")
     );
-    let hw = hardware(topo, &per_chip, intra_level, cross_level, source);
+    let mut hw = hardware(topo, &per_chip, intra_level, cross_level, source);
+    hw.system.sync_wait = waits;
     let mut header = format!(
         "# This machine, measured by `towerrec calibrate --backend mpi` ({} host(s) × {} rank(s), \
          {threads} threads per rank, {} s per measurement).\n",
@@ -112,6 +117,16 @@ fn measure(
         s.budget.as_secs_f64()
     );
     header += &per_chip.comment("Mean rank");
+    let curve: Vec<String> = hw
+        .system
+        .sync_wait
+        .iter()
+        .map(|[w, t]| format!("{w} µs of work: {t}"))
+        .collect();
+    header += &format!(
+        "# Wait at the first collective after the same work on every rank (mean of the ranks, µs): {}.\n",
+        curve.join(", ")
+    );
     let mut shown_sweeps = Vec::new();
     if let Some(sw) = &intra_sweeps {
         header += &sw.comment(&format!("the {} ranks of a host", topo.ranks_per_host));

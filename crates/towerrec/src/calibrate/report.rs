@@ -47,6 +47,7 @@ pub(super) fn hardware(
             lookup_overhead_ns: per_chip.lookup_bag_ns,
             update_overhead_ns: per_chip.update_bag_ns,
             step_overhead_us: 0.0,
+            sync_wait: Vec::new(),
         },
     }
 }
