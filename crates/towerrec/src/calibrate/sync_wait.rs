@@ -13,8 +13,10 @@ use std::time::Instant;
 use towerrec_comm::{Comm, Phase};
 
 /// Iterations of the work loop per size: from about 0.2 ms to 40 ms of one core.
+#[cfg(feature = "mpi")]
 const WORK: [u64; 5] = [100_000, 400_000, 1_600_000, 6_400_000, 25_600_000];
 /// Repetitions per size.
+#[cfg(feature = "mpi")]
 const REPS: usize = 15;
 
 /// A dependent chain of multiply-adds: work the compiler cannot remove or shorten.
@@ -45,6 +47,7 @@ fn rounds(world: &Comm, iterations: u64, reps: usize) -> Result<(f64, f64)> {
 /// The curve `[work µs, wait µs]` over every rank of `world` (each point the ranks'
 /// mean), less the wait of a barrier after no work (the collective's own latency,
 /// which the collective sweeps already price). Collective: every rank calls it.
+#[cfg(feature = "mpi")]
 pub(super) fn measure(world: &Comm) -> Result<Vec<[f64; 2]>> {
     measure_sizes(world, &WORK, REPS)
 }
