@@ -50,6 +50,7 @@ mod collectives;
 mod machine;
 mod mpi;
 mod report;
+#[cfg(any(feature = "mpi", test))]
 mod sync_wait;
 #[cfg(test)]
 mod tests;
