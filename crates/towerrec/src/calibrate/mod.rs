@@ -25,9 +25,9 @@
 //! the cores, and a chip gets the mean; the intra-host level is measured within each
 //! host and the cross-host level among the peers (one rank per host).
 //!
-//! - **Waits** (MPI): every rank computes the same work, then all meet; the mean wait
-//!   beyond the barrier's own latency, for work from about 0.2 to 40 ms of a core
-//!   (`[system] sync_wait`; ranks sharing cores finish at different times).
+//! - **Waits** (MPI): every rank computes the same work, then all meet; a round's time
+//!   beyond the work at the rate the ranks sustain together and beyond the barrier's
+//!   own latency (`[system] sync_wait`; ranks sharing cores finish at different times).
 //!
 //! The file also records how towerrec runs a step on a CPU: the sparse update reads and
 //! writes its rows, lookups do not overlap the exchanges, and the dense all-reduce runs
