@@ -7,6 +7,7 @@
 # CONFIG (environment; default bench/dmt/speed.toml) is the model; DMT's module is the
 # DLRM one with c = 1, p = 0 and D = embedding_dim / compression. VARIANTS (environment)
 # runs a subset, e.g. VARIANTS="flat flat-greedy dmt-c2"; flat is always among them.
+# BIN (environment) names the binary (default target/release/towerrec).
 # Prints one line per run: variant, train samples/s (steady state: the run's figure),
 # and the cross-host bytes per step (summed over the ranks) of the embedding phases
 # and of the dense sync; then per variant the median samples/s and its ratio to flat.
@@ -18,7 +19,7 @@ rounds=${1:-3}
 rate=${2:-1gbit}
 predict=0
 [[ ${3:-} == --predict ]] && predict=1
-bin=target/release/towerrec
+bin=${BIN:-target/release/towerrec}
 cfg=${CONFIG:-bench/dmt/speed.toml}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
