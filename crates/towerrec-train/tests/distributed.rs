@@ -11,13 +11,13 @@
 //! the test allows `TOL = 1e-5` absolute on parameters of magnitude ≤ ~0.5 and 1e-6
 //! relative on losses.
 
+mod common;
+
 use std::path::Path;
 use towerrec_comm::{Comm, Topology};
 use towerrec_core::Batch;
-use towerrec_data::profile::{profile_stream, ProfileOptions};
 use towerrec_data::{next_batch, open, schema, Part};
-use towerrec_plan::oper::{self, Mode, OperParams};
-use towerrec_plan::CostParams;
+use towerrec_plan::oper::{self, Mode};
 use towerrec_plan::{planners, Plan, Shard, ShardingType, TablePlan};
 use towerrec_train::cluster::{run_ranks, table_specs};
 use towerrec_train::sharded::WholeTable;
@@ -315,25 +315,8 @@ fn every_plan(cfg: &Config, topology: Topology) -> Vec<(&'static str, Plan)> {
 fn oper_plan(cfg: &Config, topology: Topology, mode: Mode) -> Plan {
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
     let specs = table_specs(cfg, &s);
-    let mut stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir).unwrap();
-    let profile = profile_stream(
-        stream.as_mut(),
-        ProfileOptions::default(),
-        None,
-        "train".into(),
-        |_| std::ops::ControlFlow::Continue(()),
-    )
-    .unwrap();
-    let p = OperParams {
-        cost: CostParams {
-            batch_size: cfg.train.batch_size,
-            ..CostParams::default()
-        },
-        extra_memory: 0.2,
-        mode,
-        threshold: 0.05,
-        ..OperParams::default()
-    };
+    let profile = common::training_profile(cfg);
+    let p = common::oper_params(cfg, mode);
     let plan = oper::plan(&specs, &profile, topology, &p).unwrap().plan;
     if topology.world_size() > 1 {
         assert!(

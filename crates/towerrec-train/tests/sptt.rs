@@ -13,12 +13,9 @@ mod common;
 use std::path::Path;
 use towerrec_comm::{Bytes, ClusterTraffic, Comm, Phase, Topology};
 use towerrec_core::Batch;
-use towerrec_data::profile::{profile_stream, ProfileOptions};
-use towerrec_data::{open, schema, Part};
-use towerrec_plan::oper::{self, OperParams};
-use towerrec_plan::{
-    planners, CostParams, Plan, Shard, ShardingType, TablePlan, TableSpec, TowerPlan,
-};
+use towerrec_data::schema;
+use towerrec_plan::oper::{self, Mode};
+use towerrec_plan::{planners, Plan, Shard, ShardingType, TablePlan, TableSpec, TowerPlan};
 use towerrec_train::cluster::{run_ranks, table_specs};
 use towerrec_train::sharded::WholeTable;
 use towerrec_train::trainer::train_step;
@@ -213,24 +210,8 @@ fn oper_towers(
     k: usize,
     towers: usize,
 ) -> Plan {
-    let mut stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir).unwrap();
-    let profile = profile_stream(
-        stream.as_mut(),
-        ProfileOptions::default(),
-        None,
-        "train".into(),
-        |_| std::ops::ControlFlow::Continue(()),
-    )
-    .unwrap();
-    let p = OperParams {
-        cost: CostParams {
-            batch_size: cfg.train.batch_size,
-            ..CostParams::default()
-        },
-        extra_memory: 0.2,
-        threshold: 0.05,
-        ..OperParams::default()
-    };
+    let profile = common::training_profile(cfg);
+    let p = common::oper_params(cfg, Mode::Training);
     let groups = planners::strided_towers(specs.len(), towers);
     let plan = planners::with_towers(specs, topology, &groups, k, |t, sub| {
         oper::plan(t, &profile, sub, &p).map(|o| o.plan)

@@ -356,47 +356,25 @@ fn mpi_equals_in_process_on_2x2() {
         60,
     );
     assert!(o.status.success(), "towerrec profile: {}", describe(&o));
-    let oper = write_plan(
-        &dir,
-        "oper.json",
-        &[
-            &[
-                "--strategy",
-                "oper",
-                "--profile",
-                profile.to_str().unwrap(),
-                "--extra-memory",
-                "5%",
-                "--set",
-                "data.train_samples=7680",
-            ][..],
-            &shape,
-        ]
-        .concat(),
-    );
-
+    let oper_plan = |name: &str, more: &[&str]| {
+        let mut args = vec![
+            "--strategy",
+            "oper",
+            "--profile",
+            profile.to_str().unwrap(),
+            "--extra-memory",
+            "5%",
+            "--set",
+            "data.train_samples=7680",
+        ];
+        args.extend(more);
+        args.extend(shape);
+        write_plan(&dir, name, &args)
+    };
+    let oper = oper_plan("oper.json", &[]);
     // OPER inside two one-host towers: each host's rows and replicas on its own ranks,
     // the replicas synchronised within the host.
-    let oper_towers = write_plan(
-        &dir,
-        "oper-towers.json",
-        &[
-            &[
-                "--strategy",
-                "oper",
-                "--profile",
-                profile.to_str().unwrap(),
-                "--extra-memory",
-                "5%",
-                "--towers",
-                "2",
-                "--set",
-                "data.train_samples=7680",
-            ][..],
-            &shape,
-        ]
-        .concat(),
-    );
+    let oper_towers = oper_plan("oper-towers.json", &["--towers", "2"]);
 
     for (case, plan) in [
         ("greedy plan", None),

@@ -60,20 +60,29 @@ fn no_data_is_an_error() {
     assert!(!out.exists());
 }
 
+/// Four Zipf(1.05) tables of 4,000 rows, 20,000 training samples.
+const SMALL_ZIPF: [&str; 4] = [
+    "--set",
+    "data.tables=[{rows=4000,zipf_exponent=1.05,count=4}]",
+    "--set",
+    "data.train_samples=20000",
+];
+
+/// `dir/p.profile`: the access profile of [`SMALL_ZIPF`]'s training data.
+fn profile(dir: &std::path::Path) -> std::path::PathBuf {
+    let prof = dir.join("p.profile");
+    let mut args = vec!["profile", "--quiet", "--out", prof.to_str().unwrap()];
+    args.extend(SMALL_ZIPF);
+    let o = towerrec(&args);
+    assert!(o.status.success(), "{}", text(&o).1);
+    prof
+}
+
 #[test]
 fn oper_plans_from_a_profile_and_rates_any_plan() {
     let dir = common::tmp("profile_cli", "oper");
-    let prof = dir.join("p.profile");
-    let data = [
-        "--set",
-        "data.tables=[{rows=4000,zipf_exponent=1.05,count=4}]",
-        "--set",
-        "data.train_samples=20000",
-    ];
-    let mut args = vec!["profile", "--quiet", "--out", prof.to_str().unwrap()];
-    args.extend(data);
-    let o = towerrec(&args);
-    assert!(o.status.success(), "{}", text(&o).1);
+    let prof = profile(&dir);
+    let data = SMALL_ZIPF;
     let plan = dir.join("oper.json");
     let mut args = vec![
         "plan",
@@ -351,17 +360,8 @@ fn rows_move_inside_the_run_and_resume_exactly() {
 #[test]
 fn oper_plans_inside_towers_and_trains() {
     let dir = common::tmp("profile_cli", "oper-towers");
-    let prof = dir.join("p.profile");
-    let data = [
-        "--set",
-        "data.tables=[{rows=4000,zipf_exponent=1.05,count=4}]",
-        "--set",
-        "data.train_samples=20000",
-    ];
-    let mut args = vec!["profile", "--quiet", "--out", prof.to_str().unwrap()];
-    args.extend(data);
-    let o = towerrec(&args);
-    assert!(o.status.success(), "{}", text(&o).1);
+    let prof = profile(&dir);
+    let data = SMALL_ZIPF;
     let plan = dir.join("oper-towers.json");
     let topo = ["--hosts", "2", "--ranks-per-host", "2"];
     let mut args = vec!["plan", "--strategy", "oper", "--profile"];

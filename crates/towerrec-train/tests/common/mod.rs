@@ -56,3 +56,42 @@ pub fn uneven_batches(cfg: &towerrec_train::Config, steps: usize) -> Vec<towerre
     assert_eq!(out.len(), steps, "the data ran out");
     out
 }
+
+/// An exact access profile of `cfg`'s training data.
+#[allow(dead_code)]
+pub fn training_profile(cfg: &towerrec_train::Config) -> towerrec_data::AccessProfile {
+    let mut stream = towerrec_data::open(
+        &cfg.data,
+        towerrec_data::Part::Train,
+        cfg.train.bad_rows,
+        &cfg.base_dir,
+    )
+    .expect("training data");
+    towerrec_data::profile::profile_stream(
+        stream.as_mut(),
+        towerrec_data::profile::ProfileOptions::default(),
+        None,
+        "train".into(),
+        |_| std::ops::ControlFlow::Continue(()),
+    )
+    .expect("a profile")
+}
+
+/// OPER's knobs for the tests' tiny tables: 20% extra memory (so that there are
+/// replicas), a 5% first threshold, `cfg`'s global batch.
+#[allow(dead_code)]
+pub fn oper_params(
+    cfg: &towerrec_train::Config,
+    mode: towerrec_plan::oper::Mode,
+) -> towerrec_plan::oper::OperParams {
+    towerrec_plan::oper::OperParams {
+        cost: towerrec_plan::CostParams {
+            batch_size: cfg.train.batch_size,
+            ..towerrec_plan::CostParams::default()
+        },
+        extra_memory: 0.2,
+        mode,
+        threshold: 0.05,
+        ..towerrec_plan::oper::OperParams::default()
+    }
+}
