@@ -356,7 +356,7 @@ fn rows_move_inside_the_run_and_resume_exactly() {
 
 /// `--strategy oper --towers 2`: each host's tower tables planned on that host, every
 /// partition and copy there; the plan trains on 2 × 2 threads with SPTT and its copies'
-/// sync crosses no host.
+/// sync crosses no host; the drift watch refuses it.
 #[test]
 fn oper_plans_inside_towers_and_trains() {
     let dir = common::tmp("profile_cli", "oper-towers");
@@ -414,4 +414,25 @@ fn oper_plans_inside_towers_and_trains() {
         .expect("a copies' sync phase");
     assert!(sync["intra_host"].as_f64().unwrap() > 0.0, "{sync}");
     assert_eq!(sync["cross_host"].as_f64().unwrap(), 0.0, "{sync}");
+    // The drift watch rates and re-plans flat plans: refused before the run starts.
+    let refused = dir.join("drift");
+    let mut args = vec![
+        "train",
+        "--plan",
+        plan.to_str().unwrap(),
+        "--max-steps",
+        "6",
+    ];
+    args.extend(["--set", "cluster.drift={check_every=2}", "--out"]);
+    args.extend([refused.to_str().unwrap()]);
+    args.extend(topo);
+    args.extend(data);
+    let o = towerrec(&args);
+    let (_, stderr) = text(&o);
+    assert!(!o.status.success());
+    assert!(
+        stderr.contains("cluster.drift: the plan has DMT towers"),
+        "{stderr}"
+    );
+    assert!(!refused.exists());
 }

@@ -147,6 +147,21 @@ pub fn train_model(
     // touched: an empty evaluation part found after hours of training is no use.
     check_has_samples(cfg, Part::Train)?;
     check_has_samples(cfg, Part::Eval)?;
+    let mut drift = match model.embeddings() {
+        crate::embeddings::Embeddings::Sharded(sharded) => {
+            let watch = DriftWatch::new(cfg)?;
+            if watch.is_some() && !sharded.plan().towers.is_empty() {
+                // The watch rates the plan and re-plans as flat OPER plans: not towers.
+                return Err(Error::Plan(
+                    "cluster.drift: the plan has DMT towers, and the drift watch rates and \
+                     re-plans flat plans only: drop [cluster.drift] or train a plan without towers"
+                        .into(),
+                ));
+            }
+            watch
+        }
+        _ => None,
+    };
     let data_files = if root {
         checkpoint::data_files(cfg)?
     } else {
@@ -161,10 +176,6 @@ pub fn train_model(
         let t = c.traffic();
         t.since(&t)
     });
-    let mut drift = match model.comm() {
-        Some(_) => DriftWatch::new(cfg)?,
-        None => None,
-    };
     if let (Some(watch), true) = (&mut drift, opts.resume) {
         recount_window(cfg, &model, watch, progress)?;
     }
