@@ -110,6 +110,9 @@ enum Inside {
     /// OPER's plan of each host group's tables on its hosts, with hot-row replicas
     /// there (for training: on every rank of the group).
     Oper,
+    /// Row-wise over one host's ranks, typed table-row-wise: the flat path then sums
+    /// within the host before crossing hosts (`sharded/trw.rs`).
+    TableRowWise,
 }
 
 /// Tables spread over towers (table `i` in tower `i % towers`, tower `t` on host group
@@ -162,7 +165,7 @@ fn tower_plan(cfg: &Config, topology: Topology, k: usize, towers: usize, inside:
                     },
                 ],
             ),
-            Inside::RowWise => {
+            Inside::RowWise | Inside::TableRowWise => {
                 let n = m.min(spec.rows);
                 let shards = (0..n)
                     .map(|j| Shard {
@@ -171,7 +174,11 @@ fn tower_plan(cfg: &Config, topology: Topology, k: usize, towers: usize, inside:
                         columns: (0, DIM),
                     })
                     .collect();
-                (ShardingType::RowWise, shards)
+                let kind = match inside {
+                    Inside::TableRowWise => ShardingType::TableRowWise,
+                    _ => ShardingType::RowWise,
+                };
+                (kind, shards)
             }
         };
         tables.push(TablePlan {
@@ -261,6 +268,40 @@ fn check_config(cfg: Config, topology: Topology, k: usize, towers: usize, inside
             );
         }
     }
+}
+
+/// The flat path's two-step table-row-wise exchange (within the host, then across)
+/// gives SPTT's bits, which are the one-step flat exchange's (the tests above).
+#[test]
+fn table_row_wise_in_two_steps_is_sptt_bit_for_bit() {
+    check(
+        "dlrm",
+        Topology::new(2, 2).unwrap(),
+        1,
+        2,
+        Inside::TableRowWise,
+    );
+    check(
+        "dlrm",
+        Topology::new(2, 4).unwrap(),
+        1,
+        4,
+        Inside::TableRowWise,
+    );
+    check(
+        "dcn",
+        Topology::new(4, 2).unwrap(),
+        1,
+        4,
+        Inside::TableRowWise,
+    );
+    check_config(
+        pooled("dlrm", "mean"),
+        Topology::new(2, 2).unwrap(),
+        1,
+        2,
+        Inside::TableRowWise,
+    );
 }
 
 #[test]

@@ -208,3 +208,40 @@ fn cross_host_bytes_follow_the_topology() {
         assert_eq!(r.collective_seconds(Phase::SparseGradSync), 0.0);
     }
 }
+
+/// Table-row-wise tables on several hosts: the shards of a table (all on one host) sum
+/// their partial sums within the host, and each sum crosses hosts once. Per table `t`
+/// on host `h` with `L` shards, forward and backward alike: `4·d·(B − B_h)` bytes
+/// across hosts (the flat path would send `L` times that), and within the host every
+/// shard's rows of the samples of the host's other ranks' peers, `4·d·(L − 1)·B`.
+#[test]
+fn table_row_wise_sums_within_the_host_before_crossing() {
+    let cfg = config();
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    let specs = table_specs(&cfg, &s);
+    for (h, l) in [(2, 2), (2, 3), (3, 2)] {
+        let topology = Topology::new(h, l).unwrap();
+        let plan = planners::table_row_wise(&specs, topology).unwrap();
+        let mut stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir).unwrap();
+        let batch = next_batch(stream.as_mut(), cfg.train.batch_size)
+            .unwrap()
+            .unwrap();
+        let got = one_step(&cfg, &batch, topology, &plan).phase(Phase::OutputDist);
+        let p = topology.world_size();
+        let b: Vec<u64> = (0..p)
+            .map(|r| rank_slice(&batch, r, p).batch_size() as u64)
+            .collect();
+        let d = cfg.model.embedding_dim as u64;
+        let (mut cross, mut intra) = (0, 0);
+        for entry in &plan.tables {
+            let host = topology.host_of(entry.shards[0].rank);
+            let on_host: u64 = topology.host_ranks(host).map(|r| b[r]).sum();
+            let all: u64 = b.iter().sum();
+            let shards = entry.shards.len() as u64;
+            cross += 2 * 4 * d * (all - on_host);
+            intra += 2 * 4 * d * (shards - 1) * all;
+        }
+        assert_eq!(got.cross_host, cross, "on {topology}");
+        assert_eq!(got.intra_host, intra, "on {topology}");
+    }
+}

@@ -313,6 +313,13 @@ fn mpi_equals_in_process_on_2x2() {
         "row-wise.json",
         &[&["--strategy", "row-wise"][..], &shape].concat(),
     );
+    // Table-row-wise: each table's row shards on one host, summed there before their
+    // sums cross hosts (two exchanges, on the host's and the peers' communicators).
+    let table_row_wise = write_plan(
+        &dir,
+        "table-row-wise.json",
+        &[&["--strategy", "table-row-wise"][..], &shape].concat(),
+    );
     // DMT's SPTT: two towers, one per host, tables whole on the ranks of their host.
     let towers = write_plan(
         &dir,
@@ -379,6 +386,7 @@ fn mpi_equals_in_process_on_2x2() {
     for (case, plan) in [
         ("greedy plan", None),
         ("row-wise plan", Some(&row_wise)),
+        ("table-row-wise plan", Some(&table_row_wise)),
         ("oper plan", Some(&oper)),
         ("oper plan in towers", Some(&oper_towers)),
         ("tower plan", Some(&towers)),

@@ -34,6 +34,10 @@ struct Piece {
     /// A row-wise or table-row-wise shard: the runtime sends every sample's partial
     /// sum from it, read or not (a reduce-scatter), not one per read.
     every_sample: bool,
+    /// A table-row-wise shard, one of this many of its table: on several hosts the
+    /// runtime sums the shards' partial sums within their host first, and each sum
+    /// crosses hosts once (`towerrec-train`'s `sharded/trw.rs`).
+    host_sum: Option<usize>,
 }
 
 /// The model's figures for one plan.
@@ -190,6 +194,7 @@ fn pieces(
                     0.0
                 },
                 every_sample: false,
+                host_sum: None,
             }),
             ShardingType::RowPartitioned => {
                 let bounds: Vec<(usize, usize)> =
@@ -217,12 +222,14 @@ fn pieces(
                         bytes: p.num_rows() as u64 * spec.bytes_per_row as u64,
                         touched_copied: t,
                         every_sample: false,
+                        host_sum: None,
                     });
                 }
             }
             kind => {
                 let every_sample =
                     matches!(kind, ShardingType::RowWise | ShardingType::TableRowWise);
+                let host_sum = (kind == ShardingType::TableRowWise).then_some(entry.shards.len());
                 for s in &entry.shards {
                     out.push(Piece {
                         holders: vec![s.rank],
@@ -231,12 +238,39 @@ fn pieces(
                         bytes: spec.shard_bytes(s),
                         touched_copied: 0.0,
                         every_sample,
+                        host_sum,
                     });
                 }
             }
         }
     }
     out
+}
+
+/// The bytes of one of a table-row-wise table's `shards` shards, on rank `s`, summed
+/// within its host and then crossing hosts once: `s` sends every other rank `k` of
+/// its host its partial sums of the samples of `k`'s peers (one per host, `B / W`
+/// samples each); each rank `j` of the host sends each remote peer the sums of that
+/// peer's samples, a `1 / shards` part of which is this shard's.
+fn host_summed(
+    comm: &mut [Vec<f64>],
+    s: usize,
+    shards: usize,
+    read_bytes: f64,
+    cost: &CostParams,
+    topo: Topology,
+) {
+    let rows = cost.batch_size as f64 / topo.world_size() as f64;
+    let host = topo.host_of(s);
+    for k in topo.host_ranks(host).filter(|&k| k != s) {
+        comm[k][s] += topo.hosts as f64 * rows * read_bytes;
+    }
+    for j in topo.host_ranks(host) {
+        let local = topo.local_rank(j);
+        for h in (0..topo.hosts).filter(|&h| h != host) {
+            comm[h * topo.ranks_per_host + local][j] += rows * read_bytes / shards as f64;
+        }
+    }
 }
 
 /// The rank `from` reads a piece held by `holders` (owner first) from.
@@ -293,6 +327,11 @@ pub(crate) fn rate_counts(
             memory[h] = memory[h].saturating_add(p.bytes);
         }
         let per_rank = p.reads / w as f64;
+        if let (Some(shards), true) = (p.host_sum, topo.hosts > 1) {
+            lookup[p.holders[0]] += p.reads * p.read_bytes / cost.gather_bytes_per_s;
+            host_summed(&mut comm, p.holders[0], shards, p.read_bytes, cost, topo);
+            continue;
+        }
         // What rank i receives from the copy it reads: one vector per read, or one
         // per sample of its batch from a row-split shard.
         let sent = if p.every_sample {

@@ -377,3 +377,34 @@ fn oper_inside_towers_keeps_every_copy_on_the_towers_hosts() {
         assert!(err.contains("outside the tower's hosts"), "{err}");
     }
 }
+
+/// A table-row-wise table is priced as the runtime exchanges it: its shards' partial
+/// sums meet within their host, and each sum crosses hosts once. Per iteration of `B`
+/// samples on `H` hosts × `L` ranks: `4·d·B·(H − 1) / H` bytes across hosts per table
+/// and `4·d·B·(L − 1)` within its host (the runtime's forward; `tests/traffic.rs` in
+/// towerrec-train counts the same).
+#[test]
+fn table_row_wise_is_priced_summed_within_the_host() {
+    let (tables, prof) = zipf_case(3, 2000, 10_000);
+    for (h, l) in [(2, 2), (2, 3), (3, 2)] {
+        let topology = Topology::new(h, l).unwrap();
+        let plan = planners::table_row_wise(&tables, topology).unwrap();
+        let cost = params(0.0, Mode::Training).cost;
+        let r = rate(&plan, &tables, &prof, &cost).unwrap();
+        let b = cost.batch_size as f64;
+        let per_table = 4.0 * 16.0 * b;
+        let n = tables.len() as f64;
+        let cross = r.cross_host_bytes(topology);
+        let want_cross = n * per_table * (h - 1) as f64 / h as f64;
+        let want_intra = n * per_table * (l - 1) as f64;
+        assert!(
+            (cross - want_cross).abs() < 1e-6 * want_cross,
+            "{cross} vs {want_cross}"
+        );
+        let intra = r.total_bytes() - cross;
+        assert!(
+            (intra - want_intra).abs() < 1e-6 * want_intra,
+            "{intra} vs {want_intra}"
+        );
+    }
+}

@@ -4,7 +4,8 @@
 //! ReduceScatter done as a direct exchange and a sum in owner-rank order; mean pooling
 //! divides after the sum). Backward sends each shard its columns of the pooled
 //! gradient for the whole batch. A row-partitioned store (OPER) exchanges only the
-//! bags that read it, both ways.
+//! bags that read it, both ways. Table-row-wise tables, on a cluster of several hosts,
+//! go through [`super::trw`] instead: summed within their host, then across hosts once.
 
 use super::ShardedEmbeddings;
 use crate::error::Result;
@@ -56,6 +57,9 @@ impl ShardedEmbeddings {
         for (owner, &n) in self.samples.iter().enumerate() {
             let before = send.len();
             for (l, first) in self.local.iter().zip(firsts.iter_mut()) {
+                if self.hierarchical(l.table) {
+                    continue;
+                }
                 let cols = l.columns();
                 // A row-partitioned store holds only the bags that read it.
                 let rows = l.bags_from().get(owner).copied().unwrap_or(n);
@@ -76,6 +80,9 @@ impl ShardedEmbeddings {
         let mut at = 0;
         for src in 0..p {
             for (t, s) in self.router.held_by(src) {
+                if self.hierarchical(t) {
+                    continue;
+                }
                 let table = &self.tables[t];
                 let shard = &table.shards[s];
                 let cols = shard.num_columns();
@@ -96,6 +103,7 @@ impl ShardedEmbeddings {
             }
         }
         self.bufs.vec_recv = recv;
+        self.trw_output_dist(out, slots)?;
         self.scale_mean_row_split(batch, out, slots);
         Ok(())
     }
@@ -116,6 +124,9 @@ impl ShardedEmbeddings {
         for (dest, count) in counts.iter_mut().enumerate() {
             let before = send.len();
             for (t, s) in self.router.held_by(dest) {
+                if self.hierarchical(t) {
+                    continue;
+                }
                 let shard = &self.tables[t].shards[s];
                 let off = slots.slot(t).offset + shard.columns.0;
                 let cols = shard.num_columns();
@@ -144,8 +155,12 @@ impl ShardedEmbeddings {
             l.grad.clear();
         }
         let mut at = 0;
+        let trw = self.trw.as_ref().map(|h| &h.mine);
         for (src, &n) in self.samples.iter().enumerate() {
             for l in &mut self.local {
+                if trw.is_some_and(|mine| mine[l.table]) {
+                    continue;
+                }
                 let rows = l.bags_from().get(src).copied().unwrap_or(n);
                 let len = rows * l.columns();
                 l.grad.extend_from_slice(&recv[at..at + len]);
@@ -153,7 +168,7 @@ impl ShardedEmbeddings {
             }
         }
         self.bufs.vec_recv = recv;
-        Ok(())
+        self.trw_output_grad(batch, grad, slots)
     }
 
     /// Zeroes the slots of row-split tables, which receive sums.

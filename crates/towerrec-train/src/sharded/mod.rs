@@ -8,8 +8,9 @@
 //!    fall in its rows (renumbered from 0) to a row-wise shard;
 //! 2. lookup ([`lookup`]): each shard pools the bags of the whole global batch; its
 //!    backward is the fused optimizer update where the rows live;
-//! 3. output distribution: [`flat`] (one AlltoAllv back to the sample owners), or, when
-//!    the plan has towers, [`sptt`] (DMT's steps c–f);
+//! 3. output distribution: [`flat`] (one AlltoAllv back to the sample owners; on
+//!    several hosts, table-row-wise tables in two steps, [`trw`]), or, when the plan
+//!    has towers, [`sptt`] (DMT's steps c–f);
 //! 4. data-parallel replicas ([`replicas`]) pool locally and synchronize their sparse
 //!    gradient after the backward;
 //! 5. row-partitioned tables (OPER, [`partitioned`]) route ids through the address map
@@ -26,6 +27,7 @@ mod replicas;
 mod route;
 mod sptt;
 mod store;
+mod trw;
 mod whole;
 
 pub(crate) use whole::state_layout;
@@ -92,6 +94,8 @@ pub struct ShardedEmbeddings {
     replicas: Vec<Replica>,
     /// The towers' output distribution, when the plan has towers.
     sptt: Option<Sptt>,
+    /// Without towers, on several hosts: table-row-wise tables' two-step exchange.
+    trw: Option<trw::HierTrw>,
     /// Samples each rank held in the last forward.
     samples: Vec<usize>,
     bufs: Buffers,
@@ -220,6 +224,10 @@ impl ShardedEmbeddings {
             let sp = Sptt::new(&comm, plan, &dims, index)?;
             Some(sp.with_mean_split(mean_split).with_addressed(&addressed))
         };
+        let trw = match &sptt {
+            None if comm.size() == plan.topology.world_size() => trw::HierTrw::new(&comm, &states)?,
+            _ => None,
+        };
         if let Some(sp) = &sptt {
             // A tower's rows have all their copies on its hosts (the plan is validated):
             // its group alone sums their gradients.
@@ -232,6 +240,7 @@ impl ShardedEmbeddings {
             local,
             replicas,
             sptt,
+            trw,
             samples: Vec::new(),
             bufs: Buffers::default(),
             shared: (!shared_rows.is_empty()).then(|| partitioned::SharedSync::new(shared_rows)),

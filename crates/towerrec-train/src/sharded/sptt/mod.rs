@@ -278,7 +278,7 @@ fn mean_scale_of(mean_split: &[usize], scales: &[f32], t: usize, row: usize, tot
 }
 
 /// First global sample of each world rank's slice.
-fn firsts(samples: &[usize]) -> Vec<usize> {
+pub(in crate::sharded) fn firsts(samples: &[usize]) -> Vec<usize> {
     samples
         .iter()
         .scan(0, |at, &n| {
