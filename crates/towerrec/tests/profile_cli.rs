@@ -391,19 +391,22 @@ fn oper_plans_inside_towers_and_trains() {
         }
     }
     assert!(copies > 0, "no copies at 5% extra memory");
+    // Six steps with the plan into `out`, with `set` (a config override).
+    let train = |out: &std::path::Path, set: &str| {
+        let mut args = vec![
+            "train",
+            "--plan",
+            plan.to_str().unwrap(),
+            "--max-steps",
+            "6",
+        ];
+        args.extend(["--set", set, "--quiet", "--out", out.to_str().unwrap()]);
+        args.extend(topo);
+        args.extend(data);
+        towerrec(&args)
+    };
     let run = dir.join("run");
-    let mut args = vec![
-        "train",
-        "--plan",
-        plan.to_str().unwrap(),
-        "--max-steps",
-        "6",
-    ];
-    args.extend(["--set", "train.eval_every=0", "--quiet", "--out"]);
-    args.extend([run.to_str().unwrap()]);
-    args.extend(topo);
-    args.extend(data);
-    let o = towerrec(&args);
+    let o = train(&run, "train.eval_every=0");
     assert!(o.status.success(), "{}", text(&o).1);
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
@@ -416,18 +419,7 @@ fn oper_plans_inside_towers_and_trains() {
     assert_eq!(sync["cross_host"].as_f64().unwrap(), 0.0, "{sync}");
     // The drift watch rates and re-plans flat plans: refused before the run starts.
     let refused = dir.join("drift");
-    let mut args = vec![
-        "train",
-        "--plan",
-        plan.to_str().unwrap(),
-        "--max-steps",
-        "6",
-    ];
-    args.extend(["--set", "cluster.drift={check_every=2}", "--out"]);
-    args.extend([refused.to_str().unwrap()]);
-    args.extend(topo);
-    args.extend(data);
-    let o = towerrec(&args);
+    let o = train(&refused, "cluster.drift={check_every=2}");
     let (_, stderr) = text(&o);
     assert!(!o.status.success());
     assert!(

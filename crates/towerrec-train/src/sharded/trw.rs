@@ -99,6 +99,38 @@ impl HierTrw {
     }
 }
 
+/// A table-row-wise shard as the exchange places it: the index `k` of its table among
+/// its host's, its columns `off..off + cols` of the table's `d`.
+struct Held {
+    k: usize,
+    cols: usize,
+    off: usize,
+    d: usize,
+}
+
+impl HierTrw {
+    /// The table-row-wise shards of host `h`'s local rank `i`, in wire order.
+    fn held<'a>(&'a self, v: &'a View<'_>, h: usize, i: usize) -> impl Iterator<Item = Held> + 'a {
+        let rank = h * self.topology.ranks_per_host + i;
+        v.router
+            .held_by(rank)
+            .filter(|&(t, _)| self.mine[t])
+            .map(move |(t, s)| {
+                let shard = &v.tables[t].shards[s];
+                let k = self.on_host[h]
+                    .iter()
+                    .position(|&u| u == t)
+                    .expect("a table-row-wise table is on its shards' host");
+                Held {
+                    k,
+                    cols: shard.num_columns(),
+                    off: shard.columns.0,
+                    d: v.tables[t].dim,
+                }
+            })
+    }
+}
+
 /// What the exchange reads of the collection.
 pub(super) struct View<'a> {
     pub(super) local: &'a mut [LocalShard],
@@ -145,16 +177,8 @@ impl HierTrw {
         self.sums.resize(len, 0.0);
         let mut at = 0;
         for i in 0..topo.ranks_per_host {
-            for (t, s) in v.router.held_by(h * topo.ranks_per_host + i) {
-                if !self.mine[t] {
-                    continue;
-                }
-                let shard = &v.tables[t].shards[s];
-                let (cols, off, d) = (shard.num_columns(), shard.columns.0, dim(t));
-                let k = self.on_host[h]
-                    .iter()
-                    .position(|&u| u == t)
-                    .expect("on its host");
+            let held: Vec<Held> = self.held(&v, h, i).collect();
+            for Held { k, cols, off, d } in held {
                 for &(w, first) in &peers {
                     for r in 0..v.samples[w] {
                         let dst = starts[k] + (first + r) * d + off;
@@ -255,16 +279,8 @@ impl HierTrw {
         let mut counts = vec![0; topo.ranks_per_host];
         for (i, count) in counts.iter_mut().enumerate() {
             let before = self.send.len();
-            for (t, s) in v.router.held_by(h * topo.ranks_per_host + i) {
-                if !self.mine[t] {
-                    continue;
-                }
-                let shard = &v.tables[t].shards[s];
-                let (cols, off, d) = (shard.num_columns(), shard.columns.0, dim(t));
-                let k = self.on_host[h]
-                    .iter()
-                    .position(|&u| u == t)
-                    .expect("on its host");
+            let held: Vec<Held> = self.held(&v, h, i).collect();
+            for Held { k, cols, off, d } in held {
                 let block = &self.sums[starts[k]..starts[k] + rows * d];
                 for row in block.chunks_exact(d.max(1)) {
                     self.send.extend_from_slice(&row[off..off + cols]);
