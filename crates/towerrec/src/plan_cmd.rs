@@ -156,20 +156,18 @@ pub fn run(a: PlanArgs) -> Result<()> {
         Some(path) => path.display().to_string(),
         None => a.strategy.name().to_string(),
     };
-    let by_profile = |tables: &[TableSpec], topology: Topology| -> Result<Plan> {
-        let (Some(placement), Some(profile)) = (a.strategy.placement(), &profile) else {
+    // One strategy on any (sub-)cluster: the profile ones plan from --profile.
+    let any = |tables: &[TableSpec], topology: Topology| -> Result<Plan> {
+        let Some(placement) = a.strategy.placement() else {
+            return Ok(flat(tables, topology)?);
+        };
+        let Some(profile) = &profile else {
             bail!(
                 "--strategy {} needs --profile (written by `towerrec profile`)",
                 a.strategy.name()
             );
         };
         plan_oper::plan(placement, &a.oper, tables, profile, topology, cost, budget)
-    };
-    let any = |tables: &[TableSpec], topology: Topology| -> Result<Plan> {
-        match a.strategy.placement() {
-            Some(_) => by_profile(tables, topology),
-            None => Ok(flat(tables, topology)?),
-        }
     };
     let plan = match (&a.rate, a.towers) {
         (Some(path), _) => Ok(Plan::load(path)?),

@@ -318,18 +318,24 @@ impl super::ShardedEmbeddings {
 
     /// The table-row-wise tables' rows of this rank's samples into `out`, if any.
     pub(super) fn trw_output_dist(&mut self, out: &mut [f32], slots: &FeatureSlots) -> Result<()> {
-        let Some(trw) = self.trw.as_mut() else {
+        let Some(mut trw) = self.trw.take() else {
             return Ok(());
         };
         let firsts = super::sptt::firsts(&self.samples);
-        let view = View {
+        let result = trw.forward(self.trw_view(&firsts), out, slots);
+        self.trw = Some(trw);
+        result
+    }
+
+    /// What the two-step exchange reads, with `firsts` of this step's samples.
+    fn trw_view<'a>(&'a mut self, firsts: &'a [usize]) -> View<'a> {
+        View {
             local: &mut self.local,
             router: &self.router,
             tables: &self.tables,
             samples: &self.samples,
-            firsts: &firsts,
-        };
-        trw.forward(view, out, slots)
+            firsts,
+        }
     }
 
     /// The reverse of [`Self::trw_output_dist`] from the gradient of this rank's rows.
@@ -350,14 +356,7 @@ impl super::ShardedEmbeddings {
             })
             .collect();
         let scale = |t: usize, b: usize| scales[t].as_ref().map_or(1.0, |s| s[b]);
-        let view = View {
-            local: &mut self.local,
-            router: &self.router,
-            tables: &self.tables,
-            samples: &self.samples,
-            firsts: &firsts,
-        };
-        let result = trw.backward(view, grad, slots, scale);
+        let result = trw.backward(self.trw_view(&firsts), grad, slots, scale);
         self.trw = Some(trw);
         result
     }
