@@ -235,6 +235,22 @@ impl Group {
     }
 }
 
+/// A chip's bytes on each level of the network over an even spread's (1 = even).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LevelShares {
+    /// With chips of its own host.
+    pub intra: f64,
+    /// With chips on other hosts.
+    pub cross: f64,
+}
+
+impl LevelShares {
+    pub const EVEN: LevelShares = LevelShares {
+        intra: 1.0,
+        cross: 1.0,
+    };
+}
+
 /// A two-level network: chips within a host, hosts joined by a slower fabric.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -264,6 +280,19 @@ impl Network {
     /// one algorithm over every chip, its traffic split between the levels in
     /// proportion to the peers each chip has on them, the slower level setting the time.
     pub fn flat(&self, op: Collective, bytes: f64, group: Group) -> f64 {
+        self.flat_scaled(op, bytes, group, LevelShares::EVEN)
+    }
+
+    /// [`Network::flat`] for a chip whose traffic on each level is `shares` of an even
+    /// spread's: a chip of an uneven plan may exchange mostly within its host, or
+    /// mostly across. A level the chip sends nothing on costs it nothing.
+    pub fn flat_scaled(
+        &self,
+        op: Collective,
+        bytes: f64,
+        group: Group,
+        shares: LevelShares,
+    ) -> f64 {
         let n = group.size();
         if n <= 1 {
             return 0.0;
@@ -272,26 +301,40 @@ impl Network {
         let intra = self.intra_host.get(op);
         let cross = match (&self.cross_host, group.hosts > 1) {
             (Some(c), true) => c,
-            _ => return intra.time(moved),
+            // One host: every peer is within it.
+            _ if shares.intra > 0.0 => return intra.time(moved * shares.intra),
+            _ => return 0.0,
         };
         // Of a chip's n−1 peers, per_host−1 are on its host.
         let intra_share = (group.per_host - 1) as f64 / (n - 1) as f64;
+        let intra_bytes = moved * intra_share * shares.intra;
+        let cross_bytes = moved * (1.0 - intra_share) * shares.cross;
         let ab = cross.level.get(op);
         let eff = cross.scaling.efficiency(n);
         if intra.is_measured() || ab.is_measured() {
             // Measured curves include their latency: each level's share at its own
             // curve, the slower level setting the time.
-            let t_intra = if intra_share > 0.0 {
-                intra.time(moved * intra_share)
+            let t_intra = if intra_share > 0.0 && shares.intra > 0.0 {
+                intra.time(intra_bytes)
             } else {
                 0.0
             };
-            return t_intra.max(ab.time(moved * (1.0 - intra_share) / eff));
+            let t_cross = if shares.cross > 0.0 {
+                ab.time(cross_bytes / eff)
+            } else {
+                0.0
+            };
+            return t_intra.max(t_cross);
         }
-        let latency = ab.latency_us * 1e-6 * cross.scaling.latency_factor(n);
-        let t_intra = moved * intra_share / (intra.bandwidth_gbs * 1e9);
-        let t_cross = moved * (1.0 - intra_share) / (ab.bandwidth_gbs * 1e9 * eff);
-        latency.max(intra.latency_us * 1e-6) + t_intra.max(t_cross)
+        let latency = |share: f64, l: f64| if share > 0.0 { l } else { 0.0 };
+        let latency = latency(
+            shares.cross,
+            ab.latency_us * 1e-6 * cross.scaling.latency_factor(n),
+        )
+        .max(latency(shares.intra, intra.latency_us * 1e-6));
+        let t_intra = intra_bytes / (intra.bandwidth_gbs * 1e9);
+        let t_cross = cross_bytes / (ab.bandwidth_gbs * 1e9 * eff);
+        latency + t_intra.max(t_cross)
     }
 
     /// Seconds for `op` within one host over `per_host` chips.

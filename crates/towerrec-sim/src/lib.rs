@@ -25,7 +25,9 @@ mod step;
 mod towers;
 mod workload;
 
-pub use collective::{AlphaBeta, Collective, CrossHost, Group, Level, Network, Scaling};
+pub use collective::{
+    AlphaBeta, Collective, CrossHost, Group, Level, LevelShares, Network, Scaling,
+};
 pub use error::{Error, Result};
 pub use hardware::{Compute, Hardware, SystemTraits};
 pub use memory::{DramTiming, MemorySystem, TimingRef};

@@ -11,7 +11,7 @@
 //! backpropagation"). Looked-up rows stay buffered on chip, so the sparse update only
 //! writes them, and dense weights live on chip (unless the hardware says otherwise).
 
-use crate::collective::{Collective, Group};
+use crate::collective::{Collective, Group, LevelShares};
 use crate::error::{Error, Result};
 use crate::hardware::Hardware;
 use crate::towers::TowerCosts;
@@ -180,15 +180,16 @@ fn phase(name: &'static str, resource: Resource, seconds: f64) -> Phase {
 pub struct RankLoad {
     /// Rows the rank looks up (and updates), over an even spread's.
     pub lookups: f64,
-    /// Bytes of pooled embeddings the rank exchanges (the larger of sent and received),
-    /// over an even spread's; the gradients' exchange scales alike.
-    pub exchange: f64,
+    /// Bytes of pooled embeddings the rank exchanges (the larger of sent and received)
+    /// within its host and across hosts, each over an even spread's; the gradients'
+    /// exchange scales alike.
+    pub exchange: LevelShares,
 }
 
 impl RankLoad {
     pub const EVEN: RankLoad = RankLoad {
         lookups: 1.0,
-        exchange: 1.0,
+        exchange: LevelShares::EVEN,
     };
 }
 
@@ -205,7 +206,10 @@ pub fn simulate_rank(
     load: RankLoad,
 ) -> Result<Step> {
     let share_ok = |x: f64| x.is_finite() && x >= 0.0;
-    if !(share_ok(load.lookups) && share_ok(load.exchange)) {
+    if ![load.lookups, load.exchange.intra, load.exchange.cross]
+        .into_iter()
+        .all(share_ok)
+    {
         return Err(Error::invalid(
             "rank load",
             format!("{load:?}: shares must be finite numbers ≥ 0"),
@@ -283,15 +287,21 @@ pub fn simulate_rank(
     // Each chip pools the bags of its tables for the whole batch: b bags per table.
     let bags = workload.num_tables() as f64 * b * lookup_share;
     let lookup = rows * row / mem.random_read(row) + bags * hw.system.lookup_overhead_ns * 1e-9;
-    let pooled = workload.pooled_bytes_per_sample() * b * load.exchange;
+    let shares = load.exchange;
+    // Towers are priced for an even spread; an uneven rank's larger share scales them.
+    let tower_share = shares.intra.max(shares.cross);
+    let pooled = workload.pooled_bytes_per_sample() * b;
     let exchange = match (scenario.exchange, scenario.sharding) {
-        (Exchange::Flat, Sharding::Unsharded) => net.flat(Collective::AllToAll, pooled, world),
-        (Exchange::Flat, Sharding::Sharded) => net.flat(
+        (Exchange::Flat, Sharding::Unsharded) => {
+            net.flat_scaled(Collective::AllToAll, pooled, world, shares)
+        }
+        (Exchange::Flat, Sharding::Sharded) => net.flat_scaled(
             Collective::ReduceScatter,
-            workload.unpooled_bytes_per_sample() * b * load.exchange,
+            workload.unpooled_bytes_per_sample() * b,
             world,
+            shares,
         ),
-        (Exchange::Towers(tc), _) => tower_exchange(hw, workload, &tc, b) * load.exchange,
+        (Exchange::Towers(tc), _) => tower_exchange(hw, workload, &tc, b) * tower_share,
     };
     t.overlapped(
         phase("lookup", Resource::Memory, lookup),
@@ -325,13 +335,16 @@ pub fn simulate_rank(
             compute(2.0 * (dense.top_flops + dense.interaction_flops)),
         );
         let grads = match (scenario.exchange, scenario.sharding) {
-            (Exchange::Flat, Sharding::Unsharded) => net.flat(Collective::AllToAll, pooled, world),
-            (Exchange::Flat, Sharding::Sharded) => net.flat(
+            (Exchange::Flat, Sharding::Unsharded) => {
+                net.flat_scaled(Collective::AllToAll, pooled, world, shares)
+            }
+            (Exchange::Flat, Sharding::Sharded) => net.flat_scaled(
                 Collective::AllGather,
-                workload.pooled_bytes_per_sample() * workload.global_batch(chips) * load.exchange,
+                workload.pooled_bytes_per_sample() * workload.global_batch(chips),
                 world,
+                shares,
             ),
-            (Exchange::Towers(tc), _) => tower_exchange(hw, workload, &tc, b) * load.exchange,
+            (Exchange::Towers(tc), _) => tower_exchange(hw, workload, &tc, b) * tower_share,
         };
         t.push("embedding_grad_exchange", Resource::Network, grads);
         if let Some(tm) = towers.filter(TowerCosts::has_modules) {

@@ -2,8 +2,8 @@
 
 use proptest::prelude::*;
 use towerrec_sim::{
-    simulate, simulate_rank, Collective, CrossHost, Exchange, Group, Hardware, Level, Mode,
-    Network, RankLoad, Scaling, Scenario, Sharding, Workload,
+    simulate, simulate_rank, Collective, CrossHost, Exchange, Group, Hardware, Level, LevelShares,
+    Mode, Network, RankLoad, Scaling, Scenario, Sharding, Workload,
 };
 
 fn network(lat: f64, bw: f64, cross: bool) -> Network {
@@ -52,6 +52,32 @@ proptest! {
     }
 
     #[test]
+    fn each_level_is_priced_by_its_own_share(
+        lat in 0.1f64..100.0,
+        bw in 1.0f64..2000.0,
+        bytes in 1.0f64..1e9,
+        hosts in 2usize..16,
+        per_host in 2usize..8,
+        op in 0usize..4,
+        intra in 0.0f64..3.0,
+        cross in 0.0f64..3.0,
+        more in 1.0f64..3.0,
+    ) {
+        let net = network(lat, bw, true);
+        let group = Group { hosts, per_host };
+        let op = OPS[op];
+        let priced = |intra, cross| net.flat_scaled(op, bytes, group, LevelShares { intra, cross });
+        prop_assert_eq!(priced(1.0, 1.0), net.flat(op, bytes, group));
+        prop_assert_eq!(priced(0.0, 0.0), 0.0);
+        let t = priced(intra, cross);
+        prop_assert!(priced(intra * more, cross) >= t * (1.0 - 1e-12));
+        prop_assert!(priced(intra, cross * more) >= t * (1.0 - 1e-12));
+        // The cross-host fabric is the slower level here: bytes kept within the host
+        // never cost more than the same share spread evenly.
+        prop_assert!(priced(intra, 0.0) <= priced(intra, intra) * (1.0 + 1e-12));
+    }
+
+    #[test]
     fn faster_collectives_never_slow_a_step(
         lat in 0.5f64..10.0,
         bw in 100.0f64..1000.0,
@@ -94,7 +120,10 @@ proptest! {
             exchange: Exchange::Flat,
         };
         let w = Workload::rm2(false);
-        let step = |l, e| simulate_rank(&w, &hw, scenario, RankLoad { lookups: l, exchange: e }).unwrap();
+        let step = |l, e| {
+            let exchange = LevelShares { intra: e, cross: e };
+            simulate_rank(&w, &hw, scenario, RankLoad { lookups: l, exchange }).unwrap()
+        };
         let s = step(lookups, exchange);
         prop_assert!(step(lookups * more, exchange).seconds >= s.seconds * (1.0 - 1e-12));
         prop_assert!(step(lookups, exchange * more).seconds >= s.seconds * (1.0 - 1e-12));
@@ -126,7 +155,10 @@ fn an_even_rank_is_the_step_of_simulate_and_shares_are_checked() {
     assert_eq!(even, simulate(&w, &hw, scenario).unwrap());
     let idle = RankLoad {
         lookups: 0.0,
-        exchange: 0.0,
+        exchange: LevelShares {
+            intra: 0.0,
+            cross: 0.0,
+        },
     };
     let s = simulate_rank(&w, &hw, scenario, idle).unwrap();
     assert_eq!(s.phase("lookup").unwrap().seconds, 0.0);
@@ -134,7 +166,15 @@ fn an_even_rank_is_the_step_of_simulate_and_shares_are_checked() {
     for bad in [f64::NAN, -1.0, f64::INFINITY] {
         let load = RankLoad {
             lookups: bad,
-            exchange: 1.0,
+            exchange: LevelShares::EVEN,
+        };
+        assert!(simulate_rank(&w, &hw, scenario, load).is_err());
+        let load = RankLoad {
+            lookups: 1.0,
+            exchange: LevelShares {
+                intra: 1.0,
+                cross: bad,
+            },
         };
         assert!(simulate_rank(&w, &hw, scenario, load).is_err());
     }

@@ -282,14 +282,18 @@ fn bad_requests_say_what_is_wrong() {
     }
 }
 
-/// `simulate --plans`: an even plan is the ordinary flat step, a plan that keeps hot
-/// rows local is priced faster, the tables file other planners read is written, and a
-/// plan for another cluster shape is refused.
-#[test]
-fn plans_are_priced_rank_by_rank() {
-    let dir = tmp_dir("plans");
-    let p = |f: &str| dir.join(f).to_str().unwrap().to_string();
-    let config = p("zipf.toml");
+/// Runs towerrec with `args`, which must succeed; its standard output.
+fn run(args: &[&str]) -> String {
+    let out = towerrec(args);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{args:?}: {stderr}");
+    stdout
+}
+
+/// Writes `zipf.toml` (four equal Zipf(1.05) tables) and its profile `z.profile` in
+/// `dir`; the config's path.
+fn profiled_zipf_config(dir: &Path) -> String {
+    let config = dir.join("zipf.toml").to_str().unwrap().to_string();
     std::fs::write(
         &config,
         "[model]\nkind = \"dlrm\"\nembedding_dim = 16\nbottom_mlp = [32, 16]\ntop_mlp = [32, 1]\n\
@@ -299,20 +303,96 @@ fn plans_are_priced_rank_by_rank() {
          tables = [{ rows = 5000, zipf_exponent = 1.05, count = 4 }]\n",
     )
     .unwrap();
-    let run = |args: &[&str]| {
-        let out = towerrec(args);
-        let (stdout, stderr) = text(&out);
-        assert!(out.status.success(), "{args:?}: {stderr}");
-        stdout
-    };
+    let profile = dir.join("z.profile");
     run(&[
         "profile",
         "--config",
         &config,
         "--quiet",
         "--out",
-        &p("z.profile"),
+        profile.to_str().unwrap(),
     ]);
+    config
+}
+
+/// `simulate --plans` on two hosts prices a rank's bytes within its host and across
+/// hosts apart: table-row-wise tables, summed within their host before they cross,
+/// send more within the host and no more across than whole tables do.
+#[test]
+fn plans_price_bytes_within_and_across_hosts_apart() {
+    let dir = tmp_dir("plans-levels");
+    let p = |f: &str| dir.join(f).to_str().unwrap().to_string();
+    let config = profiled_zipf_config(&dir);
+    let strategies = ["table-wise", "table-row-wise", "row-wise"];
+    for s in strategies {
+        run(&[
+            "plan",
+            "--config",
+            &config,
+            "--hosts",
+            "2",
+            "--ranks-per-host",
+            "2",
+            "--strategy",
+            s,
+            "--output",
+            &p(&format!("{s}.json")),
+        ]);
+    }
+    let plans: Vec<String> = strategies.iter().map(|s| p(&format!("{s}.json"))).collect();
+    let hardware = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/dmt/cal-emu.toml");
+    let lines: Vec<serde_json::Value> = run(&[
+        "simulate",
+        "--config",
+        &config,
+        "--json",
+        "--profile",
+        &p("z.profile"),
+        "--hardware",
+        hardware.to_str().unwrap(),
+        "--plans",
+        &plans.join(","),
+    ])
+    .lines()
+    .map(|l| serde_json::from_str(l).unwrap())
+    .collect();
+    let shares = |plan: usize, level: &str| -> Vec<f64> {
+        let key = format!("rank_{level}_exchange_share");
+        lines[plan][key.as_str()]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    // One equally read table per rank: every rank is an even spread on both levels.
+    for level in ["intra", "cross"] {
+        assert!(
+            shares(0, level).iter().all(|x| (x - 1.0).abs() < 1e-9),
+            "{}",
+            lines[0]
+        );
+    }
+    let (intra, cross) = (shares(1, "intra"), shares(1, "cross"));
+    assert!(intra.iter().all(|&x| x > 1.5), "{}", lines[1]);
+    assert!(cross.iter().all(|&x| x < 1.0 + 1e-9), "{}", lines[1]);
+    let step = |plan: usize| lines[plan]["step_seconds"].as_f64().unwrap();
+    assert!(
+        step(1) < step(2),
+        "table-row-wise {} ≥ row-wise {}",
+        step(1),
+        step(2)
+    );
+}
+
+/// `simulate --plans`: an even plan is the ordinary flat step, a plan that keeps hot
+/// rows local is priced faster, the tables file other planners read is written, and a
+/// plan for another cluster shape is refused.
+#[test]
+fn plans_are_priced_rank_by_rank() {
+    let dir = tmp_dir("plans");
+    let p = |f: &str| dir.join(f).to_str().unwrap().to_string();
+    let config = profiled_zipf_config(&dir);
     let topo = ["--hosts", "1", "--ranks-per-host", "4"];
     let plan = |strategy: &str, extra: &[&str], out: &str| {
         let mut a = vec!["plan", "--config", &config, "--strategy", strategy];
@@ -356,11 +436,16 @@ fn plans_are_priced_rank_by_rank() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(lines.len(), 2);
-    // Four equally read tables, one per rank: every rank does an even share.
-    for share in ["rank_lookup_share", "rank_exchange_share"] {
+    // Four equally read tables, one per rank: every rank does an even share, all of
+    // it within the one host.
+    for (share, even) in [
+        ("rank_lookup_share", 1.0),
+        ("rank_intra_exchange_share", 1.0),
+        ("rank_cross_exchange_share", 0.0),
+    ] {
         for x in lines[0][share].as_array().unwrap() {
             assert!(
-                (x.as_f64().unwrap() - 1.0).abs() < 1e-9,
+                (x.as_f64().unwrap() - even).abs() < 1e-9,
                 "{share}: {}",
                 lines[0]
             );

@@ -10,8 +10,8 @@ use super::*;
 use crate::plan_oper;
 use towerrec_data::AccessProfile;
 use towerrec_plan::oper::{self, Rating};
-use towerrec_plan::{CostParams, Plan, TableSpec};
-use towerrec_sim::{simulate_rank, Group, Phase, RankLoad, Resource, Step};
+use towerrec_plan::{CostParams, Plan, TableSpec, Topology};
+use towerrec_sim::{simulate_rank, Group, LevelShares, Phase, RankLoad, Resource, Step};
 
 /// What `--plans` needs besides the model and hardware.
 pub(super) struct PlanRequest<'a> {
@@ -98,7 +98,7 @@ pub(super) fn run(req: PlanRequest, workload: Workload, hw: &Hardware) -> Result
         );
         let rating = oper::rate(&plan, &tables, &profile, &cost)
             .with_context(|| format!("rating plan {label}"))?;
-        let loads = rank_loads(&rating, cost.gather_bytes_per_s);
+        let loads = rank_loads(&rating, topo, cost.gather_bytes_per_s);
         let scenario = Scenario {
             mode: req.mode,
             sharding: Sharding::Unsharded,
@@ -151,19 +151,39 @@ pub(super) fn run(req: PlanRequest, workload: Workload, hw: &Hardware) -> Result
 }
 
 /// Each rank's lookups and exchanged bytes over an even spread's: every read served by
-/// some rank, a share `(W − 1) / W` of each rank's reads fetched from the others.
-fn rank_loads(r: &Rating, gather_bytes_per_s: f64) -> Vec<RankLoad> {
+/// some rank, a share `(W − 1) / W` of each rank's reads fetched from the others, of
+/// which `(L − 1) / (W − 1)` within its host. A rank's bytes within its host and across
+/// hosts are each the larger of what it sends and receives there.
+fn rank_loads(r: &Rating, topology: Topology, gather_bytes_per_s: f64) -> Vec<RankLoad> {
     let w = r.lookup_seconds.len();
     let total_reads_bytes: f64 = r.lookup_seconds.iter().sum::<f64>() * gather_bytes_per_s;
     let even_lookup = r.lookup_seconds.iter().sum::<f64>() / w as f64;
     let even_exchange = total_reads_bytes / w as f64 * (w as f64 - 1.0) / w as f64;
+    let intra_share = if w > 1 {
+        (topology.ranks_per_host.min(w) - 1) as f64 / (w - 1) as f64
+    } else {
+        0.0
+    };
     let share = |x: f64, even: f64| if even > 0.0 { x / even } else { 0.0 };
     (0..w)
         .map(|rank| {
-            let (sent, recv) = (r.sent(rank), r.received(rank));
+            let (mut within, mut across) = ([0.0; 2], [0.0; 2]);
+            for other in (0..w).filter(|&o| o != rank) {
+                let level = if topology.is_cross_host(rank, other) {
+                    &mut across
+                } else {
+                    &mut within
+                };
+                level[0] += r.comm[other][rank];
+                level[1] += r.comm[rank][other];
+            }
+            let larger = |[sent, received]: [f64; 2]| sent.max(received);
             RankLoad {
                 lookups: share(r.lookup_seconds[rank], even_lookup),
-                exchange: share(sent.max(recv), even_exchange),
+                exchange: LevelShares {
+                    intra: share(larger(within), even_exchange * intra_share),
+                    cross: share(larger(across), even_exchange * (1.0 - intra_share)),
+                },
             }
         })
         .collect()
@@ -179,7 +199,7 @@ fn print_plans(w: &Workload, hw: &Hardware, tables: &[TableSpec], priced: &[Pric
         hw.chips_per_host
     );
     println!(
-        "\n{:<40} {:>6} {:>12} {:>12} {:>8} {:>12} {:>13} {:>12} {:>8} {:>10} {:>10} {:>10}",
+        "\n{:<40} {:>6} {:>12} {:>12} {:>8} {:>12} {:>19} {:>12} {:>8} {:>10} {:>10} {:>10}",
         "plan",
         "ranks",
         "step",
@@ -198,14 +218,17 @@ fn print_plans(w: &Workload, hw: &Hardware, tables: &[TableSpec], priced: &[Pric
         let max = p.steps[s].seconds;
         let load = p.loads[s];
         println!(
-            "{:<40} {:>6} {:>12} {:>12} {:>7.1}% {:>12.0} {:>13} {:>12.4} {:>7.1}% {:>10.3} {:>10.3} {:>10.3}",
+            "{:<40} {:>6} {:>12} {:>12} {:>7.1}% {:>12.0} {:>19} {:>12.4} {:>7.1}% {:>10.3} {:>10.3} {:>10.3}",
             p.label,
             p.steps.len(),
             duration(max),
             duration(p.fastest_seconds()),
             100.0 * p.fastest_seconds() / max,
             p.steps[s].samples_per_s(),
-            format!("{s} ({:.2}, {:.2})", load.lookups, load.exchange),
+            format!(
+                "{s} ({:.2}, {:.2}, {:.2})",
+                load.lookups, load.exchange.intra, load.exchange.cross
+            ),
             1e3 * p.rating.max_seconds(),
             100.0 * p.rating.balance(),
             p.rating.total_bytes() / 1e6,
@@ -214,7 +237,7 @@ fn print_plans(w: &Workload, hw: &Hardware, tables: &[TableSpec], priced: &[Pric
         );
     }
     println!(
-        "\nslowest rank (lookups, exchange): its shares of an even spread's; model: OPER's cost model at the hardware's rates; \
+        "\nslowest rank (lookups, exchange within its host, across hosts): its shares of an even spread's; model: OPER's cost model at the hardware's rates; \
          copies MB: gradients of rows held on several ranks and read in an iteration, all-reduced each training step (in the step)"
     );
 }
@@ -232,7 +255,8 @@ fn print_json_plans(priced: &[Priced]) -> Result<()> {
             "slowest_rank": s,
             "rank_step_seconds": p.steps.iter().map(|x| x.seconds).collect::<Vec<_>>(),
             "rank_lookup_share": p.loads.iter().map(|l| l.lookups).collect::<Vec<_>>(),
-            "rank_exchange_share": p.loads.iter().map(|l| l.exchange).collect::<Vec<_>>(),
+            "rank_intra_exchange_share": p.loads.iter().map(|l| l.exchange.intra).collect::<Vec<_>>(),
+            "rank_cross_exchange_share": p.loads.iter().map(|l| l.exchange.cross).collect::<Vec<_>>(),
             "model_max_rank_seconds": p.rating.max_seconds(),
             "model_balance": p.rating.balance(),
             "model_bytes_per_iteration": p.rating.total_bytes(),
