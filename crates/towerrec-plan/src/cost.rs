@@ -12,6 +12,11 @@
 //!   `(L−1)/W` cross the links inside its host (`intra_host_bytes_per_s`) and `(W−L)/W`
 //!   cross hosts (`cross_host_bytes_per_s`), `L` being ranks per host.
 //!
+//! A table-row-wise block on a cluster of several hosts sends its partial sums as
+//! towerrec's runtime does (and TorchRec's TWRW): summed within its host first (a
+//! reduce-scatter: `(L−1)/L` of its `B · c · 4` bytes over links inside the host), then
+//! each of its `B/L` sums to the samples' owners, spread like any rank's output.
+//!
 //! A data-parallel table costs every rank the lookup of its own `B/W` samples plus a
 //! ring AllReduce of the table's weight gradients, `2·(W−1)/W · rows · dim · 4` bytes
 //! at the slowest link the ring crosses. The model ignores overlap, latency and skew;
@@ -85,6 +90,31 @@ impl CostParams {
         lookup + comm_bytes * self.seconds_per_exchanged_byte(topo)
     }
 
+    /// Seconds per step that a table-row-wise `shard` of `spec` costs the rank holding
+    /// it when its table's shards fill its host: its partial sums meet within the host
+    /// before each sum goes to its sample's owner.
+    pub(crate) fn host_summed_shard_seconds(
+        &self,
+        spec: &TableSpec,
+        shard: &Shard,
+        topo: Topology,
+    ) -> f64 {
+        let l = topo.ranks_per_host.max(1) as f64;
+        if topo.hosts <= 1 {
+            return self.shard_seconds(spec, shard, topo);
+        }
+        let b = self.batch_size as f64;
+        let p = spec.pooling_factor;
+        let f = shard.rows.1.saturating_sub(shard.rows.0) as f64 / spec.rows.max(1) as f64;
+        let c = shard.columns.1.saturating_sub(shard.columns.0) as f64;
+        let lookup = b * p * f * c * 4.0 / self.gather_bytes_per_s;
+        let per_byte = self.seconds_per_exchanged_byte(topo);
+        let ids = b * p * f * 8.0 * per_byte;
+        let sums = 2.0 * b * c * 4.0;
+        let within = sums * (l - 1.0) / l / self.intra_host_bytes_per_s;
+        lookup + ids + within + sums / l * per_byte
+    }
+
     /// Seconds per step `spec` costs when one rank holds all of it (table-wise).
     pub(crate) fn table_wise_seconds(&self, spec: &TableSpec, topo: Topology) -> f64 {
         let whole = Shard {
@@ -155,7 +185,11 @@ pub fn estimate(plan: &Plan, tables: &[TableSpec], cost: &CostParams) -> Vec<f64
         }
         for shard in &entry.shards {
             if let Some(x) = secs.get_mut(shard.rank) {
-                *x += cost.shard_seconds(spec, shard, topo);
+                *x += if entry.sharding == ShardingType::TableRowWise {
+                    cost.host_summed_shard_seconds(spec, shard, topo)
+                } else {
+                    cost.shard_seconds(spec, shard, topo)
+                };
             }
         }
         // Partitions as blocks of whole rows: this model knows no access counts.
@@ -222,6 +256,32 @@ mod tests {
         assert_eq!(
             unit().shard_seconds(&t, &half, topo),
             6_400.0 + 13_600.0 / 4.0
+        );
+    }
+
+    #[test]
+    fn table_row_wise_sums_meet_within_the_host_before_crossing() {
+        let t = spec(1000, 16, 2.0);
+        let topo = Topology::new(2, 2).unwrap();
+        let half = Shard {
+            rank: 0,
+            rows: (0, 500),
+            columns: (0, 16),
+        };
+        let c = unit();
+        // Lookup 100·2·½·16·4 = 6400 s; ids 100·2·½·8 = 800 bytes and the 2·100·16·4 =
+        // 12800 bytes of sums: half within the host at 2 B/s, the other half (the rank's
+        // 50 sums) to the owners at the exchange's mean 1/4·½ + 2/4·1 = 5/8 s per byte.
+        let want = 6400.0 + 800.0 * 0.625 + 6400.0 / 2.0 + 6400.0 * 0.625;
+        let got = c.host_summed_shard_seconds(&t, &half, topo);
+        assert!((got - want).abs() < 1e-6, "{got} against {want}");
+        // Sent flat, every sum would cross at the mean rate: dearer.
+        assert!(c.shard_seconds(&t, &half, topo) > got);
+        // On one host there is nothing to sum first.
+        let one = Topology::new(1, 2).unwrap();
+        assert_eq!(
+            c.host_summed_shard_seconds(&t, &half, one),
+            c.shard_seconds(&t, &half, one)
         );
     }
 
