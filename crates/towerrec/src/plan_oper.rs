@@ -200,6 +200,9 @@ pub fn report(
         "gradients of rows with copies, read in an iteration: {:.3} MB per iteration (summed over the copies by a sparse AllReduce in training)",
         r.copy_sync_bytes / 1e6
     );
+    if !plan.towers.is_empty() {
+        eprintln!("{}", flat_rating_note(plan.towers.len()));
+    }
     if let Some(path) = heatmap {
         draw(&r, topo, path)?;
         eprintln!("drew {}", path.display());
@@ -225,4 +228,14 @@ fn draw(r: &Rating, topo: Topology, path: &Path) -> Result<()> {
     let names: Vec<String> = (0..w).map(|r| format!("rank {r}")).collect();
     let title = "MB per iteration from rank (column) to rank (row), hosts outlined";
     crate::partition_plot::heatmap(path, &matrix, &hosts, &names, title)
+}
+
+/// What the OPER rating of a plan with DMT towers does not see: it prices the tables'
+/// exchange as the flat path runs it.
+pub fn flat_rating_note(towers: usize) -> String {
+    format!(
+        "note: this plan has {towers} DMT tower(s); these figures price its exchange as the flat path runs it \
+         (each read's pooled row sent straight to its sample's owner). SPTT runs it within each tower's \
+         hosts first, then across hosts once per peer (docs/DMT.md); `towerrec simulate --compare dmt` prices that"
+    )
 }

@@ -377,6 +377,12 @@ fn oper_plans_inside_towers_and_trains() {
     args.extend(data);
     let o = towerrec(&args);
     assert!(o.status.success(), "{}", text(&o).1);
+    // The OPER rating says that it prices the flat exchange, not SPTT's.
+    assert!(
+        text(&o).1.contains("this plan has 2 DMT tower(s)"),
+        "{}",
+        text(&o).1
+    );
     let p = towerrec_plan::Plan::load(&plan).unwrap();
     assert_eq!(p.towers.len(), 2);
     let mut copies = 0;

@@ -29,6 +29,8 @@ struct Priced {
     loads: Vec<RankLoad>,
     rating: Rating,
     topology: towerrec_plan::Topology,
+    /// DMT towers in the plan: priced as the flat exchange all the same.
+    towers: usize,
 }
 
 impl Priced {
@@ -140,6 +142,7 @@ pub(super) fn run(req: PlanRequest, workload: Workload, hw: &Hardware) -> Result
             loads,
             rating,
             topology: topo,
+            towers: plan.towers.len(),
         });
     }
     if req.json {
@@ -240,6 +243,13 @@ fn print_plans(w: &Workload, hw: &Hardware, tables: &[TableSpec], priced: &[Pric
         "\nslowest rank (lookups, exchange within its host, across hosts): its shares of an even spread's; model: OPER's cost model at the hardware's rates; \
          copies MB: gradients of rows held on several ranks and read in an iteration, all-reduced each training step (in the step)"
     );
+    for p in priced.iter().filter(|p| p.towers > 0) {
+        println!(
+            "{}: {}",
+            p.label,
+            crate::plan_oper::flat_rating_note(p.towers)
+        );
+    }
 }
 
 fn print_json_plans(priced: &[Priced]) -> Result<()> {
@@ -263,6 +273,7 @@ fn print_json_plans(priced: &[Priced]) -> Result<()> {
             "model_cross_host_bytes_per_iteration": p.rating.cross_host_bytes(p.topology),
             "copy_sync_bytes_per_iteration": p.rating.copy_sync_bytes,
             "copy_sync_seconds": p.steps[s].phase("copy_sync").map_or(0.0, |ph| ph.seconds),
+            "towers_priced_as_flat": p.towers,
         });
         println!("{}", serde_json::to_string(&line)?);
     }
