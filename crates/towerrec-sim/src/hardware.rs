@@ -20,6 +20,12 @@ pub struct Compute {
     /// Fraction of the peak the model's layers reach (1.0: the paper's upper bounds).
     #[serde(default = "one")]
     pub efficiency: f64,
+    /// Measured `[vector width, GFLOP/s]` of the dot interaction, forward and backward
+    /// (`towerrec calibrate`), by increasing width; FLOPs counted as the model counts
+    /// them (`2·F²·D` forward, twice that backward). A dot of short vectors runs far
+    /// below the GEMM rate; without points the interaction runs at `efficiency`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interaction: Vec<[f64; 2]>,
 }
 
 fn one() -> f64 {
@@ -233,6 +239,16 @@ impl Hardware {
         }
         check_positive("compute.peak_tflops", self.compute.peak_tflops)?;
         check_efficiency("compute.efficiency", self.compute.efficiency)?;
+        for (i, &[w, r]) in self.compute.interaction.iter().enumerate() {
+            check_positive(&format!("compute.interaction[{i}] width"), w)?;
+            check_positive(&format!("compute.interaction[{i}] GFLOP/s"), r)?;
+            if i > 0 && w <= self.compute.interaction[i - 1][0] {
+                return Err(Error::invalid(
+                    "compute.interaction",
+                    "points must be listed by strictly increasing width",
+                ));
+            }
+        }
         let s = &self.system;
         check_share("system.lookup_comm_overlap", s.lookup_comm_overlap)?;
         check_share("system.allreduce_overlap", s.allreduce_overlap)?;
@@ -290,6 +306,29 @@ impl Hardware {
     pub fn compute_time(&self, flops: f64) -> f64 {
         flops / (self.compute.peak_tflops * 1e12 * self.compute.efficiency)
     }
+
+    /// Seconds for `flops` of the dot interaction of vectors `width` wide on one chip:
+    /// at the measured rate for that width (linear between measured widths, the end
+    /// points' rates beyond them), else as any dense compute.
+    pub fn interaction_time(&self, flops: f64, width: usize) -> f64 {
+        let points = &self.compute.interaction;
+        let (Some(first), Some(last)) = (points.first(), points.last()) else {
+            return self.compute_time(flops);
+        };
+        let w = width as f64;
+        let gflops = if w <= first[0] {
+            first[1]
+        } else if w >= last[0] {
+            last[1]
+        } else {
+            let i = points
+                .partition_point(|p| p[0] <= w)
+                .clamp(1, points.len() - 1);
+            let ([w0, r0], [w1, r1]) = (points[i - 1], points[i]);
+            r0 + (r1 - r0) * (w - w0) / (w1 - w0)
+        };
+        flops / (gflops * 1e9)
+    }
 }
 
 #[cfg(test)]
@@ -328,6 +367,37 @@ mod tests {
             .to_string();
         assert!(e.contains("x.toml") && e.contains("warp_drive"), "{e}");
         assert!(Hardware::load("no-such-preset-or-file").is_err());
+    }
+
+    #[test]
+    fn the_interaction_runs_at_its_measured_rate_by_width() {
+        let mut hw = Hardware::preset("h100-cluster").unwrap();
+        let flops = 1e9;
+        // No points: as any dense compute.
+        assert_eq!(hw.interaction_time(flops, 64), hw.compute_time(flops));
+        hw.compute.interaction = vec![[8.0, 10.0], [64.0, 80.0]];
+        hw.validate().unwrap();
+        let secs = |w| hw.interaction_time(flops, w);
+        assert!((secs(8) - 0.1).abs() < 1e-12);
+        assert!((secs(64) - flops / 80e9).abs() < 1e-12);
+        // Linear in the width between points; the end points' rates beyond them.
+        assert!((secs(36) - flops / 45e9).abs() < 1e-12);
+        assert_eq!(secs(4), secs(8));
+        assert_eq!(secs(128), secs(64));
+        // Loaded from a file, checked like every figure.
+        let text = Hardware::preset_toml("h100-cluster").unwrap().replace(
+            "efficiency = 0.25",
+            "efficiency = 0.25\ninteraction = [[64.0, 80.0], [8.0, 10.0]]",
+        );
+        let e = Hardware::from_toml(&text, Path::new("hw.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("compute.interaction"), "{e}");
+        let bad = text.replace("[[64.0, 80.0], [8.0, 10.0]]", "[[8.0, 0.0]]");
+        let e = Hardware::from_toml(&bad, Path::new("hw.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("compute.interaction[0] GFLOP/s"), "{e}");
     }
 
     #[test]

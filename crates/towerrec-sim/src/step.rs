@@ -320,10 +320,15 @@ pub fn simulate_rank(
             compute(tm.busiest.module_flops),
         );
     }
+    // A dot of short vectors runs at its own measured rate, not the GEMM's.
+    let interaction = |flops: f64| match dense.dot_width {
+        Some(width) => hw.interaction_time(flops * b, width),
+        None => compute(flops),
+    };
     t.push(
         "interaction",
         Resource::Compute,
-        compute(dense.interaction_flops),
+        interaction(dense.interaction_flops),
     );
     t.push("top_mlp", Resource::Compute, compute(dense.top_flops));
 
@@ -332,7 +337,7 @@ pub fn simulate_rank(
         t.push(
             "top_mlp_backward",
             Resource::Compute,
-            compute(2.0 * (dense.top_flops + dense.interaction_flops)),
+            compute(2.0 * dense.top_flops) + interaction(2.0 * dense.interaction_flops),
         );
         let grads = match (scenario.exchange, scenario.sharding) {
             (Exchange::Flat, Sharding::Unsharded) => {

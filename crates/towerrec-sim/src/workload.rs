@@ -46,6 +46,8 @@ pub struct DenseCounts {
     pub interaction_flops: f64,
     pub top_flops: f64,
     pub params: f64,
+    /// The width of the vectors a dot interaction multiplies (`None`: a cross network).
+    pub dot_width: Option<usize>,
 }
 
 impl DenseCounts {
@@ -354,6 +356,10 @@ impl Workload {
             interaction_flops,
             top_flops: mlp_flops(&top),
             params: mlp_params as f64 + cross_params,
+            dot_width: match input {
+                InteractionInput::Dot { width, .. } => Some(width),
+                InteractionInput::Cross { .. } => None,
+            },
         }
     }
 

@@ -234,3 +234,24 @@ fn sync_waits_follow_the_measured_curve() {
     hw.system.sync_wait = vec![[2.0, 1.0], [1.0, 1.0]];
     assert!(hw.validate().is_err());
 }
+
+#[test]
+fn a_measured_interaction_rate_prices_the_interaction_phases() {
+    let mut hw = Hardware::preset("dgx-a100").unwrap();
+    let scenario = Scenario {
+        mode: Mode::Training,
+        sharding: Sharding::Unsharded,
+        exchange: Exchange::Flat,
+    };
+    let w = Workload::rm2(false);
+    let before = simulate(&w, &hw, scenario).unwrap();
+    // A tenth of the rate the dense layers get.
+    let dense_gflops = hw.compute.peak_tflops * 1e3 * hw.compute.efficiency;
+    hw.compute.interaction = vec![[1.0, dense_gflops / 10.0]];
+    let after = simulate(&w, &hw, scenario).unwrap();
+    let phase = |s: &towerrec_sim::Step, name| s.phase(name).unwrap().seconds;
+    let ratio = phase(&after, "interaction") / phase(&before, "interaction");
+    assert!((ratio - 10.0).abs() < 1e-9, "{ratio}");
+    assert!(phase(&after, "top_mlp_backward") > phase(&before, "top_mlp_backward"));
+    assert_eq!(phase(&after, "top_mlp"), phase(&before, "top_mlp"));
+}

@@ -1,10 +1,10 @@
 //! The compute and memory probes of `towerrec calibrate`: GEMM, towerrec's own MLP
-//! layers, a large copy, and random row gathers by row size.
+//! layers and dot interaction, a large copy, and random row gathers by row size.
 
 use super::*;
 
 /// Number of compute and memory measurements (progress steps).
-pub(super) const PROBES: usize = 4 + ROW_BYTES.len();
+pub(super) const PROBES: usize = 5 + ROW_BYTES.len();
 
 /// The compute and memory probes of one process.
 #[derive(Debug, Clone)]
@@ -15,6 +15,9 @@ pub(super) struct Machine {
     pub(super) gemm_gflops: f64,
     /// towerrec's MLP layers, forward and backward (GFLOP/s).
     pub(super) mlp_gflops: f64,
+    /// `(vector width, GFLOP/s)` of towerrec's dot interaction of
+    /// [`INTERACTION_VECTORS`] vectors, forward and backward, by width.
+    pub(super) interaction: Vec<(usize, f64)>,
     pub(super) copy_gbs: f64,
     /// `(row bytes, GB/s)`, by row size.
     pub(super) gather: Vec<(usize, f64)>,
@@ -36,6 +39,7 @@ impl Machine {
             mlp_gflops: self.mlp_gflops / f,
             copy_gbs: self.copy_gbs / f,
             gather: self.gather.iter().map(|&(r, g)| (r, g / f)).collect(),
+            interaction: self.interaction.iter().map(|&(w, g)| (w, g / f)).collect(),
             // A chip with 1/f of the machine spends f times as long per bag.
             lookup_bag_ns: self.lookup_bag_ns * f,
             update_bag_ns: self.update_bag_ns * f,
@@ -54,6 +58,7 @@ impl Machine {
             self.update_bag_ns,
         ];
         v.extend(self.gather.iter().map(|g| g.1));
+        v.extend(self.interaction.iter().map(|g| g.1));
         v
     }
 
@@ -71,6 +76,12 @@ impl Machine {
                 .iter()
                 .zip(&v[5..])
                 .map(|(&(r, _), &g)| (r, g))
+                .collect(),
+            interaction: self
+                .interaction
+                .iter()
+                .zip(&v[5 + self.gather.len()..])
+                .map(|(&(w, _), &g)| (w, g))
                 .collect(),
             ..self.clone()
         }
@@ -90,9 +101,15 @@ impl Machine {
             .iter()
             .map(|(r, g)| format!("{r} B {}", sig(*g)))
             .collect();
+        let dots: Vec<String> = self
+            .interaction
+            .iter()
+            .map(|(w, g)| format!("{w} {}", sig(*g)))
+            .collect();
         format!(
             "# {what}: GEMM f32 {GEMM_N}³ {} GFLOP/s ({}); MLP {} forward + backward \
-             at batch {MLP_BATCH} {} GFLOP/s ({});\n#   embedding kernels, one 64 B row per bag: \
+             at batch {MLP_BATCH} {} GFLOP/s ({});\n#   dot interaction of {INTERACTION_VECTORS} vectors \
+             forward + backward at batch {MLP_BATCH}, GFLOP/s by vector width ({}): {};\n#   embedding kernels, one 64 B row per bag: \
              lookup {} ns and update {} ns per bag beyond the gather;\n#   copy {} MiB {} GB/s \
              (read + write);\n#   random gathers from a {} table ({}, prefetch), GB/s: {}.\n",
             sig(self.gemm_gflops),
@@ -100,6 +117,8 @@ impl Machine {
             dims_label(),
             sig(self.mlp_gflops),
             self.rate_label("median"),
+            self.rate_label("median"),
+            dots.join(", "),
             sig(self.lookup_bag_ns),
             sig(self.update_bag_ns),
             self.copy_bytes / MIB,
@@ -132,6 +151,12 @@ pub(super) fn measure_machine(
     let mlp_gflops = mlp_rate(s, threads)?;
     progress.done();
     sync()?;
+    progress.start(format!(
+        "dot interaction of {INTERACTION_VECTORS} vectors forward + backward"
+    ));
+    let interaction = interaction_rates(s, threads, &sync)?;
+    progress.done();
+    sync()?;
     progress.start(format!("copy {} MiB", s.copy_bytes / MIB));
     let copy_gbs = probe::copy_bandwidth(s.copy_bytes, threads, s.budget, s.rate);
     progress.done();
@@ -162,6 +187,7 @@ pub(super) fn measure_machine(
         update_bag_ns,
         gemm_gflops,
         mlp_gflops,
+        interaction,
         copy_gbs,
         gather,
         huge_pages: table.huge_pages(),
@@ -189,6 +215,51 @@ fn mlp_rate(s: &Settings, threads: usize) -> Result<f64> {
         crate::bench_kernels::bench_mlp(&MLP_DIMS, last, true, MLP_BATCH, s.budget, rate, &mut rng)
     });
     Ok(gflops)
+}
+
+/// GFLOP/s of towerrec's dot interaction of [`INTERACTION_VECTORS`] vectors, forward
+/// and backward at [`MLP_BATCH`], at each of [`INTERACTION_WIDTHS`], on `threads`
+/// threads; FLOPs counted as the simulator counts them (`2·F²·D` a sample forward,
+/// twice that backward). Repetitions are taken as the MLP's are.
+fn interaction_rates(
+    s: &Settings,
+    threads: usize,
+    sync: &dyn Fn() -> Result<()>,
+) -> Result<Vec<(usize, f64)>> {
+    use rand::{Rng, SeedableRng};
+    use towerrec_core::layers::interaction::DotInteraction;
+    use towerrec_core::Layer;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .context("starting the interaction probe's threads")?;
+    let rate = match s.rate {
+        Rate::Sustained => Rate::Sustained,
+        Rate::Best | Rate::Median => Rate::Median,
+    };
+    let budget = s.budget / INTERACTION_WIDTHS.len() as u32;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(13);
+    let (f, b) = (INTERACTION_VECTORS, MLP_BATCH);
+    let mut rates = Vec::with_capacity(INTERACTION_WIDTHS.len());
+    for width in INTERACTION_WIDTHS {
+        sync()?;
+        let mut layer = DotInteraction::<f32>::new(f, width, false);
+        let (ni, no) = (layer.in_dim(), layer.out_dim());
+        let x: Vec<f32> = (0..b * ni).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let dy: Vec<f32> = (0..b * no).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let (mut y, mut dx) = (vec![0.0f32; b * no], vec![0.0f32; b * ni]);
+        let times = pool.install(|| {
+            let mut step = || {
+                layer.forward(&x, &mut y, b);
+                layer.backward(&x, &y, &dy, Some(&mut dx), b);
+            };
+            step();
+            probe::timed_reps(budget, probe::MIN_REPS, step)
+        });
+        let flops = 3.0 * 2.0 * (f * f * width) as f64 * b as f64;
+        rates.push((width, sig(flops / rate.secs(&times) / 1e9)));
+    }
+    Ok(rates)
 }
 
 /// ns per bag that towerrec's lookup and fused SGD update of one 64-byte row per bag

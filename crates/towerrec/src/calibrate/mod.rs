@@ -68,6 +68,10 @@ const GEMM_N: usize = 1024;
 /// The MLP of the efficiency probe (a DLRM top MLP) and its batch.
 const MLP_DIMS: [usize; 4] = [384, 512, 256, 1];
 const MLP_BATCH: usize = 2048;
+/// The dot interaction probe: as many vectors as DLRM on Criteo's 26 tables has (the
+/// bottom MLP's output and 26 pooled rows), at these vector widths.
+const INTERACTION_VECTORS: usize = 27;
+const INTERACTION_WIDTHS: [usize; 5] = [8, 16, 32, 64, 128];
 
 /// Row sizes of the random-gather probes.
 const ROW_BYTES: [usize; 4] = [64, 128, 256, 512];

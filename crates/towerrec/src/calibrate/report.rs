@@ -20,6 +20,11 @@ pub(super) fn hardware(
             peak_tflops: sig(per_chip.gemm_gflops / 1000.0),
             // The dense layers run at towerrec's MLP rate, not the GEMM's.
             efficiency: sig((per_chip.mlp_gflops / per_chip.gemm_gflops).clamp(0.01, 1.0)),
+            interaction: per_chip
+                .interaction
+                .iter()
+                .map(|&(w, g)| [w as f64, sig(g)])
+                .collect(),
         },
         memory: MemorySystem::Measured {
             stream_gbs: sig(per_chip.copy_gbs),
@@ -96,6 +101,12 @@ pub(super) fn print_summary(
         format!("MLP {} fwd+bwd, batch {MLP_BATCH}", dims_label()),
         machine.mlp_gflops
     );
+    for (w, g) in &machine.interaction {
+        println!(
+            "  {:<40} {g:>10.1} GFLOP/s",
+            format!("dot interaction {INTERACTION_VECTORS} × {w} fwd+bwd")
+        );
+    }
     println!(
         "  {:<40} {:>10.2} GB/s",
         format!("copy {} MiB (read + write)", machine.copy_bytes / MIB),

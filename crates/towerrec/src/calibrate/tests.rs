@@ -39,6 +39,7 @@ fn machine() -> Machine {
         rate: Rate::Best,
         gemm_gflops: 180.0,
         mlp_gflops: 150.0,
+        interaction: vec![(8, 4.0), (64, 20.0)],
         copy_gbs: 24.0,
         gather: vec![(64, 10.0), (256, 13.0)],
         lookup_bag_ns: 15.0,
@@ -54,6 +55,7 @@ fn ranks_sharing_the_machine_split_it() {
     let m = machine().shared_by(4);
     assert_eq!((m.gemm_gflops, m.mlp_gflops, m.copy_gbs), (45.0, 37.5, 6.0));
     assert_eq!(m.gather, vec![(64, 2.5), (256, 3.25)]);
+    assert_eq!(m.interaction, vec![(8, 1.0), (64, 5.0)]);
     assert_eq!((m.lookup_bag_ns, m.update_bag_ns), (60.0, 160.0));
     let back = machine().with_figures(&machine().to_vec());
     assert_eq!(back.to_vec(), machine().to_vec());
@@ -109,5 +111,5 @@ fn the_machine_comment_says_how_rates_were_taken() {
     }
     .comment("x");
     assert!(!shared.contains("best repetition"), "{shared}");
-    assert_eq!(shared.matches("sustained").count(), 2, "{shared}");
+    assert_eq!(shared.matches("sustained").count(), 3, "{shared}");
 }
