@@ -13,6 +13,7 @@ use crate::slots::FeatureSlots;
 use towerrec_comm::Phase;
 use towerrec_core::embedding::Pooling;
 use towerrec_core::Batch;
+use towerrec_plan::ShardingType;
 
 /// Writes the rows of `block` (`cols` wide) into columns `off..off + cols` of the rows
 /// of `rows` (`width` wide): copied, or added for row-wise partial sums (summed in the
@@ -77,6 +78,16 @@ impl ShardedEmbeddings {
         let width = slots.width();
         let out = &mut out[..b_local * width];
         self.zero_row_split_slots(out, slots);
+        // A row-partitioned table's bag takes its first partial sum as it comes and adds
+        // the rest (what adding to zero gives), and a bag no store served is zeroed after.
+        let mut written: Vec<Vec<bool>> = self
+            .tables
+            .iter()
+            .map(|table| match table.sharding {
+                ShardingType::RowPartitioned => vec![false; b_local],
+                _ => Vec::new(),
+            })
+            .collect();
         let mut at = 0;
         for src in 0..p {
             for (t, s) in self.router.held_by(src) {
@@ -88,11 +99,15 @@ impl ShardedEmbeddings {
                 let cols = shard.num_columns();
                 let off = slots.slot(t).offset + shard.columns.0;
                 if let Some(lengths) = self.router.addressed_lengths(t, s) {
+                    let written = &mut written[t];
                     for (b, _) in lengths.iter().enumerate().filter(|(_, &n)| n > 0) {
                         let row = &mut out[b * width + off..b * width + off + cols];
-                        row.iter_mut()
-                            .zip(&recv[at..at + cols])
-                            .for_each(|(d, &v)| *d += v);
+                        let part = &recv[at..at + cols];
+                        if std::mem::replace(&mut written[b], true) {
+                            row.iter_mut().zip(part).for_each(|(d, &v)| *d += v);
+                        } else {
+                            row.copy_from_slice(part);
+                        }
                         at += cols;
                     }
                     continue;
@@ -103,6 +118,16 @@ impl ShardedEmbeddings {
             }
         }
         self.bufs.vec_recv = recv;
+        for (t, written) in written.iter().enumerate() {
+            let range = slots.slot(t).range();
+            for (row, _) in out
+                .chunks_exact_mut(width)
+                .zip(written)
+                .filter(|(_, &w)| !w)
+            {
+                row[range.clone()].fill(0.0);
+            }
+        }
         self.trw_output_dist(out, slots)?;
         self.scale_mean_row_split(batch, out, slots);
         Ok(())
@@ -171,10 +196,11 @@ impl ShardedEmbeddings {
         self.trw_output_grad(batch, grad, slots)
     }
 
-    /// Zeroes the slots of row-split tables, which receive sums.
+    /// Zeroes the slots of row-split tables, which receive sums (row-partitioned tables
+    /// excepted: their first sum is copied in).
     pub(super) fn zero_row_split_slots(&self, out: &mut [f32], slots: &FeatureSlots) {
         for (t, table) in self.tables.iter().enumerate() {
-            if table.row_split() {
+            if table.row_split() && table.sharding != ShardingType::RowPartitioned {
                 let range = slots.slot(t).range();
                 for row in out.chunks_exact_mut(slots.width()) {
                     row[range.clone()].fill(0.0);

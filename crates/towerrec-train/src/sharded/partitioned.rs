@@ -159,6 +159,8 @@ pub(super) struct SharedSync {
     reducer: Option<HierarchicalAllReduce<f32>>,
     /// Per table, every row with copies on several ranks, sorted: the dense mode's rows.
     shared: Vec<(usize, Vec<u64>)>,
+    /// The all-reduced buffer, kept to reuse its memory from step to step.
+    buf: Vec<f32>,
 }
 
 impl SharedSync {
@@ -168,6 +170,7 @@ impl SharedSync {
             mode: ReplicaSync::default(),
             reducer: None,
             shared,
+            buf: Vec::new(),
         }
     }
 
@@ -211,7 +214,9 @@ impl SharedSync {
             starts.push(len);
             len += r.len() * dims[*t];
         }
-        let mut buf = vec![0.0f32; len];
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        buf.resize(len, 0.0);
         for (t, mine, grads) in touched {
             let Some(k) = rows.iter().position(|(u, _)| u == t) else {
                 continue;
@@ -234,12 +239,13 @@ impl SharedSync {
             .as_mut()
             .expect("built above")
             .all_reduce(&mut buf, Phase::SparseGradSync)?;
-        Ok(rows
+        let sums = rows
             .iter()
             .zip(starts)
             .map(|((t, r), start)| {
                 let dim = dims[*t];
-                let (mut keys, mut sums) = (Vec::new(), Vec::new());
+                let mut keys = Vec::with_capacity(r.len());
+                let mut sums = Vec::with_capacity(r.len() * dim);
                 for (j, &row) in r.iter().enumerate() {
                     let g = &buf[start + j * dim..start + (j + 1) * dim];
                     if !(skip_zero && g.iter().all(|&x| x == 0.0)) {
@@ -249,7 +255,9 @@ impl SharedSync {
                 }
                 (*t, keys, sums)
             })
-            .collect())
+            .collect();
+        self.buf = buf;
+        Ok(sums)
     }
 }
 

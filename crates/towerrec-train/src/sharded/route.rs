@@ -63,6 +63,34 @@ pub(super) struct Router {
     /// Ids of the last batch bucketed by shard, per row-split table:
     /// `buckets[t][s]` holds lengths (one per sample) and values.
     buckets: Vec<Vec<Bucket>>,
+    /// The routes of one table's ids, reused from table to table.
+    scratch: Vec<(u32, u32)>,
+}
+
+/// Buckets `ids` by the `(shard, offset)` routes in `cache`: every route read first, a
+/// run of independent loads from a table too large for the nearest caches that the CPU
+/// overlaps, then the ids written out by shard.
+fn bucket_cached(
+    cache: &[(u32, u32)],
+    ids: JaggedView<'_>,
+    buckets: &mut [Bucket],
+    routes: &mut Vec<(u32, u32)>,
+) {
+    let n = ids.batch_size();
+    routes.clear();
+    for s in 0..n {
+        // Ids are checked against the table's rows when the batch is read.
+        routes.extend(ids.ids(s).iter().map(|&id| cache[id as usize]));
+    }
+    let mut at = 0;
+    for s in 0..n {
+        for &(k, offset) in &routes[at..at + ids.ids(s).len()] {
+            let bucket = &mut buckets[k as usize];
+            bucket.lengths[s] += 1;
+            bucket.values.push(u64::from(offset));
+        }
+        at += ids.ids(s).len();
+    }
 }
 
 /// One row-wise shard's part of a batch: its ids renumbered from its first row.
@@ -139,6 +167,7 @@ impl Router {
             by_rank,
             splits,
             buckets,
+            scratch: Vec::new(),
         })
     }
 
@@ -160,6 +189,13 @@ impl Router {
                 b.lengths.resize(ids.batch_size(), 0);
                 b.values.clear();
             }
+            if let Split::Addressed {
+                cache: Some(cache), ..
+            } = split
+            {
+                bucket_cached(cache, ids, buckets, &mut self.scratch);
+                continue;
+            }
             for s in 0..ids.batch_size() {
                 for &id in ids.ids(s) {
                     // Ids are checked against the table's rows when the batch is read.
@@ -170,17 +206,11 @@ impl Router {
                             (k, id - starts[k])
                         }
                         Split::Addressed {
-                            cache: Some(cache), ..
-                        } => {
-                            let (k, offset) = cache[id as usize];
-                            (k as usize, u64::from(offset))
-                        }
-                        Split::Addressed {
                             map,
                             shard_of,
                             me,
                             topology,
-                            cache: None,
+                            ..
                         } => {
                             let at = map.locate(id as usize, *me, *topology);
                             (shard_of[at.rank], at.offset as u64)
