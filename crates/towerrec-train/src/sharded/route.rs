@@ -104,6 +104,12 @@ impl Router {
     /// How every table routes; shards name world ranks, which must all be members of
     /// `comm`.
     pub(super) fn new(comm: &Comm, routes: &[Route<'_>]) -> Result<Self> {
+        Self::with_cache_limit(comm, routes, CACHED_ROWS)
+    }
+
+    /// [`Router::new`], caching the routes of row-partitioned tables of up to
+    /// `cached_rows` rows.
+    fn with_cache_limit(comm: &Comm, routes: &[Route<'_>], cached_rows: usize) -> Result<Self> {
         let p = comm.size();
         let group_of: std::collections::HashMap<usize, usize> =
             (0..p).map(|g| (comm.world_rank_of(g), g)).collect();
@@ -139,7 +145,7 @@ impl Router {
                         shard_of[s.rank] = k;
                     }
                     let rows = map.order().rows();
-                    let cache = (rows <= CACHED_ROWS).then(|| {
+                    let cache = (rows <= cached_rows).then(|| {
                         (0..rows)
                             .map(|r| {
                                 let at = map.locate(r, *me, *topology);
@@ -262,6 +268,83 @@ impl Router {
         } else {
             send.extend((0..ids.batch_size()).map(|b| ids.ids(b).len() as u64));
             send.extend_from_slice(ids.values);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sharded::partitioned;
+    use towerrec_comm::run_in_process;
+    use towerrec_plan::{Partition, ShardingType, TablePlan};
+
+    const ROWS: usize = 40;
+
+    /// A row-partitioned table on 2 × 2 ranks: three hot rows first, a partition on
+    /// every rank, the hot one copied to both ranks of the other host, one copied within
+    /// its host.
+    fn entry() -> TablePlan {
+        let part = |order, rank, replicas: &[usize]| Partition {
+            order,
+            rank,
+            replicas: replicas.to_vec(),
+        };
+        TablePlan {
+            table: "t".into(),
+            sharding: ShardingType::RowPartitioned,
+            shards: Vec::new(),
+            hot_rows: vec![7, 3, 30],
+            partitions: vec![
+                part((0, 3), 2, &[0, 1]),
+                part((3, 15), 0, &[]),
+                part((15, 27), 1, &[0]),
+                part((27, ROWS), 3, &[]),
+            ],
+        }
+    }
+
+    #[test]
+    fn cached_routes_bucket_as_the_address_map_does() {
+        let topology = Topology::new(2, 2).expect("topology");
+        let (map, shards) = partitioned::stores(&entry(), ROWS, 4, topology);
+        // 20 bags of 0 to 5 ids, every row read.
+        let lengths: Vec<usize> = (0..20).map(|b| b % 6).collect();
+        let mut offsets = vec![0];
+        for n in &lengths {
+            offsets.push(offsets.last().expect("started with 0") + n);
+        }
+        let ids: Vec<u64> = (0..offsets[20]).map(|i| (i * 7 % ROWS) as u64).collect();
+        let results = run_in_process(topology, |world| {
+            let me = world.world_rank();
+            let route = [Route::Addressed {
+                shards: &shards,
+                map: Arc::clone(&map),
+                me,
+                topology,
+            }];
+            let mut cached = Router::with_cache_limit(&world, &route, ROWS)?;
+            let mut searched = Router::with_cache_limit(&world, &route, 0)?;
+            let view = || JaggedView::new(&offsets, &ids).expect("view");
+            cached.bucket(|_| view());
+            searched.bucket(|_| view());
+            let buckets = |r: &Router| -> Vec<(Vec<u64>, Vec<u64>)> {
+                r.buckets[0]
+                    .iter()
+                    .map(|b| (b.lengths.clone(), b.values.clone()))
+                    .collect()
+            };
+            Ok::<_, Error>((buckets(&cached), buckets(&searched)))
+        })
+        .expect("cluster");
+        for (rank, (cached, searched)) in results.into_iter().enumerate() {
+            assert_eq!(cached, searched, "rank {rank}");
+            let routed: u64 = cached.iter().flat_map(|(l, _)| l).sum();
+            assert_eq!(
+                routed as usize,
+                ids.len(),
+                "rank {rank}: every id routed once"
+            );
         }
     }
 }
