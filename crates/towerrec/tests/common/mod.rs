@@ -29,12 +29,47 @@ pub fn describe(o: &Output) -> String {
     format!("status {}\n--- stdout\n{out}--- stderr\n{err}", o.status)
 }
 
-/// An empty directory `towerrec-<suite>-<pid>-<name>` under the system's temp dir.
+/// An empty directory `towerrec-<suite>-<pid>-<name>` under the system's temp dir. A
+/// test's directory stays after it (to read when it failed); the first call of a
+/// process removes those of its suite whose process has ended.
 pub fn tmp(suite: &str, name: &str) -> PathBuf {
+    static SWEPT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    if let Ok(mut swept) = SWEPT.lock() {
+        if !swept.iter().any(|s| s == suite) {
+            remove_ended(suite);
+            swept.push(suite.to_string());
+        }
+    }
     let dir = std::env::temp_dir().join(format!("towerrec-{suite}-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Removes the `towerrec-<suite>-<pid>-…` directories of processes that have ended,
+/// where `/proc` says which are running (elsewhere nothing is removed).
+fn remove_ended(suite: &str) {
+    let proc = std::path::Path::new("/proc");
+    if !proc.join("self").exists() {
+        return;
+    }
+    let prefix = format!("towerrec-{suite}-");
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if pid != std::process::id() && !proc.join(pid.to_string()).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
 }
 
 /// Runs the built `towerrec` with `args` from `dir`.
