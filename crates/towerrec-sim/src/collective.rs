@@ -233,6 +233,16 @@ impl Group {
     pub fn size(&self) -> usize {
         self.hosts * self.per_host
     }
+
+    /// Of a chip's peers, the share on its own host (`per_host − 1` of `size − 1`;
+    /// 0 for a chip alone): how a flat collective's traffic splits between the levels.
+    pub fn intra_share(&self) -> f64 {
+        let n = self.size();
+        if n <= 1 {
+            return 0.0;
+        }
+        (self.per_host - 1) as f64 / (n - 1) as f64
+    }
 }
 
 /// A chip's bytes on each level of the network over an even spread's (1 = even).
@@ -305,8 +315,7 @@ impl Network {
             _ if shares.intra > 0.0 => return intra.time(moved * shares.intra),
             _ => return 0.0,
         };
-        // Of a chip's n−1 peers, per_host−1 are on its host.
-        let intra_share = (group.per_host - 1) as f64 / (n - 1) as f64;
+        let intra_share = group.intra_share();
         let intra_bytes = moved * intra_share * shares.intra;
         let cross_bytes = moved * (1.0 - intra_share) * shares.cross;
         let ab = cross.level.get(op);

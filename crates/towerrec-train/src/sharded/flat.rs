@@ -13,11 +13,11 @@ use crate::slots::FeatureSlots;
 use towerrec_comm::Phase;
 use towerrec_core::embedding::Pooling;
 use towerrec_core::Batch;
-use towerrec_plan::ShardingType;
 
 /// Writes the rows of `block` (`cols` wide) into columns `off..off + cols` of the rows
-/// of `rows` (`width` wide): copied, or added for row-wise partial sums (summed in the
-/// order the blocks arrive, the same order on every path).
+/// of `rows` (`width` wide): copied, or added to the partial sums already there
+/// (row-wise shards after the first, summed in the order the blocks arrive, the same
+/// order on every path).
 pub(super) fn place_block(
     rows: &mut [f32],
     width: usize,
@@ -77,29 +77,28 @@ impl ShardedEmbeddings {
         exchanged?;
         let width = slots.width();
         let out = &mut out[..b_local * width];
-        self.zero_row_split_slots(out, slots);
-        // A row-partitioned table's bag takes its first partial sum as it comes and adds
-        // the rest (what adding to zero gives), and a bag no store served is zeroed after.
-        let mut written: Vec<Vec<bool>> = self
-            .tables
-            .iter()
-            .map(|table| match table.sharding {
-                ShardingType::RowPartitioned => vec![false; b_local],
-                _ => Vec::new(),
-            })
-            .collect();
+        // A row-split table's slot takes its first partial sum as it comes and adds the
+        // rest in arrival order (what adding them to zero gives); a slot no shard wrote
+        // (a bag no store served) is zeroed after.
+        let mut written = std::mem::take(&mut self.bufs.written);
+        written.resize(self.tables.len(), Vec::new());
+        for (t, w) in written.iter_mut().enumerate() {
+            w.clear();
+            if self.tables[t].row_split() && !self.hierarchical(t) {
+                w.resize(b_local, false);
+            }
+        }
         let mut at = 0;
         for src in 0..p {
             for (t, s) in self.router.held_by(src) {
                 if self.hierarchical(t) {
                     continue;
                 }
-                let table = &self.tables[t];
-                let shard = &table.shards[s];
+                let shard = &self.tables[t].shards[s];
                 let cols = shard.num_columns();
                 let off = slots.slot(t).offset + shard.columns.0;
+                let written = &mut written[t];
                 if let Some(lengths) = self.router.addressed_lengths(t, s) {
-                    let written = &mut written[t];
                     for (b, _) in lengths.iter().enumerate().filter(|(_, &n)| n > 0) {
                         let row = &mut out[b * width + off..b * width + off + cols];
                         let part = &recv[at..at + cols];
@@ -112,9 +111,11 @@ impl ShardedEmbeddings {
                     }
                     continue;
                 }
+                // A whole, column or row shard sends a row for every sample.
                 let block = &recv[at..at + b_local * cols];
                 at += b_local * cols;
-                place_block(out, width, off, block, cols, table.row_split());
+                place_block(out, width, off, block, cols, written.first() == Some(&true));
+                written.fill(true);
             }
         }
         self.bufs.vec_recv = recv;
@@ -128,6 +129,7 @@ impl ShardedEmbeddings {
                 row[range.clone()].fill(0.0);
             }
         }
+        self.bufs.written = written;
         self.trw_output_dist(out, slots)?;
         self.scale_mean_row_split(batch, out, slots);
         Ok(())
@@ -194,19 +196,6 @@ impl ShardedEmbeddings {
         }
         self.bufs.vec_recv = recv;
         self.trw_output_grad(batch, grad, slots)
-    }
-
-    /// Zeroes the slots of row-split tables, which receive sums (row-partitioned tables
-    /// excepted: their first sum is copied in).
-    pub(super) fn zero_row_split_slots(&self, out: &mut [f32], slots: &FeatureSlots) {
-        for (t, table) in self.tables.iter().enumerate() {
-            if table.row_split() && table.sharding != ShardingType::RowPartitioned {
-                let range = slots.slot(t).range();
-                for row in out.chunks_exact_mut(slots.width()) {
-                    row[range.clone()].fill(0.0);
-                }
-            }
-        }
     }
 
     /// Divides the summed slots of mean-pooled row-split tables by each bag's length.

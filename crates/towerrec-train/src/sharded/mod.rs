@@ -83,6 +83,8 @@ struct Buffers {
     ids_recv: Vec<u64>,
     vec_send: Vec<f32>,
     vec_recv: Vec<f32>,
+    /// Per table, which of this rank's rows hold a partial sum (flat output).
+    written: Vec<Vec<bool>>,
 }
 
 /// The embedding tables of a model, spread over the ranks of `comm` as a plan says.

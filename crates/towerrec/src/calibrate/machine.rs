@@ -206,21 +206,26 @@ fn mlp_rate(s: &Settings, threads: usize) -> Result<f64> {
         .context("starting the MLP probe's threads")?;
     let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
     let last = towerrec_core::layers::activation::Activation::Sigmoid;
+    let rate = layer_rate(s);
     let (gflops, _) = pool.install(|| {
-        // Alone, the median MLP repetition (a typical step); shared, sustained.
-        let rate = match s.rate {
-            Rate::Sustained => Rate::Sustained,
-            Rate::Best | Rate::Median => Rate::Median,
-        };
         crate::bench_kernels::bench_mlp(&MLP_DIMS, last, true, MLP_BATCH, s.budget, rate, &mut rng)
     });
     Ok(gflops)
 }
 
+/// How a layer probe's repetitions are taken: alone, the median repetition (a typical
+/// step); with the cores shared, sustained.
+fn layer_rate(s: &Settings) -> Rate {
+    match s.rate {
+        Rate::Sustained => Rate::Sustained,
+        Rate::Best | Rate::Median => Rate::Median,
+    }
+}
+
 /// GFLOP/s of towerrec's dot interaction of [`INTERACTION_VECTORS`] vectors, forward
 /// and backward at [`MLP_BATCH`], at each of [`INTERACTION_WIDTHS`], on `threads`
 /// threads; FLOPs counted as the simulator counts them (`2·F²·D` a sample forward,
-/// twice that backward). Repetitions are taken as the MLP's are.
+/// twice that backward).
 fn interaction_rates(
     s: &Settings,
     threads: usize,
@@ -233,10 +238,7 @@ fn interaction_rates(
         .num_threads(threads)
         .build()
         .context("starting the interaction probe's threads")?;
-    let rate = match s.rate {
-        Rate::Sustained => Rate::Sustained,
-        Rate::Best | Rate::Median => Rate::Median,
-    };
+    let rate = layer_rate(s);
     let budget = s.budget / INTERACTION_WIDTHS.len() as u32;
     let mut rng = rand::rngs::SmallRng::seed_from_u64(13);
     let (f, b) = (INTERACTION_VECTORS, MLP_BATCH);

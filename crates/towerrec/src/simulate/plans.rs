@@ -162,11 +162,11 @@ fn rank_loads(r: &Rating, topology: Topology, gather_bytes_per_s: f64) -> Vec<Ra
     let total_reads_bytes: f64 = r.lookup_seconds.iter().sum::<f64>() * gather_bytes_per_s;
     let even_lookup = r.lookup_seconds.iter().sum::<f64>() / w as f64;
     let even_exchange = total_reads_bytes / w as f64 * (w as f64 - 1.0) / w as f64;
-    let intra_share = if w > 1 {
-        (topology.ranks_per_host.min(w) - 1) as f64 / (w - 1) as f64
-    } else {
-        0.0
-    };
+    let intra_share = Group {
+        hosts: topology.hosts,
+        per_host: topology.ranks_per_host,
+    }
+    .intra_share();
     let share = |x: f64, even: f64| if even > 0.0 { x / even } else { 0.0 };
     (0..w)
         .map(|rank| {
