@@ -2,7 +2,8 @@
 # Runs an MPI program on an emulated cluster of hosts on this one machine (as root).
 #
 #   scripts/emulated-cluster.sh [--hosts 2] [--ranks-per-host 2] [--rate 1gbit]
-#                               [--detect] [--mpi-arg ARG]... -- PROGRAM [ARGS...]
+#                               [--cpus per-host|shared] [--detect] [--mpi-arg ARG]...
+#                               -- PROGRAM [ARGS...]
 #
 # Every host is a network namespace (trc-<pid>-h<i>) with its own hostname and one
 # address on 10.77.0.0/24, joined to a bridge in a switch namespace (trc-<pid>-sw,
@@ -10,6 +11,12 @@
 # qdisc ("none": unshaped). OpenMPI starts one daemon per host through a launch agent
 # that enters the host's namespace, so ranks of one host talk through shared memory
 # (vader) and ranks of different hosts through TCP over the shaped links.
+# --cpus per-host (the default) gives every host its own share of this machine's CPUs,
+# as separate machines have: the CPUs this script may run on are split into --hosts
+# contiguous blocks and a host's daemon and ranks are confined to its block (with more
+# hosts than CPUs, host i gets CPU i mod the count). --cpus shared leaves placement to
+# the kernel, which may then run ranks of different hosts on one CPU while another
+# host's ranks share the other.
 # mpirun gets -np hosts×ranks-per-host, ranks laid out host-major, and
 # TOWERREC_RANKS_PER_HOST (unless --detect: then the program must find the hosts
 # itself); every TOWERREC_* and RUST_BACKTRACE variable is passed to the ranks.
@@ -27,22 +34,24 @@ die() {
 }
 
 usage() {
-    sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 hosts=2
 rph=2
 rate=1gbit
+cpus=per-host
 detect=0
 mpi_args=()
 while (($#)); do
     case $1 in
-    --hosts | --ranks-per-host | --rate | --mpi-arg)
+    --hosts | --ranks-per-host | --rate | --cpus | --mpi-arg)
         (($# >= 2)) || die "$1 needs a value"
         case $1 in
         --hosts) hosts=$2 ;;
         --ranks-per-host) rph=$2 ;;
         --rate) rate=$2 ;;
+        --cpus) cpus=$2 ;;
         --mpi-arg) mpi_args+=("$2") ;;
         esac
         shift 2
@@ -68,6 +77,7 @@ done
 }
 [[ $hosts =~ ^[1-9][0-9]*$ ]] && ((hosts <= 250)) || die "--hosts must be 1 to 250, not '$hosts'"
 [[ $rph =~ ^[1-9][0-9]*$ ]] || die "--ranks-per-host must be a positive integer, not '$rph'"
+[[ $cpus == per-host || $cpus == shared ]] || die "--cpus must be per-host or shared, not '$cpus'"
 
 # tbf rate and a burst of 1 ms at that rate (at least 128 KiB: a GSO packet is 64 KiB).
 burst=0
@@ -86,7 +96,7 @@ if [[ $rate != none ]]; then
 fi
 
 [[ $(id -u) == 0 ]] || die "must run as root: it creates network namespaces, links and qdiscs"
-for cmd in ip tc mpirun unshare; do
+for cmd in ip tc mpirun unshare taskset; do
     command -v "$cmd" >/dev/null ||
         die "'$cmd' not found (apt-get install -y iproute2 openmpi-bin util-linux)"
 done
@@ -155,14 +165,44 @@ for ((i = 0; i < hosts; i++)); do
     echo "$ns slots=$rph" >>"$tmp/hostfile"
 done
 
+# The CPUs this script may use, one per line, expanded from a list such as "0-3,8".
+allowed_cpus() {
+    local part list
+    list=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+    for part in ${list//,/ }; do
+        if [[ $part == *-* ]]; then seq "${part%-*}" "${part#*-}"; else echo "$part"; fi
+    done
+}
+# Host i's CPUs under --cpus per-host, as a taskset list (empty under --cpus shared).
+host_cpus=()
+if [[ $cpus == per-host ]]; then
+    mapfile -t all_cpus < <(allowed_cpus)
+    n=${#all_cpus[@]}
+    ((n > 0)) || die "cannot read the CPUs this script may use from /proc/self/status"
+    for ((i = 0; i < hosts; i++)); do
+        if ((hosts <= n)); then
+            block=("${all_cpus[@]:i * n / hosts:(i + 1) * n / hosts - i * n / hosts}")
+            host_cpus[i]=$(IFS=,; echo "${block[*]}")
+        else
+            host_cpus[i]=${all_cpus[i % n]}
+        fi
+    done
+fi
+cpu_cases=""
+for ((i = 0; i < hosts; i++)); do
+    cpu_cases+="$prefix-h$i) pin=(taskset -c ${host_cpus[i]:-}) ;; "
+done
+
 # OpenMPI's rsh launcher calls `agent HOST COMMAND...` (COMMAND for a remote shell, as
-# ssh would); run it in HOST's namespace under HOST's own hostname.
+# ssh would); run it in HOST's namespace under HOST's own hostname, on HOST's CPUs.
 cat >"$tmp/agent" <<EOF
 #!/usr/bin/env bash
 host=\$1
 shift
 [[ \$host == $prefix-h* ]] || { echo "emulated-cluster agent: unknown host \$host" >&2; exit 1; }
-exec ip netns exec "\$host" unshare --uts sh -c 'hostname "\$0" && exec sh -c "\$1"' "\$host" "\$*"
+pin=()
+[[ $cpus == per-host ]] && case \$host in $cpu_cases esac
+exec "\${pin[@]}" ip netns exec "\$host" unshare --uts sh -c 'hostname "\$0" && exec sh -c "\$1"' "\$host" "\$*"
 EOF
 chmod +x "$tmp/agent"
 
@@ -183,7 +223,9 @@ for ((i = 0; i < hosts; i++)); do
     before[i]=$(counters "$prefix-h$i") || die "cannot read the counters of $prefix-h$i"
 done
 
-echo "emulated-cluster: $hosts hosts × $rph ranks, egress ${rate} per host ($prefix-h0..h$((hosts - 1)), 10.77.0.0/24)" >&2
+cpu_note="CPUs shared"
+[[ $cpus == per-host ]] && cpu_note="CPUs per host: ${host_cpus[*]}"
+echo "emulated-cluster: $hosts hosts × $rph ranks, egress ${rate} per host ($prefix-h0..h$((hosts - 1)), 10.77.0.0/24), $cpu_note" >&2
 ip netns exec "$sw" mpirun --allow-run-as-root -np $((hosts * rph)) \
     --hostfile "$tmp/hostfile" --map-by slot --bind-to none \
     --mca plm_rsh_agent "$tmp/agent" --mca plm_rsh_no_tree_spawn 1 \
