@@ -339,9 +339,8 @@ mod tests {
     fn every_preset_loads_and_round_trips() {
         for name in Hardware::preset_names() {
             let hw = Hardware::preset(name).unwrap();
-            let dir = std::env::temp_dir().join(format!("towerrec-sim-hw-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            let path = dir.join(format!("{name}.toml"));
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(format!("{name}.toml"));
             hw.save(&path).unwrap();
             let back = Hardware::load(path.to_str().unwrap()).unwrap();
             assert_eq!(back, hw, "{name}");

@@ -235,8 +235,8 @@ mod tests {
 
     #[test]
     fn charts_are_written_as_svg() {
-        let dir = std::env::temp_dir().join(format!("towerrec-sim-plot-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
         let path = dir.join("lines.svg");
         let chart = |log_x| LineChart {
             title: "QPS".into(),

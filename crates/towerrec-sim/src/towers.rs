@@ -16,7 +16,8 @@
 //!   rows;
 //! - step d, an all-to-all over the group's `S` ranks (crossing hosts when `K > 1`):
 //!   it sends its tables' pooled rows for the samples of all `G·S·b / S` peers, `G·b·W_g`
-//!   values in all;
+//!   values in all (`G·b·O_g` where towerrec runs a per-feature module before step d:
+//!   [`Towers::maps_at_lookup`]);
 //! - the modules run on the `G·b` group rows it then holds: `G·b·Φ_g` FLOPs;
 //! - step f, an all-to-all among its `G` peers (one rank per group): `G·b·O_g` values
 //!   (`O_g = W_g` for pass-through towers: SPTT alone);
@@ -41,6 +42,10 @@ pub struct Towers {
     /// groups as towers or hosts, whichever is fewer, when that divides the hosts; else
     /// one group of all hosts).
     pub hosts_per_tower: Option<usize>,
+    /// Whether a module that is one map per feature (DLRM's with `p = 0`) runs where
+    /// the tables are looked up, before step d, so that step d carries its outputs:
+    /// towerrec's runtime does (docs/DMT.md); the paper runs every module after step e.
+    pub maps_at_lookup: bool,
 }
 
 /// What a rank of the busiest tower group does per sample it owns (see the module docs):
@@ -102,6 +107,7 @@ impl Towers {
             kind,
             tables,
             hosts_per_tower: None,
+            maps_at_lookup: false,
         })
     }
 
@@ -272,9 +278,16 @@ impl Towers {
         let lookups = workload.table_lookups();
         let g = groups as f64;
         let mut per_group = vec![[0.0f64; 5]; groups];
+        let per_feature =
+            self.maps_at_lookup && matches!(self.kind, TowerModuleKind::Dlrm { p: 0, .. });
         for (t, (tables, c)) in self.tables.iter().zip(&counts).enumerate() {
             let load = &mut per_group[t % groups];
-            load[0] += g * (tables.len() * n) as f64;
+            let step_d = if per_feature {
+                c.out_dim
+            } else {
+                tables.len() * n
+            };
+            load[0] += g * step_d as f64;
             load[1] += g * c.out_dim as f64;
             load[2] += g * c.forward_flops_per_sample as f64;
             load[3] += c.params as f64;
@@ -350,6 +363,28 @@ mod tests {
         let towers = Towers::per_host(&w, TowerModuleKind::Identity, 64).unwrap();
         let c = towers.costs(&w, 64).unwrap();
         assert_eq!((c.towers, c.groups, c.hosts_per_group), (16, 16, 4));
+    }
+
+    #[test]
+    fn per_feature_maps_at_lookup_compress_step_d() {
+        // towerrec runs DLRM's module with p = 0 before step d: step d then carries its
+        // outputs as step f does; a module with a flat part still runs after step e.
+        let w = Workload::dmt_dlrm();
+        let per_feature = TowerModuleKind::Dlrm { c: 1, p: 0, d: 32 };
+        let mut towers = Towers::strided(per_feature, 26, 2).unwrap();
+        let paper = towers.costs(&w, 2).unwrap();
+        towers.maps_at_lookup = true;
+        let ours = towers.costs(&w, 2).unwrap();
+        assert_eq!(paper.busiest.intra_values, 26.0 * 128.0);
+        assert_eq!(ours.busiest.intra_values, 26.0 * 32.0);
+        assert_eq!(ours.busiest.peer_values, paper.busiest.peer_values);
+        let mut flat_part =
+            Towers::strided(TowerModuleKind::Dlrm { c: 1, p: 1, d: 32 }, 26, 2).unwrap();
+        flat_part.maps_at_lookup = true;
+        assert_eq!(
+            flat_part.costs(&w, 2).unwrap().busiest.intra_values,
+            26.0 * 128.0
+        );
     }
 
     #[test]

@@ -176,6 +176,54 @@ impl ModelTowers {
         tower.module.backward(&tower.x, &tower.y, dy, Some(dx), b);
     }
 
+    /// Output columns per feature of tower `t`'s module when it is one map of each
+    /// feature's vector on its own ([`TowerModule::per_feature_map`]), else `None`.
+    pub(crate) fn per_feature_width(&self, t: usize) -> Option<usize> {
+        match self.towers[t].module.kind() {
+            TowerModuleKind::Dlrm { c, p: 0, d } => Some(c * d),
+            _ => None,
+        }
+    }
+
+    /// Runs tower `t`'s per-feature map on `rows` vectors `x` (any of its features, in
+    /// any order), keeping them for [`ModelTowers::project_backward`] by taking `x`'s
+    /// buffer as [`ModelTowers::forward_tower`] does; the output is
+    /// [`ModelTowers::projected`]. Panics unless [`ModelTowers::per_feature_width`] is
+    /// `Some` (a programmer's bug).
+    pub(crate) fn project(&mut self, t: usize, x: &mut Vec<f32>, rows: usize) {
+        let tower = &mut self.towers[t];
+        std::mem::swap(&mut tower.x, x);
+        let map = tower
+            .module
+            .per_feature_map()
+            .expect("a per-feature module");
+        tower.y.resize(rows * map.out_dim(), 0.0);
+        tower.y.truncate(rows * map.out_dim());
+        map.forward(&tower.x, &mut tower.y, rows);
+    }
+
+    /// The output of tower `t`'s last [`ModelTowers::project`].
+    pub(crate) fn projected(&self, t: usize) -> &[f32] {
+        &self.towers[t].y
+    }
+
+    /// Backward of tower `t`'s last [`ModelTowers::project`] of `rows` vectors: its
+    /// parameter gradients (overwritten), and the vectors' gradient into `dx`.
+    pub(crate) fn project_backward(&mut self, t: usize, dy: &[f32], dx: &mut [f32], rows: usize) {
+        let tower = &mut self.towers[t];
+        let map = tower
+            .module
+            .per_feature_map()
+            .expect("a per-feature module");
+        if rows == 0 {
+            for p in map.params() {
+                p.grad.fill(0.0);
+            }
+            return;
+        }
+        map.backward(&tower.x, &tower.y, dy, Some(dx), rows);
+    }
+
     /// Number of parameter tensors of each tower's module, in tower order (the order of
     /// [`ModelTowers::params`]).
     pub(crate) fn tensors_per_tower(&mut self) -> Vec<usize> {

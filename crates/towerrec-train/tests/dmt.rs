@@ -8,7 +8,7 @@
 mod common;
 
 use std::path::Path;
-use towerrec_comm::{Comm, Phase, Topology};
+use towerrec_comm::{Bytes, Comm, Phase, Topology};
 use towerrec_core::Batch;
 use towerrec_data::schema;
 use towerrec_train::cluster::{resolve_plan, run_ranks};
@@ -88,6 +88,14 @@ d = 4
 c = 1
 p = 1"#;
 
+/// DLRM's module with its per-feature map alone: SPTT runs it before step d.
+const PER_FEATURE_TOWERS: &str = r#"[model.towers]
+module = "dlrm"
+count = 2
+d = 4
+c = 1
+p = 0"#;
+
 const DCN_TOWERS: &str = r#"[model.towers]
 module = "dcn"
 features = [["C1", "C3", "C5"], ["C2", "C4"]]
@@ -143,7 +151,11 @@ fn dmt_models_train_and_their_modules_learn() {
 
 #[test]
 fn dmt_on_a_cluster_is_dmt_in_one_process() {
-    for (kind, towers) in [("dlrm", DLRM_TOWERS), ("dcn", DCN_TOWERS)] {
+    for (kind, towers) in [
+        ("dlrm", DLRM_TOWERS),
+        ("dlrm", PER_FEATURE_TOWERS),
+        ("dcn", DCN_TOWERS),
+    ] {
         let cfg = config(kind, towers);
         let b = common::uneven_batches(&cfg, STEPS);
         let (want_l, want_d) = single(&cfg, &b);
@@ -225,6 +237,11 @@ fn dmt_with_modules_at_the_sample_owner_is_dmt_in_one_process() {
 
 /// Cross-host bytes of SPTT's step f per step, summed over the ranks.
 fn peer_bytes(towers: &str) -> u64 {
+    step_bytes(towers, Phase::TowerPeer).cross_host
+}
+
+/// Bytes of `phase` in one step, summed over the ranks.
+fn step_bytes(towers: &str, phase: Phase) -> Bytes {
     let cfg = config("dlrm", towers);
     let b = common::uneven_batches(&cfg, STEPS);
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
@@ -234,15 +251,13 @@ fn peer_bytes(towers: &str) -> u64 {
         let mut model =
             Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, &plan)?;
         train(&mut model, &cfg, &b[..1]);
-        let bytes = model
-            .comm()
-            .expect("sharded")
-            .traffic()
-            .phase(Phase::TowerPeer);
-        Ok(bytes.cross_host)
+        Ok(model.comm().expect("sharded").traffic().phase(phase))
     })
     .unwrap_or_else(|e| panic!("{e}"));
-    outs.iter().sum()
+    outs.into_iter().fold(Bytes::default(), |mut sum, b| {
+        sum += b;
+        sum
+    })
 }
 
 #[test]
@@ -255,6 +270,20 @@ fn tower_modules_compress_what_crosses_hosts() {
         let compressed = peer_bytes(&towers);
         assert_eq!(compressed * ratio, identity, "D = {d}");
     }
+}
+
+#[test]
+fn per_feature_modules_also_compress_the_intra_host_step() {
+    // Run where the tables are looked up, before step d, the per-feature map (c = 1,
+    // p = 0) shrinks step d's bytes as it does step f's; a module with a flat part
+    // (p = 1) runs after step e and leaves step d at the tables' width.
+    let intra = |towers: &str| step_bytes(towers, Phase::TowerIntra).intra_host;
+    let identity = intra("[model.towers]\nmodule = \"identity\"\ncount = 2");
+    for (d, ratio) in [(4, 2), (2, 4)] {
+        let towers = format!("[model.towers]\nmodule = \"dlrm\"\ncount = 2\nd = {d}\nc = 1\np = 0");
+        assert_eq!(intra(&towers) * ratio, identity, "D = {d}");
+    }
+    assert_eq!(intra(DLRM_TOWERS), identity);
 }
 
 #[test]

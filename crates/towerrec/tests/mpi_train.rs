@@ -7,6 +7,9 @@
 //! The tests run one at a time (each takes the whole two-core machine), every MPI
 //! launch under `timeout` so that a hang fails the test instead of the CI job.
 
+mod common;
+
+use common::describe;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -43,20 +46,7 @@ fn repo() -> PathBuf {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("towerrec-mpi-train-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn describe(o: &Output) -> String {
-    format!(
-        "status {}\n--- stdout\n{}--- stderr\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    common::tmp("mpi-train", name)
 }
 
 /// The quickstart shrunk to a few seconds: 30 steps of 256, a loss every 5 steps, two

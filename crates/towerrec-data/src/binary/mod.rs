@@ -469,10 +469,11 @@ mod tests {
     use crate::record::SparseFeature;
     use towerrec_core::fsio::sibling;
 
-    fn temp(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("towerrec-data-binary-{}", std::process::id()));
-        let _ = std::fs::create_dir_all(&dir);
-        dir.join(name)
+    /// `name` in a scratch directory removed when the guard drops.
+    fn temp(name: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
+        (dir, path)
     }
 
     #[test]
@@ -507,7 +508,7 @@ mod tests {
                 sparse: vec![vec![9], vec![0, 0]],
             },
         ];
-        let path = temp("rt.bin");
+        let (_dir, path) = temp("rt.bin");
         let mut w = BinaryWriter::create(&path, schema.clone()).unwrap();
         for r in &recs {
             w.write(r).unwrap();
@@ -538,7 +539,7 @@ mod tests {
                 rows: 3,
             }],
         };
-        let path = temp("bad-id.bin");
+        let (_dir, path) = temp("bad-id.bin");
         let mut w = BinaryWriter::create(&path, schema).unwrap();
         let r = Record {
             label: 0.0,

@@ -205,13 +205,10 @@ fn the_sketch_finds_the_hot_rows_within_its_bound() {
 }
 
 fn round_trip(p: &AccessProfile) -> AccessProfile {
-    let dir = std::env::temp_dir().join(format!("towerrec-profile-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{:x}.profile", rand::random::<u64>()));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.profile");
     p.save(&path).unwrap();
-    let back = AccessProfile::load(&path).unwrap();
-    std::fs::remove_file(&path).unwrap();
-    back
+    AccessProfile::load(&path).unwrap()
 }
 
 #[test]

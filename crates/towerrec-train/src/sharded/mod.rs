@@ -314,6 +314,15 @@ impl ShardedEmbeddings {
         match &mut self.sptt {
             Some(sp) => {
                 sp.adopt(towers);
+                let tables = &self.tables;
+                let whole = |t: usize, dim: usize| {
+                    let s = &tables[t];
+                    let all_columns = |one: &Shard| one.columns.0 == 0 && one.num_columns() == dim;
+                    s.addresses.is_none()
+                        && !s.row_split()
+                        && matches!(&s.shards[..], [one] if all_columns(one))
+                };
+                sp.move_maps_to_lookup(tables.len(), self.local.len(), whole);
                 None
             }
             None => Some(towers),

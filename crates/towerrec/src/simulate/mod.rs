@@ -116,6 +116,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         Some(Reproduce::Dmt) => return reproduce_dmt(a.plots.as_deref()),
         None => {}
     }
+    let towerrec_run = !Workload::PRESETS.contains(&a.config.as_str());
     let SimModel {
         mut workload,
         towers: config_towers,
@@ -175,6 +176,9 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         if a.hosts_per_tower.is_some() {
             t.hosts_per_tower = a.hosts_per_tower;
         }
+        // A towerrec config is priced as towerrec runs it; the paper's models as the
+        // paper does.
+        t.maps_at_lookup = towerrec_run;
         Ok(t)
     };
     let points = if sharding == Sharding::Unsharded {

@@ -61,6 +61,7 @@ fn towers_of(t: &TowersConfig, cfg: &Config, name: &str) -> Result<Towers> {
         kind: t.kind(),
         tables,
         hosts_per_tower: None,
+        maps_at_lookup: true,
     })
 }
 

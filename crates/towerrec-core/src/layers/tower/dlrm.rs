@@ -146,6 +146,15 @@ impl<T: Real> DlrmTower<T> {
         })
     }
 
+    /// `o2`'s map when the module is `o2` alone (`p = 0`); see
+    /// [`TowerModule::per_feature_map`](super::TowerModule::per_feature_map).
+    pub fn per_feature_map(&mut self) -> Option<&mut Linear<T>> {
+        match &mut self.parts {
+            Parts::PerFeature(map) => Some(map),
+            Parts::Flat(_) | Parts::Both { .. } => None,
+        }
+    }
+
     pub fn kind(&self) -> TowerModuleKind {
         TowerModuleKind::Dlrm {
             c: self.c,
@@ -340,6 +349,35 @@ mod tests {
         // row 0: o1 = 1 − 2 + 6 + 2 + 0.25; o2 = [3 − 4 + 1, 9 − 8 + 1]
         // row 1: o1 = 0 + 1 + 4 + 0.5 + 0.25; o2 = [0 + 2 + 1, 6 − 2 + 1]
         assert_eq!(y, [7.25, 0.0, 2.0, 5.75, 3.0, 5.0]);
+    }
+
+    #[test]
+    fn the_per_feature_map_alone_is_the_module_on_any_grouping_of_rows() {
+        assert!(tower::<f64>(3, 4, 1, 1, 2, 0).per_feature_map().is_none());
+        assert!(tower::<f64>(3, 4, 0, 1, 2, 0).per_feature_map().is_none());
+        let (f, n, batch) = (3, 4, 2);
+        let mut layer = tower::<f64>(f, n, 2, 0, 2, 6);
+        let mut rng = StdRng::seed_from_u64(7);
+        let x: Vec<f64> = (0..batch * f * n)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        let mut want = vec![0.0; batch * layer.out_dim()];
+        layer.forward(&x, &mut want, batch);
+        // Feature-major rows regrouped feature by feature: the map runs on them as well.
+        let by_feature: Vec<f64> = (0..f)
+            .flat_map(|j| (0..batch).flat_map(move |b| (b * f + j) * n..(b * f + j + 1) * n))
+            .map(|i| x[i])
+            .collect();
+        let map = layer.per_feature_map().unwrap();
+        let w = map.out_dim();
+        let mut got = vec![0.0; batch * f * w];
+        map.forward(&by_feature, &mut got, batch * f);
+        for j in 0..f {
+            for b in 0..batch {
+                let g = &got[(j * batch + b) * w..(j * batch + b + 1) * w];
+                assert_eq!(g, &want[(b * f + j) * w..(b * f + j + 1) * w]);
+            }
+        }
     }
 
     #[test]

@@ -188,6 +188,17 @@ impl<T: Real> TowerModule<T> {
         })
     }
 
+    /// The one map the module applies to every feature's vector on its own, when that
+    /// is all it does (DLRM's `o2` with `p = 0`): the module's output for a row is then
+    /// that map of each feature in turn, so the map may run on the features' vectors
+    /// wherever they are, in any grouping of rows.
+    pub fn per_feature_map(&mut self) -> Option<&mut super::linear::Linear<T>> {
+        match self {
+            TowerModule::Dlrm(m) => m.per_feature_map(),
+            TowerModule::Identity(_) | TowerModule::Dcn(_) => None,
+        }
+    }
+
     pub fn kind(&self) -> TowerModuleKind {
         match self {
             TowerModule::Identity(_) => TowerModuleKind::Identity,

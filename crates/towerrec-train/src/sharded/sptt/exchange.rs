@@ -33,8 +33,11 @@ impl ShardedEmbeddings {
         slots: &FeatureSlots,
     ) -> Result<()> {
         let firsts = firsts(&self.samples);
+        // Per-feature modules, where they run before step d.
+        sp.project_local(&self.local);
         // c, d: every group-mate gets its peers' rows of every local shard (a store's:
-        // only the bags it served, their samples on the index channel).
+        // only the bags it served, their samples on the index channel; with the modules
+        // run before step d, their outputs).
         sp.send.clear();
         sp.index_send.clear();
         let mut counts = vec![0; sp.group.size()];
@@ -42,9 +45,18 @@ impl ShardedEmbeddings {
         let order = peer_order(&sp.rank_of);
         for (j, dests) in order.chunks(sp.rank_of.len()).enumerate() {
             let (before, index_before) = (sp.send.len(), sp.index_send.len());
-            for l in &self.local {
+            for (li, l) in self.local.iter().enumerate() {
                 if l.store().is_some() {
                     stores::send_rows(l, dests, &mut sp.send, &mut sp.index_send);
+                    continue;
+                }
+                if let (Some(early), Some(modules)) = (&sp.early, &sp.modules) {
+                    let (tower, w, first_row) = early.rows_of(li, l.table);
+                    let y = modules.projected(tower);
+                    for &d in dests {
+                        let (f, n) = (first_row + firsts[d], self.samples[d]);
+                        sp.send.extend_from_slice(&y[f * w..(f + n) * w]);
+                    }
                     continue;
                 }
                 let cols = l.columns();
@@ -69,7 +81,7 @@ impl ShardedEmbeddings {
             .all_to_all_v_into(&sp.send, &counts, &mut sp.recv, Phase::TowerIntra)?;
         // e: the blocks laid out as group rows, peers in group order.
         let peer_rows = sp.peer_rows(&self.samples);
-        let width = sp.widths[sp.my_group];
+        let width = sp.row_width();
         let total: usize = peer_rows.iter().map(|&(_, n)| n).sum();
         sp.rows.clear();
         sp.rows.resize(total * width, 0.0);
@@ -78,7 +90,7 @@ impl ShardedEmbeddings {
             for (t, s) in self.router.held_by(sp.rank_of[sp.my_group][j]) {
                 let table = &self.tables[t];
                 let shard = &table.shards[s];
-                let (cols, off) = (shard.num_columns(), sp.offset_of[t] + shard.columns.0);
+                let (cols, off) = sp.columns_of(t, shard);
                 for &(first, n) in &peer_rows {
                     if table.addresses.is_some() {
                         let b = stores::Block {
@@ -100,16 +112,15 @@ impl ShardedEmbeddings {
         }
         sp.gather_mean_scales(batch, &peer_rows)?;
         sp.scale_mean_rows(total);
-        // Between e and f: the Tower Modules, if any.
-        sp.run_modules(total);
+        // Between e and f: the Tower Modules, if any (and not run before step d).
+        let between = sp.modules.is_some() && sp.early.is_none();
+        if between {
+            sp.run_modules(total);
+        }
         // f: each peer gets the rows of its own samples.
         let sent = sp.sent_width(sp.my_group);
         let counts: Vec<usize> = peer_rows.iter().map(|&(_, n)| n * sent).collect();
-        let rows = if sp.modules.is_some() {
-            &sp.outs
-        } else {
-            &sp.rows
-        };
+        let rows = if between { &sp.outs } else { &sp.rows };
         sp.peers
             .all_to_all_v_into(rows, &counts, &mut sp.recv, Phase::TowerPeer)?;
         let b_local = batch.batch_size();
@@ -163,7 +174,7 @@ impl ShardedEmbeddings {
         }
         let peer_rows = sp.peer_rows(&self.samples);
         let total: usize = peer_rows.iter().map(|&(_, n)| n).sum();
-        if sp.modules.is_some() {
+        if sp.modules.is_some() && sp.early.is_none() {
             sp.peers
                 .all_to_all_v_into(&sp.send, &counts, &mut sp.outs, Phase::TowerPeer)?;
             sp.modules_backward(total);
@@ -172,7 +183,7 @@ impl ShardedEmbeddings {
                 .all_to_all_v_into(&sp.send, &counts, &mut sp.rows, Phase::TowerPeer)?;
         }
         // e, d, c reversed: each shard's columns of its group-mates' peers' rows.
-        let width = sp.widths[sp.my_group];
+        let width = sp.row_width();
         sp.send.clear();
         let mut counts = vec![0; sp.group.size()];
         let mut iat = 0;
@@ -180,7 +191,7 @@ impl ShardedEmbeddings {
             let before = sp.send.len();
             for (t, s) in self.router.held_by(sp.rank_of[sp.my_group][j]) {
                 let shard = &self.tables[t].shards[s];
-                let (cols, off) = (shard.num_columns(), sp.offset_of[t] + shard.columns.0);
+                let (cols, off) = sp.columns_of(t, shard);
                 for &(first, n) in &peer_rows {
                     if self.tables[t].addresses.is_some() {
                         // The gradients of the rows the store sent, in its order.
@@ -211,6 +222,10 @@ impl ShardedEmbeddings {
         sp.group
             .all_to_all_v_into(&sp.send, &counts, &mut sp.recv, Phase::TowerIntra)?;
         let firsts = firsts(&self.samples);
+        if sp.early.is_some() {
+            self.early_grads(sp, &firsts);
+            return Ok(());
+        }
         let global: usize = self.samples.iter().sum();
         for l in &mut self.local {
             let rows = match l.store() {
@@ -237,5 +252,31 @@ impl ShardedEmbeddings {
             }
         }
         Ok(())
+    }
+
+    /// The end of the backward with the modules run before step d: the received
+    /// gradients of their outputs laid out as the projections were, then the maps'
+    /// backward into the local shards' `grad`.
+    fn early_grads(&mut self, sp: &mut Sptt, firsts: &[usize]) {
+        let starts = sp.projection_starts();
+        let mut dy = std::mem::take(&mut sp.dx);
+        dy.clear();
+        dy.resize(starts.last().copied().unwrap_or(0), 0.0);
+        let mut at = 0;
+        if let Some(early) = &sp.early {
+            for j in 0..sp.group.size() {
+                for (li, l) in self.local.iter().enumerate() {
+                    let (tower, w, first_row) = early.rows_of(li, l.table);
+                    for g in &sp.rank_of {
+                        let (f, n) = (first_row + firsts[g[j]], self.samples[g[j]]);
+                        let dst = starts[tower] + f * w;
+                        dy[dst..dst + n * w].copy_from_slice(&sp.recv[at..at + n * w]);
+                        at += n * w;
+                    }
+                }
+            }
+        }
+        sp.project_local_backward(&dy, &mut self.local);
+        sp.dx = dy;
     }
 }

@@ -25,10 +25,14 @@
 //! that read them ([`stores`]), and its shared rows sync within the group
 //! ([`ShardedEmbeddings`]' sparse AllReduce over the group).
 //!
+//! Per-feature Tower Modules run before step d instead, where the tables are looked up,
+//! when every table is whole on one rank ([`early`]).
+//!
 //! A mean-pooled row-wise table is summed in step d and then divided, as the flat path
 //! divides at the sample owner; the rank that sums holds other ranks' samples, so the
 //! peers first share their samples' bag lengths (an AllGather among peers).
 
+mod early;
 mod exchange;
 mod modules;
 mod stores;
@@ -68,6 +72,9 @@ pub(in crate::sharded) struct Sptt {
     /// A DMT model's Tower Modules, run between steps e and f (every rank holds all of
     /// them, and runs its group's).
     modules: Option<ModelTowers>,
+    /// Set when the modules run where the tables are looked up, before step d
+    /// ([`early`]).
+    early: Option<early::Early>,
     /// Group rows of every peer's samples (peers in group order), and their gradient.
     rows: Vec<f32>,
     /// The modules' outputs for those rows, and their gradient.
@@ -160,6 +167,7 @@ impl Sptt {
             scales: Vec::new(),
             towers,
             modules: None,
+            early: None,
             rows: Vec::new(),
             outs: Vec::new(),
             x: Vec::new(),
