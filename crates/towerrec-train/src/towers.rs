@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::slots::FeatureSlots;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use towerrec_core::layers::linear::Linear;
 use towerrec_core::layers::tower::{TowerModule, TowerModuleKind};
 use towerrec_core::{Layer, ParamMut};
 
@@ -185,43 +186,14 @@ impl ModelTowers {
         }
     }
 
-    /// Runs tower `t`'s per-feature map on `rows` vectors `x` (any of its features, in
-    /// any order), keeping them for [`ModelTowers::project_backward`] by taking `x`'s
-    /// buffer as [`ModelTowers::forward_tower`] does; the output is
-    /// [`ModelTowers::projected`]. Panics unless [`ModelTowers::per_feature_width`] is
-    /// `Some` (a programmer's bug).
-    pub(crate) fn project(&mut self, t: usize, x: &mut Vec<f32>, rows: usize) {
-        let tower = &mut self.towers[t];
-        std::mem::swap(&mut tower.x, x);
-        let map = tower
+    /// Tower `t`'s per-feature map, to run on any of its features' vectors wherever
+    /// they are. Panics unless [`ModelTowers::per_feature_width`] is `Some` (a
+    /// programmer's bug).
+    pub(crate) fn per_feature_map(&mut self, t: usize) -> &mut Linear<f32> {
+        self.towers[t]
             .module
             .per_feature_map()
-            .expect("a per-feature module");
-        tower.y.resize(rows * map.out_dim(), 0.0);
-        tower.y.truncate(rows * map.out_dim());
-        map.forward(&tower.x, &mut tower.y, rows);
-    }
-
-    /// The output of tower `t`'s last [`ModelTowers::project`].
-    pub(crate) fn projected(&self, t: usize) -> &[f32] {
-        &self.towers[t].y
-    }
-
-    /// Backward of tower `t`'s last [`ModelTowers::project`] of `rows` vectors: its
-    /// parameter gradients (overwritten), and the vectors' gradient into `dx`.
-    pub(crate) fn project_backward(&mut self, t: usize, dy: &[f32], dx: &mut [f32], rows: usize) {
-        let tower = &mut self.towers[t];
-        let map = tower
-            .module
-            .per_feature_map()
-            .expect("a per-feature module");
-        if rows == 0 {
-            for p in map.params() {
-                p.grad.fill(0.0);
-            }
-            return;
-        }
-        map.backward(&tower.x, &tower.y, dy, Some(dx), rows);
+            .expect("a per-feature module")
     }
 
     /// Number of parameter tensors of each tower's module, in tower order (the order of

@@ -16,18 +16,20 @@
 
 use super::Sptt;
 use crate::sharded::lookup::LocalShard;
-use crate::towers::ModelTowers;
+use towerrec_core::Layer;
 
-/// Where each table's compressed columns come from and go.
+/// Where each table's compressed columns come from and go, and each local shard's
+/// map output and its gradient.
 pub(super) struct Early {
     /// Per table: its tower, the offset of its columns in its group's output row, and
     /// their count (its tower's `c·D`).
     of_table: Vec<(usize, usize, usize)>,
-    /// Per local shard (in the collection's order): the first of its vectors' rows in
-    /// its tower's last projection on this rank.
-    first_row: Vec<usize>,
-    /// Per tower: the rows it projected on this rank in the last forward.
-    rows: Vec<usize>,
+    /// Per local shard (in the collection's order): the map's output for its pooled
+    /// vectors (all global samples), and the gradient of that output.
+    outs: Vec<Vec<f32>>,
+    douts: Vec<Vec<f32>>,
+    /// The map's weight and bias gradients summed over a tower's local shards.
+    sums: Vec<Vec<f32>>,
 }
 
 impl Early {
@@ -36,10 +38,17 @@ impl Early {
         self.of_table[t]
     }
 
-    /// `(tower, columns, first row)` of local shard `li` of table `t`'s projection.
-    pub(super) fn rows_of(&self, li: usize, t: usize) -> (usize, usize, usize) {
-        let (tower, _, w) = self.of_table[t];
-        (tower, w, self.first_row[li])
+    /// Local shard `li`'s map output (global samples × columns) and its columns.
+    pub(super) fn out(&self, li: usize, t: usize) -> (&[f32], usize) {
+        (&self.outs[li], self.of_table[t].2)
+    }
+
+    /// Where the gradient of local shard `li`'s map output goes (resized to `rows`
+    /// rows; every row is written before the backward reads it), and its columns.
+    pub(super) fn dout(&mut self, li: usize, t: usize, rows: usize) -> (&mut Vec<f32>, usize) {
+        let w = self.of_table[t].2;
+        self.douts[li].resize(rows * w, 0.0);
+        (&mut self.douts[li], w)
     }
 }
 
@@ -57,7 +66,6 @@ impl Sptt {
         let Some(modules) = &self.modules else {
             return;
         };
-        let towers: usize = self.towers.iter().map(Vec::len).sum();
         let mut of_table = vec![None; tables];
         for (g, list) in self.towers.iter().enumerate() {
             let mut at = 0;
@@ -83,8 +91,9 @@ impl Sptt {
         if let Some(of_table) = of_table {
             self.early = Some(Early {
                 of_table,
-                first_row: vec![0; local],
-                rows: vec![0; towers],
+                outs: vec![Vec::new(); local],
+                douts: vec![Vec::new(); local],
+                sums: Vec::new(),
             });
         }
     }
@@ -109,78 +118,68 @@ impl Sptt {
         }
     }
 
-    /// Step b's end: each tower's map over the pooled vectors of this rank's tables in
-    /// that tower (all global samples, table after table).
+    /// Step b's end: each local shard's pooled vectors (all global samples) through its
+    /// tower's map.
     pub(super) fn project_local(&mut self, local: &[LocalShard]) {
         let (Some(early), Some(modules)) = (&mut self.early, &mut self.modules) else {
             return;
         };
-        for tower in 0..early.rows.len() {
-            self.x.clear();
-            let mut rows = 0;
-            for (li, l) in local.iter().enumerate() {
-                if early.of_table[l.table].0 == tower {
-                    early.first_row[li] = rows;
-                    self.x.extend_from_slice(&l.pooled);
-                    rows += l.pooled.len() / l.columns().max(1);
-                }
-            }
-            early.rows[tower] = rows;
-            if rows > 0 {
-                modules.project(tower, &mut self.x, rows);
-            }
+        for (li, l) in local.iter().enumerate() {
+            let (tower, _, w) = early.of_table[l.table];
+            let rows = l.pooled.len() / l.columns().max(1);
+            // Every value is written: no zeroing once the buffer has its size.
+            early.outs[li].resize(rows * w, 0.0);
+            modules
+                .per_feature_map(tower)
+                .forward(&l.pooled, &mut early.outs[li], rows);
         }
     }
 
-    /// The backward of [`Sptt::project_local`]: from the gradient of the projections in
-    /// `dy` (each tower's rows one after the other, in tower order, as
-    /// [`Sptt::projection_starts`] lays them out), every module's parameter gradient and
-    /// each local shard's vectors' gradient into its `grad`.
-    pub(super) fn project_local_backward(&mut self, dy: &[f32], local: &mut [LocalShard]) {
-        let (Some(early), Some(modules)) = (&self.early, &mut self.modules) else {
+    /// The backward of [`Sptt::project_local`], from the gradients [`Early::dout`] took:
+    /// each local shard's vectors' gradient into its `grad`, and every module's
+    /// parameter gradient (summed over this rank's shards of its tower; zero for a
+    /// tower it holds none of, so that the group's sum is the whole gradient).
+    pub(super) fn project_local_backward(&mut self, local: &mut [LocalShard]) {
+        let (Some(early), Some(modules)) = (&mut self.early, &mut self.modules) else {
             return;
         };
         modules.zero_grads();
-        let starts = projection_starts(early, modules);
-        let mut dx = std::mem::take(&mut self.x);
-        for (tower, &rows) in early.rows.iter().enumerate() {
-            if rows == 0 {
-                continue;
-            }
-            let n = local
-                .iter()
-                .find(|l| early.of_table[l.table].0 == tower)
-                .map_or(0, LocalShard::columns);
-            dx.clear();
-            dx.resize(rows * n, 0.0);
-            let dy = &dy[starts[tower]..starts[tower + 1]];
-            modules.project_backward(tower, dy, &mut dx, rows);
+        let towers = early.of_table.iter().map(|e| e.0 + 1).max().unwrap_or(0);
+        for tower in 0..towers {
+            let mut seen = 0;
             for (li, l) in local.iter_mut().enumerate() {
-                if early.of_table[l.table].0 == tower {
-                    let first = early.first_row[li] * n;
-                    l.grad.clear();
-                    l.grad.extend_from_slice(&dx[first..first + l.pooled.len()]);
+                if early.of_table[l.table].0 != tower {
+                    continue;
+                }
+                let rows = l.pooled.len() / l.columns().max(1);
+                // The map writes every value of the vectors' gradient.
+                l.grad.resize(l.pooled.len(), 0.0);
+                let map = modules.per_feature_map(tower);
+                let (y, dy) = (&early.outs[li], &early.douts[li]);
+                map.backward(&l.pooled, y, dy, Some(&mut l.grad), rows);
+                // The map writes its parameter gradients: sum them over the shards.
+                let grads = map.params();
+                if seen == 0 {
+                    early.sums.resize(grads.len(), Vec::new());
+                    for (sum, p) in early.sums.iter_mut().zip(&grads) {
+                        sum.clear();
+                        sum.extend_from_slice(p.grad);
+                    }
+                } else {
+                    for (sum, p) in early.sums.iter_mut().zip(&grads) {
+                        sum.iter_mut()
+                            .zip(p.grad.iter())
+                            .for_each(|(s, &g)| *s += g);
+                    }
+                }
+                seen += 1;
+            }
+            if seen > 1 {
+                let map = modules.per_feature_map(tower);
+                for (p, sum) in map.params().into_iter().zip(&early.sums) {
+                    p.grad.copy_from_slice(sum);
                 }
             }
         }
-        self.x = dx;
     }
-
-    /// Where each tower's projected rows start in the gradient buffer of
-    /// [`Sptt::project_local_backward`], and (last) its length.
-    pub(super) fn projection_starts(&self) -> Vec<usize> {
-        match (&self.early, &self.modules) {
-            (Some(early), Some(modules)) => projection_starts(early, modules),
-            _ => vec![0],
-        }
-    }
-}
-
-fn projection_starts(early: &Early, modules: &ModelTowers) -> Vec<usize> {
-    let mut starts = vec![0];
-    for (tower, &rows) in early.rows.iter().enumerate() {
-        let w = modules.per_feature_width(tower).unwrap_or(0);
-        starts.push(starts[tower] + rows * w);
-    }
-    starts
 }

@@ -50,11 +50,10 @@ impl ShardedEmbeddings {
                     stores::send_rows(l, dests, &mut sp.send, &mut sp.index_send);
                     continue;
                 }
-                if let (Some(early), Some(modules)) = (&sp.early, &sp.modules) {
-                    let (tower, w, first_row) = early.rows_of(li, l.table);
-                    let y = modules.projected(tower);
+                if let Some(early) = &sp.early {
+                    let (y, w) = early.out(li, l.table);
                     for &d in dests {
-                        let (f, n) = (first_row + firsts[d], self.samples[d]);
+                        let (f, n) = (firsts[d], self.samples[d]);
                         sp.send.extend_from_slice(&y[f * w..(f + n) * w]);
                     }
                     continue;
@@ -83,8 +82,13 @@ impl ShardedEmbeddings {
         let peer_rows = sp.peer_rows(&self.samples);
         let width = sp.row_width();
         let total: usize = peer_rows.iter().map(|&(_, n)| n).sum();
-        sp.rows.clear();
+        if sp.early.is_none() {
+            // Row-split blocks add into their slots.
+            sp.rows.clear();
+        }
+        // With the modules run before step d every value is written (whole tables).
         sp.rows.resize(total * width, 0.0);
+        sp.rows.truncate(total * width);
         let (mut at, mut iat) = (0, 0);
         for j in 0..sp.group.size() {
             for (t, s) in self.router.held_by(sp.rank_of[sp.my_group][j]) {
@@ -255,28 +259,23 @@ impl ShardedEmbeddings {
     }
 
     /// The end of the backward with the modules run before step d: the received
-    /// gradients of their outputs laid out as the projections were, then the maps'
-    /// backward into the local shards' `grad`.
+    /// gradients of each local shard's map output, then the maps' backward into the
+    /// shards' `grad`.
     fn early_grads(&mut self, sp: &mut Sptt, firsts: &[usize]) {
-        let starts = sp.projection_starts();
-        let mut dy = std::mem::take(&mut sp.dx);
-        dy.clear();
-        dy.resize(starts.last().copied().unwrap_or(0), 0.0);
+        let global: usize = self.samples.iter().sum();
         let mut at = 0;
-        if let Some(early) = &sp.early {
+        if let Some(early) = &mut sp.early {
             for j in 0..sp.group.size() {
                 for (li, l) in self.local.iter().enumerate() {
-                    let (tower, w, first_row) = early.rows_of(li, l.table);
+                    let (dy, w) = early.dout(li, l.table, global);
                     for g in &sp.rank_of {
-                        let (f, n) = (first_row + firsts[g[j]], self.samples[g[j]]);
-                        let dst = starts[tower] + f * w;
-                        dy[dst..dst + n * w].copy_from_slice(&sp.recv[at..at + n * w]);
+                        let (f, n) = (firsts[g[j]], self.samples[g[j]]);
+                        dy[f * w..(f + n) * w].copy_from_slice(&sp.recv[at..at + n * w]);
                         at += n * w;
                     }
                 }
             }
         }
-        sp.project_local_backward(&dy, &mut self.local);
-        sp.dx = dy;
+        sp.project_local_backward(&mut self.local);
     }
 }
