@@ -16,6 +16,7 @@
 
 use super::Sptt;
 use crate::sharded::lookup::LocalShard;
+use towerrec_core::layers::linear::Linear;
 use towerrec_core::Layer;
 
 /// Where each table's compressed columns come from and go, and each local shard's
@@ -158,20 +159,7 @@ impl Sptt {
                 let (y, dy) = (&early.outs[li], &early.douts[li]);
                 map.backward(&l.pooled, y, dy, Some(&mut l.grad), rows);
                 // The map writes its parameter gradients: sum them over the shards.
-                let grads = map.params();
-                if seen == 0 {
-                    early.sums.resize(grads.len(), Vec::new());
-                    for (sum, p) in early.sums.iter_mut().zip(&grads) {
-                        sum.clear();
-                        sum.extend_from_slice(p.grad);
-                    }
-                } else {
-                    for (sum, p) in early.sums.iter_mut().zip(&grads) {
-                        sum.iter_mut()
-                            .zip(p.grad.iter())
-                            .for_each(|(s, &g)| *s += g);
-                    }
-                }
+                add_grads(&mut early.sums, map, seen == 0);
                 seen += 1;
             }
             if seen > 1 {
@@ -180,6 +168,25 @@ impl Sptt {
                     p.grad.copy_from_slice(sum);
                 }
             }
+        }
+    }
+}
+
+/// Adds the parameter gradients `map`'s last backward wrote to `sums` (sets them when
+/// `first`).
+fn add_grads(sums: &mut Vec<Vec<f32>>, map: &mut Linear<f32>, first: bool) {
+    let grads = map.params();
+    if first {
+        sums.resize(grads.len(), Vec::new());
+        for (sum, p) in sums.iter_mut().zip(&grads) {
+            sum.clear();
+            sum.extend_from_slice(p.grad);
+        }
+    } else {
+        for (sum, p) in sums.iter_mut().zip(&grads) {
+            sum.iter_mut()
+                .zip(p.grad.iter())
+                .for_each(|(s, &g)| *s += g);
         }
     }
 }
