@@ -173,8 +173,10 @@ allowed_cpus() {
         if [[ $part == *-* ]]; then seq "${part%-*}" "${part#*-}"; else echo "$part"; fi
     done
 }
-# Host i's CPUs under --cpus per-host, as a taskset list (empty under --cpus shared).
+# Host i's CPUs under --cpus per-host, as a taskset list, and the agent's case arms
+# that pin each host to them (none under --cpus shared).
 host_cpus=()
+cpu_cases=""
 if [[ $cpus == per-host ]]; then
     mapfile -t all_cpus < <(allowed_cpus)
     n=${#all_cpus[@]}
@@ -186,12 +188,9 @@ if [[ $cpus == per-host ]]; then
         else
             host_cpus[i]=${all_cpus[i % n]}
         fi
+        cpu_cases+="$prefix-h$i) pin=(taskset -c ${host_cpus[i]}) ;; "
     done
 fi
-cpu_cases=""
-for ((i = 0; i < hosts; i++)); do
-    cpu_cases+="$prefix-h$i) pin=(taskset -c ${host_cpus[i]:-}) ;; "
-done
 
 # OpenMPI's rsh launcher calls `agent HOST COMMAND...` (COMMAND for a remote shell, as
 # ssh would); run it in HOST's namespace under HOST's own hostname, on HOST's CPUs.
@@ -201,7 +200,7 @@ host=\$1
 shift
 [[ \$host == $prefix-h* ]] || { echo "emulated-cluster agent: unknown host \$host" >&2; exit 1; }
 pin=()
-[[ $cpus == per-host ]] && case \$host in $cpu_cases esac
+case \$host in $cpu_cases esac
 exec "\${pin[@]}" ip netns exec "\$host" unshare --uts sh -c 'hostname "\$0" && exec sh -c "\$1"' "\$host" "\$*"
 EOF
 chmod +x "$tmp/agent"

@@ -335,6 +335,13 @@ impl Hardware {
 mod tests {
     use super::*;
 
+    /// The error loading `text` as the file `name` gives.
+    fn load_err(text: &str, name: &str) -> String {
+        Hardware::from_toml(text, Path::new(name))
+            .unwrap_err()
+            .to_string()
+    }
+
     #[test]
     fn every_preset_loads_and_round_trips() {
         for name in Hardware::preset_names() {
@@ -351,19 +358,13 @@ mod tests {
     fn bad_descriptions_say_what_is_wrong() {
         let text = Hardware::preset_toml("recspeed").unwrap();
         let bad = text.replace("chips_per_host = 16", "chips_per_host = 0");
-        let e = Hardware::from_toml(&bad, Path::new("x.toml"))
-            .unwrap_err()
-            .to_string();
+        let e = load_err(&bad, "x.toml");
         assert!(e.contains("chips_per_host"), "{e}");
         let bad = text.replace("hosts = 1", "hosts = 4");
-        let e = Hardware::from_toml(&bad, Path::new("x.toml"))
-            .unwrap_err()
-            .to_string();
+        let e = load_err(&bad, "x.toml");
         assert!(e.contains("cross_host"), "{e}");
         let bad = format!("{text}\nwarp_drive = true\n");
-        let e = Hardware::from_toml(&bad, Path::new("x.toml"))
-            .unwrap_err()
-            .to_string();
+        let e = load_err(&bad, "x.toml");
         assert!(e.contains("x.toml") && e.contains("warp_drive"), "{e}");
         assert!(Hardware::load("no-such-preset-or-file").is_err());
     }
@@ -388,14 +389,10 @@ mod tests {
             "efficiency = 0.25",
             "efficiency = 0.25\ninteraction = [[64.0, 80.0], [8.0, 10.0]]",
         );
-        let e = Hardware::from_toml(&text, Path::new("hw.toml"))
-            .unwrap_err()
-            .to_string();
+        let e = load_err(&text, "hw.toml");
         assert!(e.contains("compute.interaction"), "{e}");
         let bad = text.replace("[[64.0, 80.0], [8.0, 10.0]]", "[[8.0, 0.0]]");
-        let e = Hardware::from_toml(&bad, Path::new("hw.toml"))
-            .unwrap_err()
-            .to_string();
+        let e = load_err(&bad, "hw.toml");
         assert!(e.contains("compute.interaction[0] GFLOP/s"), "{e}");
     }
 
@@ -455,9 +452,7 @@ mod tests {
             assert!(e.starts_with(&format!("hw.toml: {key}")), "{to}: {e}");
         }
         let with_system = format!("{text}\n[system]\nallreduce_overlap = 1.01\n");
-        let e = Hardware::from_toml(&with_system, Path::new("hw.toml"))
-            .unwrap_err()
-            .to_string();
+        let e = load_err(&with_system, "hw.toml");
         assert!(
             e.contains("system.allreduce_overlap: must be within 0..1"),
             "{e}"

@@ -278,8 +278,7 @@ impl Towers {
         let lookups = workload.table_lookups();
         let g = groups as f64;
         let mut per_group = vec![[0.0f64; 5]; groups];
-        let per_feature =
-            self.maps_at_lookup && matches!(self.kind, TowerModuleKind::Dlrm { p: 0, .. });
+        let per_feature = self.maps_at_lookup && self.kind.per_feature_width().is_some();
         for (t, (tables, c)) in self.tables.iter().zip(&counts).enumerate() {
             let load = &mut per_group[t % groups];
             let step_d = if per_feature {

@@ -180,10 +180,7 @@ impl ModelTowers {
     /// Output columns per feature of tower `t`'s module when it is one map of each
     /// feature's vector on its own ([`TowerModule::per_feature_map`]), else `None`.
     pub(crate) fn per_feature_width(&self, t: usize) -> Option<usize> {
-        match self.towers[t].module.kind() {
-            TowerModuleKind::Dlrm { c, p: 0, d } => Some(c * d),
-            _ => None,
-        }
+        self.towers[t].module.kind().per_feature_width()
     }
 
     /// Tower `t`'s per-feature map, to run on any of its features' vectors wherever

@@ -353,8 +353,17 @@ mod tests {
 
     #[test]
     fn the_per_feature_map_alone_is_the_module_on_any_grouping_of_rows() {
-        assert!(tower::<f64>(3, 4, 1, 1, 2, 0).per_feature_map().is_none());
-        assert!(tower::<f64>(3, 4, 0, 1, 2, 0).per_feature_map().is_none());
+        // The kind says which modules are the map alone, as the module does.
+        for (c, p) in [(1, 1), (0, 1), (2, 0)] {
+            let mut m = tower::<f64>(3, 4, c, p, 2, 0);
+            let width = m.kind().per_feature_width();
+            assert_eq!(
+                width,
+                m.per_feature_map().map(|map| map.out_dim()),
+                "c={c} p={p}"
+            );
+            assert_eq!(width.is_some(), p == 0, "c={c} p={p}");
+        }
         let (f, n, batch) = (3, 4, 2);
         let mut layer = tower::<f64>(f, n, 2, 0, 2, 6);
         let mut rng = StdRng::seed_from_u64(7);

@@ -73,6 +73,15 @@ pub struct TowerCounts {
 }
 
 impl TowerModuleKind {
+    /// Output columns per feature when the module is one map of each feature's vector
+    /// on its own (DLRM's with `p = 0`; [`TowerModule::per_feature_map`]), else `None`.
+    pub fn per_feature_width(&self) -> Option<usize> {
+        match *self {
+            TowerModuleKind::Dlrm { c, p: 0, d } => Some(c * d),
+            _ => None,
+        }
+    }
+
     /// Output width, parameter count and forward FLOPs per sample of this kind on `f`
     /// features of width `n`.
     ///

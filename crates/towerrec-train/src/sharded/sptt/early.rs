@@ -12,7 +12,7 @@
 //! gradient as before (a rank with none of a tower's tables adds zero).
 //!
 //! The outputs are the paper's, up to the order in which the map's weight gradient is
-//! summed over rows (docs/DMT.md, "Speed on the emulated cluster").
+//! summed over rows (docs/DMT.md, "Where a module runs").
 
 use super::Sptt;
 use crate::sharded::lookup::LocalShard;
@@ -34,11 +34,6 @@ pub(super) struct Early {
 }
 
 impl Early {
-    /// Table `t`'s `(tower, offset in the group's output row, columns)`.
-    pub(super) fn of_table(&self, t: usize) -> (usize, usize, usize) {
-        self.of_table[t]
-    }
-
     /// Local shard `li`'s map output (global samples × columns) and its columns.
     pub(super) fn out(&self, li: usize, t: usize) -> (&[f32], usize) {
         (&self.outs[li], self.of_table[t].2)
@@ -112,7 +107,7 @@ impl Sptt {
     pub(super) fn columns_of(&self, t: usize, shard: &towerrec_plan::Shard) -> (usize, usize) {
         match &self.early {
             Some(early) => {
-                let (_, off, w) = early.of_table(t);
+                let (_, off, w) = early.of_table[t];
                 (w, off)
             }
             None => (shard.num_columns(), self.offset_of[t] + shard.columns.0),
