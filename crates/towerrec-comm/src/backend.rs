@@ -56,6 +56,20 @@ pub trait Backend: Send {
         counts: &[usize],
         recv: &mut dyn RecvBuf,
     ) -> Result<Vec<usize>>;
+    /// [`Backend::all_to_all_v`] while `work` runs on this thread, so that the two
+    /// overlap. `work` may run collectives of other groups, never of this one. By
+    /// default the exchange runs first, then the work.
+    fn all_to_all_v_during(
+        &self,
+        send: &[u8],
+        counts: &[usize],
+        recv: &mut dyn RecvBuf,
+        work: &mut dyn FnMut(),
+    ) -> Result<Vec<usize>> {
+        let from = self.all_to_all_v(send, counts, recv)?;
+        work();
+        Ok(from)
+    }
     /// Sends all of `send` to every rank (this one included); writes every rank's
     /// bytes, in rank order, into `recv` and returns the byte count from each.
     fn all_gather_v(&self, send: &[u8], recv: &mut dyn RecvBuf) -> Result<Vec<usize>> {

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::topology::Topology;
 use crate::traffic::{Phase, RankTraffic};
 use crate::watchdog::{Activity, Entered, Op};
+use std::mem::size_of;
 use std::sync::{Arc, Mutex};
 
 /// A value collectives can move and sum: plain numbers.
@@ -137,22 +138,57 @@ impl Comm {
         phase: Phase,
     ) -> Result<Vec<usize>> {
         let _watch = self.activity.enter(Op::AllToAllV, Some(phase));
-        let p = self.size();
-        crate::backend::check_counts(counts, p, send.len(), "elements")?;
-        let size = std::mem::size_of::<T>();
-        {
-            let mut t = self.traffic.lock().expect("traffic lock");
-            for (r, &c) in counts.iter().enumerate() {
-                t.record(phase, self.world_rank_of(r), (c * size) as u64);
-            }
-        }
-        let byte_counts: Vec<usize> = counts.iter().map(|c| c * size).collect();
+        let byte_counts = self.record_all_to_all::<T>(send.len(), counts, phase)?;
         let from = self.backend.all_to_all_v(
             bytemuck::cast_slice(send),
             &byte_counts,
             &mut Typed(recv),
         )?;
-        Ok(from.into_iter().map(|b| b / size).collect())
+        Ok(from.into_iter().map(|b| b / size_of::<T>()).collect())
+    }
+
+    /// [`Comm::all_to_all_v_into`] while `work` runs on this thread, so that the exchange
+    /// and the work overlap; returns what both return. `work` may run collectives of
+    /// other groups, never of this one. MPI starts a non-blocking AlltoAllv, runs the
+    /// work and waits (the work's own MPI calls drive the exchange); the in-process
+    /// backend exchanges on a helper thread. The whole overlap counts as the exchange's
+    /// time in its phase (the work's own collectives are not timed apart).
+    pub fn all_to_all_v_during<T: Element, R>(
+        &self,
+        send: &[T],
+        counts: &[usize],
+        recv: &mut Vec<T>,
+        phase: Phase,
+        work: impl FnOnce() -> R,
+    ) -> Result<(Vec<usize>, R)> {
+        let _watch = self.activity.enter(Op::AllToAllV, Some(phase));
+        let byte_counts = self.record_all_to_all::<T>(send.len(), counts, phase)?;
+        let (mut work, mut done) = (Some(work), None);
+        let from = self.backend.all_to_all_v_during(
+            bytemuck::cast_slice(send),
+            &byte_counts,
+            &mut Typed(recv),
+            &mut || done = work.take().map(|w| w()),
+        )?;
+        let done = done.expect("the backend ran the work");
+        Ok((from.into_iter().map(|b| b / size_of::<T>()).collect(), done))
+    }
+
+    /// Checks an AlltoAllv's `counts` against the `len` elements sent, records its
+    /// bytes, and returns the byte count for each rank.
+    fn record_all_to_all<T: Element>(
+        &self,
+        len: usize,
+        counts: &[usize],
+        phase: Phase,
+    ) -> Result<Vec<usize>> {
+        crate::backend::check_counts(counts, self.size(), len, "elements")?;
+        let size = size_of::<T>();
+        let mut t = self.traffic.lock().expect("traffic lock");
+        for (r, &c) in counts.iter().enumerate() {
+            t.record(phase, self.world_rank_of(r), (c * size) as u64);
+        }
+        Ok(counts.iter().map(|c| c * size).collect())
     }
 
     /// Every rank's `send` (sizes may differ), concatenated in rank order, with the

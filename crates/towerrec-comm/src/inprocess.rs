@@ -274,6 +274,28 @@ impl Backend for InProcess {
         self.copy_round(send, None, recv)
     }
 
+    fn all_to_all_v_during(
+        &self,
+        send: &[u8],
+        counts: &[usize],
+        recv: &mut dyn RecvBuf,
+        work: &mut dyn FnMut(),
+    ) -> Result<Vec<usize>> {
+        std::thread::scope(|s| {
+            let exchange = s.spawn(|| {
+                let mut bytes = Vec::new();
+                let from = self.all_to_all_v(send, counts, &mut bytes)?;
+                Ok::<_, Error>((from, bytes))
+            });
+            work();
+            let (from, bytes) = exchange
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+            recv.bytes(bytes.len()).copy_from_slice(&bytes);
+            Ok(from)
+        })
+    }
+
     fn barrier(&self) -> Result<()> {
         self.exchange(Arc::new((Payload::owned(Vec::new()), None)), true)
             .map(|_| ())

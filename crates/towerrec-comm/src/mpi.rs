@@ -315,24 +315,15 @@ impl Drop for MpiBackend {
     }
 }
 
-impl Backend for MpiBackend {
-    fn rank(&self) -> usize {
-        self.rank
-    }
-
-    fn size(&self) -> usize {
-        self.members.len()
-    }
-
-    fn world_rank(&self, r: usize) -> usize {
-        self.members[r]
-    }
-
-    fn all_to_all_v(
+impl MpiBackend {
+    /// An AlltoAllv: blocking, or with `work`, started non-blocking, the work run, and
+    /// waited for (the work's own MPI calls progress it).
+    fn exchange(
         &self,
         send: &[u8],
         counts: &[usize],
         recv: &mut dyn RecvBuf,
+        work: Option<&mut dyn FnMut()>,
     ) -> Result<Vec<usize>> {
         let p = self.members.len();
         crate::backend::check_counts(counts, p, send.len(), "bytes")?;
@@ -381,12 +372,58 @@ impl Backend for MpiBackend {
             [] => &mut dummy_recv[..],
             r => r,
         };
-        {
-            let sp = Partition::new(send, &sc[..], &sd[..]);
-            let mut rp = PartitionMut::new(recv, &rc[..], &rd[..]);
-            self.comm.all_to_all_varcount_into(&sp, &mut rp);
+        let sp = Partition::new(send, &sc[..], &sd[..]);
+        let mut rp = PartitionMut::new(recv, &rc[..], &rd[..]);
+        match work {
+            None => self.comm.all_to_all_varcount_into(&sp, &mut rp),
+            Some(work) => {
+                drop(_g);
+                ::mpi::request::scope(|scope| {
+                    let started = {
+                        let _g = mpi_guard();
+                        self.comm
+                            .immediate_all_to_all_varcount_into(scope, &sp, &mut rp)
+                    };
+                    work();
+                    let _g = mpi_guard();
+                    started.wait();
+                });
+            }
         }
         Ok(recv_counts.iter().map(|&c| c as usize).collect())
+    }
+}
+
+impl Backend for MpiBackend {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    fn world_rank(&self, r: usize) -> usize {
+        self.members[r]
+    }
+
+    fn all_to_all_v(
+        &self,
+        send: &[u8],
+        counts: &[usize],
+        recv: &mut dyn RecvBuf,
+    ) -> Result<Vec<usize>> {
+        self.exchange(send, counts, recv, None)
+    }
+
+    fn all_to_all_v_during(
+        &self,
+        send: &[u8],
+        counts: &[usize],
+        recv: &mut dyn RecvBuf,
+        work: &mut dyn FnMut(),
+    ) -> Result<Vec<usize>> {
+        self.exchange(send, counts, recv, Some(work))
     }
 
     fn barrier(&self) -> Result<()> {

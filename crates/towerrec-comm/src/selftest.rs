@@ -5,8 +5,8 @@
 //! different size on every rank), Broadcast, Barrier, splits into intra-host, peer and
 //! custom groups with collectives on each, the [`HierarchicalAllReduce`] on the world,
 //! a host, the peers and the custom groups (or its refusal of a group that is not the
-//! same number of ranks on every host), and `check_same`, on f32, u64 and i64
-//! payloads. Every rank recomputes what it must receive and fails with
+//! same number of ranks on every host), a peer AlltoAllv run during a host's AllReduce
+//! ([`Comm::all_to_all_v_during`]), and `check_same`, on f32, u64 and i64 payloads. Every rank recomputes what it must receive and fails with
 //! [`Error::Mismatch`] on any difference; it also hashes every result's bits, so two
 //! backends (in-process threads and MPI, say) that agree give the same
 //! [`SelfTestReport`] line on every rank, byte counts included.
@@ -82,6 +82,8 @@ pub fn selftest(world: &Comm) -> Result<SelfTestReport> {
         hierarchical::<u64>(g, salt + 1, &mut h)?;
     }
 
+    overlapped(&peers, &host, 701, &mut h)?;
+
     world.check_same("selftest version", 0x5e1f_7e57)?;
     let differ = world.check_same("world rank", world.rank() as u64);
     match (&differ, world.size()) {
@@ -99,6 +101,38 @@ pub fn selftest(world: &Comm) -> Result<SelfTestReport> {
         hash: h.0,
         bytes: world.traffic().since(&before).total(),
     })
+}
+
+/// An AlltoAllv among `peers` run during an AllReduce of `host` (two groups at once),
+/// both checked.
+fn overlapped(peers: &Comm, host: &Comm, salt: u64, h: &mut Fnv) -> Result<()> {
+    let (p, me) = (peers.size(), peers.rank());
+    let count = |s: usize, d: usize| (s * 5 + d + salt as usize) % 4 * 3;
+    let counts: Vec<usize> = (0..p).map(|d| count(me, d)).collect();
+    let send: Vec<f32> = (0..p)
+        .flat_map(|d| values::<f32>(seed(salt, 1, me, d), count(me, d)))
+        .collect();
+    let n = 29;
+    let mut sum = values::<f32>(seed(salt, 2, host.rank(), 0), n);
+    let mut recv = Vec::new();
+    let (from, reduced) =
+        peers.all_to_all_v_during(&send, &counts, &mut recv, Phase::TowerPeer, || {
+            host.all_reduce(&mut sum, Phase::TowerIntra)
+        })?;
+    reduced?;
+    let want: Vec<f32> = (0..p)
+        .flat_map(|s| values::<f32>(seed(salt, 1, s, me), count(s, me)))
+        .collect();
+    expect_eq("all_to_all_v_during", &recv, &want)?;
+    expect_eq(
+        "all_reduce during",
+        &sum,
+        &rank_sum::<f32>(salt, 2, host.size(), n),
+    )?;
+    h.values(&recv);
+    h.usizes(&from);
+    h.values(&sum);
+    Ok(())
 }
 
 fn exercise_all(g: &Comm, salt: u64, h: &mut Fnv) -> Result<()> {
