@@ -301,7 +301,10 @@ pub fn simulate_rank(
             world,
             shares,
         ),
-        (Exchange::Towers(tc), _) => tower_exchange(hw, workload, &tc, b) * tower_share,
+        (Exchange::Towers(tc), _) => {
+            let maps = compute(tc.busiest.module_flops);
+            tower_exchange(hw, workload, &tc, b, maps) * tower_share
+        }
     };
     t.overlapped(
         phase("lookup", Resource::Memory, lookup),
@@ -313,7 +316,9 @@ pub fn simulate_rank(
         Resource::Compute,
         compute(workload.pooling_flops() * lookup_share),
     );
-    if let Some(tm) = towers.filter(TowerCosts::has_modules) {
+    // A pipelined exchange ran its maps inside it.
+    let unpipelined = |tc: &TowerCosts| tc.has_modules() && tc.chunks == 1;
+    if let Some(tm) = towers.filter(unpipelined) {
         t.push(
             "tower_modules",
             Resource::Compute,
@@ -349,15 +354,20 @@ pub fn simulate_rank(
                 world,
                 shares,
             ),
-            (Exchange::Towers(tc), _) => tower_exchange(hw, workload, &tc, b) * tower_share,
+            (Exchange::Towers(tc), _) => {
+                let maps = compute(2.0 * tc.busiest.module_flops);
+                tower_exchange(hw, workload, &tc, b, maps) * tower_share
+            }
         };
         t.push("embedding_grad_exchange", Resource::Network, grads);
         if let Some(tm) = towers.filter(TowerCosts::has_modules) {
-            t.push(
-                "tower_modules_backward",
-                Resource::Compute,
-                compute(2.0 * tm.busiest.module_flops),
-            );
+            if tm.chunks == 1 {
+                t.push(
+                    "tower_modules_backward",
+                    Resource::Compute,
+                    compute(2.0 * tm.busiest.module_flops),
+                );
+            }
             // A module's gradients are summed over its tower group only (DMT §3.2):
             // within a host, or hierarchically over the group's K hosts.
             let group = Group {
@@ -475,16 +485,28 @@ fn sync_waits(phases: &[Phase], system: &crate::hardware::SystemTraits) -> f64 {
 /// system (each reads and writes the group rows), an all-to-all among the group's ranks
 /// (crossing hosts when a tower spans several, §3.1.3), then concurrent all-to-alls among
 /// each rank's peers in the other groups, carrying the modules' outputs.
-fn tower_exchange(hw: &Hardware, workload: &Workload, tc: &TowerCosts, b: f64) -> f64 {
+///
+/// In `tc.chunks` chunks of samples (the runtime's pipeline, where per-feature maps of
+/// `maps` seconds run before step d), chunk `k`'s step f runs under chunk `k + 1`'s
+/// maps, shuffles and step d: a two-stage pipeline of `a` (maps, shuffles, step d) and
+/// `f` (step f) per chunk, `a + (chunks − 1)·max(a, f) + f`; backward the same, the
+/// stages reversed. Each chunk's collectives pay their own latency.
+fn tower_exchange(hw: &Hardware, workload: &Workload, tc: &TowerCosts, b: f64, maps: f64) -> f64 {
+    let chunks = tc.chunks.max(1) as f64;
+    let part = b / chunks;
     let value = workload.wire_row_bytes() / workload.embedding_dim as f64;
-    let rows = tc.busiest.intra_values * value * b;
+    let rows = tc.busiest.intra_values * value * part;
     let shuffles = 2.0 * (2.0 * rows) / hw.memory.stream();
     let group = Group {
         hosts: tc.hosts_per_group,
         per_host: hw.chips_per_host,
     };
     let intra = hw.network.flat(Collective::AllToAll, rows, group);
-    let sent = tc.busiest.peer_values * value * b;
+    let sent = tc.busiest.peer_values * value * part;
     let peers = hw.network.peers(Collective::AllToAll, sent, tc.groups);
-    shuffles + intra + peers
+    if tc.chunks <= 1 {
+        return shuffles + intra + peers;
+    }
+    let a = maps / chunks + shuffles + intra;
+    a + (chunks - 1.0) * a.max(peers) + peers
 }

@@ -46,6 +46,10 @@ pub struct Towers {
     /// the tables are looked up, before step d, so that step d carries its outputs:
     /// towerrec's runtime does (docs/DMT.md); the paper runs every module after step e.
     pub maps_at_lookup: bool,
+    /// With the maps run at lookup: chunks of samples the exchange is cut into, each
+    /// chunk's step f under the next chunk's maps and step d (towerrec's
+    /// `cluster.tower_chunks`); 1: none.
+    pub chunks: usize,
 }
 
 /// What a rank of the busiest tower group does per sample it owns (see the module docs):
@@ -80,6 +84,8 @@ pub struct TowerCosts {
     pub module_flops: f64,
     pub module_params: f64,
     pub busiest: GroupLoad,
+    /// Chunks of the pipelined exchange (1 unless the maps run at lookup in chunks).
+    pub chunks: usize,
 }
 
 impl TowerCosts {
@@ -108,6 +114,7 @@ impl Towers {
             tables,
             hosts_per_tower: None,
             maps_at_lookup: false,
+            chunks: 1,
         })
     }
 
@@ -312,6 +319,7 @@ impl Towers {
                 module_params: max(3),
                 lookups: max(4),
             },
+            chunks: if per_feature { self.chunks.max(1) } else { 1 },
         })
     }
 }

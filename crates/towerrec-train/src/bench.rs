@@ -120,8 +120,7 @@ pub fn bench_cluster(
             comm,
             &plan,
         )?;
-        model.set_dense_sync(cfg.cluster.dense_sync);
-        model.set_replica_sync(cfg.cluster.replica_sync);
+        model.apply_cluster_config(&cfg.cluster);
         bench_built(&mut model, cfg, batches, mode, timing)
     })?;
     Ok(results.into_iter().next().expect("rank 0's result"))

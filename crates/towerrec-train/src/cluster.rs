@@ -136,8 +136,7 @@ pub fn train_rank(
         comm,
         plan,
     )?;
-    model.set_dense_sync(cfg.cluster.dense_sync);
-    model.set_replica_sync(cfg.cluster.replica_sync);
+    model.apply_cluster_config(&cfg.cluster);
     train_model(cfg, opts, model, observer)
 }
 

@@ -11,7 +11,7 @@
 pub use crate::embeddings::Embeddings;
 pub use crate::times::PhaseTimes;
 
-use crate::config::{BiasInit, DenseSync, ReplicaSync};
+use crate::config::{BiasInit, ClusterConfig, DenseSync, ReplicaSync};
 use crate::config::{ModelConfig, ModelKind, OptimizerConfig};
 use crate::error::{Error, Result};
 use crate::init::TableInit;
@@ -571,6 +571,22 @@ impl Model {
         if let Embeddings::Sharded(s) = &mut self.embeddings {
             s.set_replica_sync(mode);
         }
+    }
+
+    /// Chunks of a step's samples in SPTT's exchange, where a DMT model's per-feature
+    /// modules run before its step d (default 2; 1: one exchange). Every rank must
+    /// choose the same, before the first step.
+    pub fn set_tower_chunks(&mut self, chunks: usize) {
+        if let Embeddings::Sharded(s) = &mut self.embeddings {
+            s.set_tower_chunks(chunks);
+        }
+    }
+
+    /// The run-time choices of `[cluster]`: dense sync, replica sync and tower chunks.
+    pub fn apply_cluster_config(&mut self, cluster: &ClusterConfig) {
+        self.set_dense_sync(cluster.dense_sync);
+        self.set_replica_sync(cluster.replica_sync);
+        self.set_tower_chunks(cluster.tower_chunks);
     }
 
     /// Moves this rank's part of a sharded model's tables to `plan` (every rank at

@@ -71,6 +71,11 @@ impl ModelTowers {
         })
     }
 
+    /// Number of towers.
+    pub(crate) fn tower_count(&self) -> usize {
+        self.towers.len()
+    }
+
     /// Columns of an interaction row.
     pub(crate) fn out_width(&self) -> usize {
         self.out.width()

@@ -158,6 +158,19 @@ pub struct ClusterConfig {
     /// Watch the access profile drift (`[cluster.drift]`; docs/OPER.md): absent, off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<DriftConfig>,
+    /// DMT with per-feature Tower Modules: SPTT exchanges a step's samples in this many
+    /// chunks, each chunk's cross-host step under the next chunk's work (docs/DMT.md,
+    /// "Chunks"); 1: the whole step at once.
+    #[serde(default = "default_tower_chunks")]
+    pub tower_chunks: usize,
+}
+
+/// The default of `cluster.tower_chunks` (the fastest of 1, 2, 4, 8 and 16 on the
+/// emulated cluster, docs/DMT.md).
+pub const DEFAULT_TOWER_CHUNKS: usize = 4;
+
+fn default_tower_chunks() -> usize {
+    DEFAULT_TOWER_CHUNKS
 }
 
 /// `[cluster.drift]`: every `check_every` steps, the rows read since the last check (or
@@ -229,6 +242,7 @@ impl Default for ClusterConfig {
             dense_sync: DenseSync::default(),
             replica_sync: ReplicaSync::default(),
             drift: None,
+            tower_chunks: default_tower_chunks(),
         }
     }
 }

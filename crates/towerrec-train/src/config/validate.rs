@@ -13,6 +13,9 @@ use towerrec_data::Schema;
 pub const MAX_BATCH_SIZE: usize = 1 << 24;
 /// Largest evaluation batch.
 pub const MAX_EVAL_BATCH_SIZE: usize = 1 << 26;
+/// Most chunks SPTT's exchange may be cut into (`cluster.tower_chunks`).
+const MAX_TOWER_CHUNKS: usize = 64;
+
 /// Most ranks a config may describe (hosts × ranks_per_host).
 pub const MAX_WORLD_SIZE: usize = 4096;
 
@@ -117,6 +120,12 @@ impl Config {
 
     fn check_cluster(&self) -> Check {
         let c = &self.cluster;
+        if !(1..=MAX_TOWER_CHUNKS).contains(&c.tower_chunks) {
+            return Err(format!(
+                "cluster.tower_chunks: must be from 1 to {MAX_TOWER_CHUNKS}, got {}",
+                c.tower_chunks
+            ));
+        }
         if c.hosts == 0 || c.ranks_per_host == 0 {
             return Err(format!(
                 "cluster: hosts ({}) and ranks_per_host ({}) must be at least 1",

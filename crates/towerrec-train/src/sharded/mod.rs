@@ -422,6 +422,13 @@ impl ShardedEmbeddings {
         }
     }
 
+    /// Chunks of a step's samples in SPTT's exchange with the modules before step d.
+    pub fn set_tower_chunks(&mut self, chunks: usize) {
+        if let Some(sp) = &mut self.sptt {
+            sp.set_chunks(chunks);
+        }
+    }
+
     /// Sums the gradients of shared rows over the ranks that read them and applies the
     /// sums to every copy: over the world, or with towers over this rank's tower group,
     /// which holds every copy of its tables' rows (intra-host for one-host towers).

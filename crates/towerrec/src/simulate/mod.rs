@@ -121,6 +121,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         mut workload,
         towers: config_towers,
         cluster,
+        tower_chunks,
     } = load_model(&a.config)?;
     if let Some(b) = a.batch {
         workload.batch = b;
@@ -179,6 +180,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         // A towerrec config is priced as towerrec runs it; the paper's models as the
         // paper does.
         t.maps_at_lookup = towerrec_run;
+        t.chunks = tower_chunks;
         Ok(t)
     };
     let points = if sharding == Sharding::Unsharded {

@@ -14,6 +14,8 @@ pub(super) struct SimModel {
     pub towers: Option<Towers>,
     /// `(hosts, ranks_per_host)` of the config's `[cluster]`, if it has one.
     pub cluster: Option<(usize, usize)>,
+    /// The config's `cluster.tower_chunks` (1 for a preset: the paper's exchange).
+    pub tower_chunks: usize,
 }
 
 /// A model preset, or the model of a towerrec config file.
@@ -23,6 +25,7 @@ pub(super) fn load_model(name: &str) -> Result<SimModel> {
             workload: Workload::preset(name)?,
             towers: None,
             cluster: None,
+            tower_chunks: 1,
         });
     }
     let path = Path::new(name);
@@ -44,6 +47,7 @@ pub(super) fn load_model(name: &str) -> Result<SimModel> {
         workload,
         towers,
         cluster,
+        tower_chunks: c.tower_chunks,
     })
 }
 
@@ -62,6 +66,7 @@ fn towers_of(t: &TowersConfig, cfg: &Config, name: &str) -> Result<Towers> {
         tables,
         hosts_per_tower: None,
         maps_at_lookup: true,
+        chunks: cfg.cluster.tower_chunks,
     })
 }
 

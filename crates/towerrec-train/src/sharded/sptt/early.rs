@@ -15,37 +15,19 @@
 //! summed over rows (docs/DMT.md, "Where a module runs").
 
 use super::Sptt;
-use crate::sharded::lookup::LocalShard;
 use towerrec_core::layers::linear::Linear;
 use towerrec_core::Layer;
 
 /// Where each table's compressed columns come from and go, and each local shard's
-/// map output and its gradient.
+/// map output and its gradient (the exchange is [`super::pipeline`]'s).
 pub(super) struct Early {
     /// Per table: its tower, the offset of its columns in its group's output row, and
     /// their count (its tower's `c·D`).
-    of_table: Vec<(usize, usize, usize)>,
+    pub(super) of_table: Vec<(usize, usize, usize)>,
     /// Per local shard (in the collection's order): the map's output for its pooled
     /// vectors (all global samples), and the gradient of that output.
-    outs: Vec<Vec<f32>>,
-    douts: Vec<Vec<f32>>,
-    /// The map's weight and bias gradients summed over a tower's local shards.
-    sums: Vec<Vec<f32>>,
-}
-
-impl Early {
-    /// Local shard `li`'s map output (global samples × columns) and its columns.
-    pub(super) fn out(&self, li: usize, t: usize) -> (&[f32], usize) {
-        (&self.outs[li], self.of_table[t].2)
-    }
-
-    /// Where the gradient of local shard `li`'s map output goes (resized to `rows`
-    /// rows; every row is written before the backward reads it), and its columns.
-    pub(super) fn dout(&mut self, li: usize, t: usize, rows: usize) -> (&mut Vec<f32>, usize) {
-        let w = self.of_table[t].2;
-        self.douts[li].resize(rows * w, 0.0);
-        (&mut self.douts[li], w)
-    }
+    pub(super) outs: Vec<Vec<f32>>,
+    pub(super) douts: Vec<Vec<f32>>,
 }
 
 impl Sptt {
@@ -89,7 +71,6 @@ impl Sptt {
                 of_table,
                 outs: vec![Vec::new(); local],
                 douts: vec![Vec::new(); local],
-                sums: Vec::new(),
             });
         }
     }
@@ -102,74 +83,11 @@ impl Sptt {
             _ => self.widths[self.my_group],
         }
     }
-
-    /// Table `t`'s `(columns, offset)` in this rank's group rows, for its shard `shard`.
-    pub(super) fn columns_of(&self, t: usize, shard: &towerrec_plan::Shard) -> (usize, usize) {
-        match &self.early {
-            Some(early) => {
-                let (_, off, w) = early.of_table[t];
-                (w, off)
-            }
-            None => (shard.num_columns(), self.offset_of[t] + shard.columns.0),
-        }
-    }
-
-    /// Step b's end: each local shard's pooled vectors (all global samples) through its
-    /// tower's map.
-    pub(super) fn project_local(&mut self, local: &[LocalShard]) {
-        let (Some(early), Some(modules)) = (&mut self.early, &mut self.modules) else {
-            return;
-        };
-        for (li, l) in local.iter().enumerate() {
-            let (tower, _, w) = early.of_table[l.table];
-            let rows = l.pooled.len() / l.columns().max(1);
-            // Every value is written: no zeroing once the buffer has its size.
-            early.outs[li].resize(rows * w, 0.0);
-            modules
-                .per_feature_map(tower)
-                .forward(&l.pooled, &mut early.outs[li], rows);
-        }
-    }
-
-    /// The backward of [`Sptt::project_local`], from the gradients [`Early::dout`] took:
-    /// each local shard's vectors' gradient into its `grad`, and every module's
-    /// parameter gradient (summed over this rank's shards of its tower; zero for a
-    /// tower it holds none of, so that the group's sum is the whole gradient).
-    pub(super) fn project_local_backward(&mut self, local: &mut [LocalShard]) {
-        let (Some(early), Some(modules)) = (&mut self.early, &mut self.modules) else {
-            return;
-        };
-        modules.zero_grads();
-        let towers = early.of_table.iter().map(|e| e.0 + 1).max().unwrap_or(0);
-        for tower in 0..towers {
-            let mut seen = 0;
-            for (li, l) in local.iter_mut().enumerate() {
-                if early.of_table[l.table].0 != tower {
-                    continue;
-                }
-                let rows = l.pooled.len() / l.columns().max(1);
-                // The map writes every value of the vectors' gradient.
-                l.grad.resize(l.pooled.len(), 0.0);
-                let map = modules.per_feature_map(tower);
-                let (y, dy) = (&early.outs[li], &early.douts[li]);
-                map.backward(&l.pooled, y, dy, Some(&mut l.grad), rows);
-                // The map writes its parameter gradients: sum them over the shards.
-                add_grads(&mut early.sums, map, seen == 0);
-                seen += 1;
-            }
-            if seen > 1 {
-                let map = modules.per_feature_map(tower);
-                for (p, sum) in map.params().into_iter().zip(&early.sums) {
-                    p.grad.copy_from_slice(sum);
-                }
-            }
-        }
-    }
 }
 
 /// Adds the parameter gradients `map`'s last backward wrote to `sums` (sets them when
 /// `first`).
-fn add_grads(sums: &mut Vec<Vec<f32>>, map: &mut Linear<f32>, first: bool) {
+pub(super) fn add_grads(sums: &mut Vec<Vec<f32>>, map: &mut Linear<f32>, first: bool) {
     let grads = map.params();
     if first {
         sums.resize(grads.len(), Vec::new());

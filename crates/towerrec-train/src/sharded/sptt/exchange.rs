@@ -32,12 +32,12 @@ impl ShardedEmbeddings {
         out: &mut [f32],
         slots: &FeatureSlots,
     ) -> Result<()> {
+        if sp.early.is_some() {
+            return sp.pipelined_forward(&self.local, &self.router, &self.samples, out, slots);
+        }
         let firsts = firsts(&self.samples);
-        // Per-feature modules, where they run before step d.
-        sp.project_local(&self.local);
         // c, d: every group-mate gets its peers' rows of every local shard (a store's:
-        // only the bags it served, their samples on the index channel; with the modules
-        // run before step d, their outputs).
+        // only the bags it served, their samples on the index channel).
         sp.send.clear();
         sp.index_send.clear();
         let mut counts = vec![0; sp.group.size()];
@@ -45,17 +45,9 @@ impl ShardedEmbeddings {
         let order = peer_order(&sp.rank_of);
         for (j, dests) in order.chunks(sp.rank_of.len()).enumerate() {
             let (before, index_before) = (sp.send.len(), sp.index_send.len());
-            for (li, l) in self.local.iter().enumerate() {
+            for l in &self.local {
                 if l.store().is_some() {
                     stores::send_rows(l, dests, &mut sp.send, &mut sp.index_send);
-                    continue;
-                }
-                if let Some(early) = &sp.early {
-                    let (y, w) = early.out(li, l.table);
-                    for &d in dests {
-                        let (f, n) = (firsts[d], self.samples[d]);
-                        sp.send.extend_from_slice(&y[f * w..(f + n) * w]);
-                    }
                     continue;
                 }
                 let cols = l.columns();
@@ -80,21 +72,17 @@ impl ShardedEmbeddings {
             .all_to_all_v_into(&sp.send, &counts, &mut sp.recv, Phase::TowerIntra)?;
         // e: the blocks laid out as group rows, peers in group order.
         let peer_rows = sp.peer_rows(&self.samples);
-        let width = sp.row_width();
+        let width = sp.widths[sp.my_group];
         let total: usize = peer_rows.iter().map(|&(_, n)| n).sum();
-        if sp.early.is_none() {
-            // Row-split blocks add into their slots.
-            sp.rows.clear();
-        }
-        // With the modules run before step d every value is written (whole tables).
+        // Row-split blocks add into their slots.
+        sp.rows.clear();
         sp.rows.resize(total * width, 0.0);
-        sp.rows.truncate(total * width);
         let (mut at, mut iat) = (0, 0);
         for j in 0..sp.group.size() {
             for (t, s) in self.router.held_by(sp.rank_of[sp.my_group][j]) {
                 let table = &self.tables[t];
                 let shard = &table.shards[s];
-                let (cols, off) = sp.columns_of(t, shard);
+                let (cols, off) = (shard.num_columns(), sp.offset_of[t] + shard.columns.0);
                 for &(first, n) in &peer_rows {
                     if table.addresses.is_some() {
                         let b = stores::Block {
@@ -116,8 +104,8 @@ impl ShardedEmbeddings {
         }
         sp.gather_mean_scales(batch, &peer_rows)?;
         sp.scale_mean_rows(total);
-        // Between e and f: the Tower Modules, if any (and not run before step d).
-        let between = sp.modules.is_some() && sp.early.is_none();
+        // Between e and f: the Tower Modules, if any.
+        let between = sp.modules.is_some();
         if between {
             sp.run_modules(total);
         }
@@ -163,6 +151,10 @@ impl ShardedEmbeddings {
     }
 
     fn sptt_backward(&mut self, sp: &mut Sptt, grad: &[f32], slots: &FeatureSlots) -> Result<()> {
+        if sp.early.is_some() {
+            let (router, samples) = (&self.router, &self.samples);
+            return sp.pipelined_backward(&mut self.local, router, samples, grad, slots);
+        }
         // f reversed: each group's columns of this rank's rows to that group's peer.
         sp.send.clear();
         let mut counts = vec![0; sp.peers.size()];
@@ -178,7 +170,7 @@ impl ShardedEmbeddings {
         }
         let peer_rows = sp.peer_rows(&self.samples);
         let total: usize = peer_rows.iter().map(|&(_, n)| n).sum();
-        if sp.modules.is_some() && sp.early.is_none() {
+        if sp.modules.is_some() {
             sp.peers
                 .all_to_all_v_into(&sp.send, &counts, &mut sp.outs, Phase::TowerPeer)?;
             sp.modules_backward(total);
@@ -187,7 +179,7 @@ impl ShardedEmbeddings {
                 .all_to_all_v_into(&sp.send, &counts, &mut sp.rows, Phase::TowerPeer)?;
         }
         // e, d, c reversed: each shard's columns of its group-mates' peers' rows.
-        let width = sp.row_width();
+        let width = sp.widths[sp.my_group];
         sp.send.clear();
         let mut counts = vec![0; sp.group.size()];
         let mut iat = 0;
@@ -195,7 +187,7 @@ impl ShardedEmbeddings {
             let before = sp.send.len();
             for (t, s) in self.router.held_by(sp.rank_of[sp.my_group][j]) {
                 let shard = &self.tables[t].shards[s];
-                let (cols, off) = sp.columns_of(t, shard);
+                let (cols, off) = (shard.num_columns(), sp.offset_of[t] + shard.columns.0);
                 for &(first, n) in &peer_rows {
                     if self.tables[t].addresses.is_some() {
                         // The gradients of the rows the store sent, in its order.
@@ -226,10 +218,6 @@ impl ShardedEmbeddings {
         sp.group
             .all_to_all_v_into(&sp.send, &counts, &mut sp.recv, Phase::TowerIntra)?;
         let firsts = firsts(&self.samples);
-        if sp.early.is_some() {
-            self.early_grads(sp, &firsts);
-            return Ok(());
-        }
         let global: usize = self.samples.iter().sum();
         for l in &mut self.local {
             let rows = match l.store() {
@@ -256,26 +244,5 @@ impl ShardedEmbeddings {
             }
         }
         Ok(())
-    }
-
-    /// The end of the backward with the modules run before step d: the received
-    /// gradients of each local shard's map output, then the maps' backward into the
-    /// shards' `grad`.
-    fn early_grads(&mut self, sp: &mut Sptt, firsts: &[usize]) {
-        let global: usize = self.samples.iter().sum();
-        let mut at = 0;
-        if let Some(early) = &mut sp.early {
-            for j in 0..sp.group.size() {
-                for (li, l) in self.local.iter().enumerate() {
-                    let (dy, w) = early.dout(li, l.table, global);
-                    for g in &sp.rank_of {
-                        let (f, n) = (firsts[g[j]], self.samples[g[j]]);
-                        dy[f * w..(f + n) * w].copy_from_slice(&sp.recv[at..at + n * w]);
-                        at += n * w;
-                    }
-                }
-            }
-        }
-        sp.project_local_backward(&mut self.local);
     }
 }

@@ -35,6 +35,7 @@
 mod early;
 mod exchange;
 mod modules;
+mod pipeline;
 mod stores;
 
 pub(crate) use modules::TowerDomain;
@@ -75,6 +76,10 @@ pub(in crate::sharded) struct Sptt {
     /// Set when the modules run where the tables are looked up, before step d
     /// ([`early`]).
     early: Option<early::Early>,
+    /// With the modules before step d: the samples of a step go through steps c–f in
+    /// this many chunks, each chunk's step f under the next one's work ([`pipeline`]).
+    chunks: usize,
+    chunk_bufs: pipeline::ChunkBufs,
     /// Group rows of every peer's samples (peers in group order), and their gradient.
     rows: Vec<f32>,
     /// The modules' outputs for those rows, and their gradient.
@@ -168,6 +173,8 @@ impl Sptt {
             towers,
             modules: None,
             early: None,
+            chunks: crate::config::DEFAULT_TOWER_CHUNKS,
+            chunk_bufs: Default::default(),
             rows: Vec::new(),
             outs: Vec::new(),
             x: Vec::new(),
@@ -250,6 +257,12 @@ impl Sptt {
     /// split by rows).
     fn mean_scale_of(&self, t: usize, row: usize, total: usize) -> f32 {
         mean_scale_of(&self.mean_split, &self.scales, t, row, total)
+    }
+
+    /// Runs the exchange, where the modules run before step d, in `chunks` chunks of
+    /// samples (1: one exchange of the whole step).
+    pub(in crate::sharded) fn set_chunks(&mut self, chunks: usize) {
+        self.chunks = chunks.max(1);
     }
 
     /// This rank's tower group: the ranks of the hosts that hold its towers' tables.
