@@ -382,6 +382,7 @@ fn mpi_equals_in_process_on_2x2() {
         ("tower plan", Some(&towers)),
         ("row-wise towers of 2 hosts", Some(&wide)),
         ("dmt model", None),
+        ("dmt per-feature model", None),
     ] {
         let start = Instant::now();
         let mut args = small_args();
@@ -390,6 +391,13 @@ fn mpi_equals_in_process_on_2x2() {
             "dmt model" => &[
                 "model.towers={module=\"dlrm\",count=2,d=8,c=1,p=1}",
                 "model.bottom_mlp=[64,8]",
+            ],
+            // Per-feature modules (p = 0): run before step d, the exchange in 3 chunks
+            // (non-blocking AlltoAlls under MPI).
+            "dmt per-feature model" => &[
+                "model.towers={module=\"dlrm\",count=2,d=8,c=1,p=0}",
+                "model.bottom_mlp=[64,8]",
+                "cluster.tower_chunks=3",
             ],
             "row-wise towers of 2 hosts" => &[
                 "model.pooling=\"mean\"",
