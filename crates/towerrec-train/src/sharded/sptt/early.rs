@@ -15,8 +15,6 @@
 //! summed over rows (docs/DMT.md, "Where a module runs").
 
 use super::Sptt;
-use towerrec_core::layers::linear::Linear;
-use towerrec_core::Layer;
 
 /// Where each table's compressed columns come from and go, and each local shard's
 /// map output and its gradient (the exchange is [`super::pipeline`]'s).
@@ -72,34 +70,6 @@ impl Sptt {
                 outs: vec![Vec::new(); local],
                 douts: vec![Vec::new(); local],
             });
-        }
-    }
-
-    /// Columns of this rank's group rows: the modules' outputs when they ran before step
-    /// d, else the tables' vectors.
-    pub(super) fn row_width(&self) -> usize {
-        match (&self.early, &self.modules) {
-            (Some(_), Some(m)) => self.out_width(self.my_group, m),
-            _ => self.widths[self.my_group],
-        }
-    }
-}
-
-/// Adds the parameter gradients `map`'s last backward wrote to `sums` (sets them when
-/// `first`).
-pub(super) fn add_grads(sums: &mut Vec<Vec<f32>>, map: &mut Linear<f32>, first: bool) {
-    let grads = map.params();
-    if first {
-        sums.resize(grads.len(), Vec::new());
-        for (sum, p) in sums.iter_mut().zip(&grads) {
-            sum.clear();
-            sum.extend_from_slice(p.grad);
-        }
-    } else {
-        for (sum, p) in sums.iter_mut().zip(&grads) {
-            sum.iter_mut()
-                .zip(p.grad.iter())
-                .for_each(|(s, &g)| *s += g);
         }
     }
 }

@@ -25,6 +25,7 @@ use crate::sharded::route::Router;
 use crate::slots::{FeatureSlots, Slot};
 use crate::towers::ModelTowers;
 use towerrec_comm::{even_split, Comm, Phase};
+use towerrec_core::layers::linear::Linear;
 use towerrec_core::Layer;
 
 /// Per world rank, its part of chunk `k` of `chunks`: (first sample, counted from the
@@ -269,7 +270,7 @@ impl Sptt {
                 .collect(),
             held,
             tables: local.iter().map(|l| l.table).collect(),
-            width: self.row_width(),
+            width: self.sent_width(self.my_group),
             placed: (0..self.features.len())
                 .map(|g| (self.placed(g, slots), self.sent_width(g)))
                 .collect(),
@@ -451,8 +452,27 @@ fn maps_backward(
                 &early.douts[li][r.start * w..r.end * w],
             );
             map.backward(x, y, dy, Some(dx), r.len());
-            super::early::add_grads(&mut sums[tower], map, seen[tower] == 0);
+            add_grads(&mut sums[tower], map, seen[tower] == 0);
             seen[tower] += 1;
+        }
+    }
+}
+
+/// Adds the parameter gradients `map`'s last backward wrote to `sums` (sets them when
+/// `first`).
+fn add_grads(sums: &mut Vec<Vec<f32>>, map: &mut Linear<f32>, first: bool) {
+    let grads = map.params();
+    if first {
+        sums.resize(grads.len(), Vec::new());
+        for (sum, p) in sums.iter_mut().zip(&grads) {
+            sum.clear();
+            sum.extend_from_slice(p.grad);
+        }
+    } else {
+        for (sum, p) in sums.iter_mut().zip(&grads) {
+            sum.iter_mut()
+                .zip(p.grad.iter())
+                .for_each(|(s, &g)| *s += g);
         }
     }
 }
