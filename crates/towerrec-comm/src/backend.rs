@@ -37,6 +37,10 @@ impl RecvBuf for Vec<u8> {
     }
 }
 
+/// Work run during an exchange ([`Backend::all_to_all_v_during`]), given a function
+/// that moves the exchange along.
+pub type DuringWork<'a> = &'a mut dyn FnMut(&mut dyn FnMut());
+
 /// A group of ranks that can exchange bytes. Implemented by the in-process backend and,
 /// with the `mpi` feature, by MPI communicators.
 pub trait Backend: Send {
@@ -57,17 +61,19 @@ pub trait Backend: Send {
         recv: &mut dyn RecvBuf,
     ) -> Result<Vec<usize>>;
     /// [`Backend::all_to_all_v`] while `work` runs on this thread, so that the two
-    /// overlap. `work` may run collectives of other groups, never of this one. By
-    /// default the exchange runs first, then the work.
+    /// overlap. `work` may run collectives of other groups, never of this one; it gets
+    /// a function to call now and then, which moves the exchange along where the
+    /// backend needs this thread for that (MPI). By default the exchange runs first,
+    /// then the work.
     fn all_to_all_v_during(
         &self,
         send: &[u8],
         counts: &[usize],
         recv: &mut dyn RecvBuf,
-        work: &mut dyn FnMut(),
+        work: DuringWork<'_>,
     ) -> Result<Vec<usize>> {
         let from = self.all_to_all_v(send, counts, recv)?;
-        work();
+        work(&mut || {});
         Ok(from)
     }
     /// Sends all of `send` to every rank (this one included); writes every rank's

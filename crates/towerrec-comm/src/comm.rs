@@ -149,9 +149,11 @@ impl Comm {
 
     /// [`Comm::all_to_all_v_into`] while `work` runs on this thread, so that the exchange
     /// and the work overlap; returns what both return. `work` may run collectives of
-    /// other groups, never of this one. MPI starts a non-blocking AlltoAllv, runs the
-    /// work and waits (the work's own MPI calls drive the exchange); the in-process
-    /// backend exchanges on a helper thread. The whole overlap counts as the exchange's
+    /// other groups, never of this one. It is given a function to call now and then
+    /// during long computation: MPI starts a non-blocking AlltoAllv, runs the work and
+    /// waits, and moves the exchange only inside MPI calls (the work's own collectives,
+    /// and that function's `MPI_Test`); the in-process backend exchanges on a helper
+    /// thread, and the function does nothing. The whole overlap counts as the exchange's
     /// time in its phase (the work's own collectives are not timed apart).
     pub fn all_to_all_v_during<T: Element, R>(
         &self,
@@ -159,7 +161,7 @@ impl Comm {
         counts: &[usize],
         recv: &mut Vec<T>,
         phase: Phase,
-        work: impl FnOnce() -> R,
+        work: impl FnOnce(&mut dyn FnMut()) -> R,
     ) -> Result<(Vec<usize>, R)> {
         let _watch = self.activity.enter(Op::AllToAllV, Some(phase));
         let byte_counts = self.record_all_to_all::<T>(send.len(), counts, phase)?;
@@ -168,7 +170,7 @@ impl Comm {
             bytemuck::cast_slice(send),
             &byte_counts,
             &mut Typed(recv),
-            &mut || done = work.take().map(|w| w()),
+            &mut |progress| done = work.take().map(|w| w(progress)),
         )?;
         let done = done.expect("the backend ran the work");
         Ok((from.into_iter().map(|b| b / size_of::<T>()).collect(), done))

@@ -18,7 +18,7 @@
 
 mod run;
 
-use crate::backend::{Backend, RecvBuf};
+use crate::backend::{Backend, DuringWork, RecvBuf};
 use crate::error::{Error, Result};
 use crate::watchdog::{Op, Stall};
 use run::World;
@@ -279,7 +279,7 @@ impl Backend for InProcess {
         send: &[u8],
         counts: &[usize],
         recv: &mut dyn RecvBuf,
-        work: &mut dyn FnMut(),
+        work: DuringWork<'_>,
     ) -> Result<Vec<usize>> {
         std::thread::scope(|s| {
             let exchange = s.spawn(|| {
@@ -287,7 +287,8 @@ impl Backend for InProcess {
                 let from = self.all_to_all_v(send, counts, &mut bytes)?;
                 Ok::<_, Error>((from, bytes))
             });
-            work();
+            // The helper thread moves the exchange: nothing to do between.
+            work(&mut || {});
             let (from, bytes) = exchange
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;

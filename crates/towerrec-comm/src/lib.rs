@@ -38,7 +38,7 @@ mod watchdog;
 
 #[cfg(feature = "mpi")]
 pub use self::mpi::{init_mpi, init_mpi_with, MpiBackend, MpiSession, RANKS_PER_HOST_ENV};
-pub use backend::{Backend, RecvBuf};
+pub use backend::{Backend, DuringWork, RecvBuf};
 pub use comm::{even_split, Comm, Element};
 pub use error::{Error, Result};
 pub use hierarchical::HierarchicalAllReduce;

@@ -39,7 +39,7 @@
 //! backend serializes its MPI calls with a process-wide lock (then two threads of one
 //! process must not block in collectives of different groups at the same time).
 
-use crate::backend::{Backend, RecvBuf};
+use crate::backend::{Backend, DuringWork, RecvBuf};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::mpi_watchdog::MpiWatchdog;
@@ -317,13 +317,14 @@ impl Drop for MpiBackend {
 
 impl MpiBackend {
     /// An AlltoAllv: blocking, or with `work`, started non-blocking, the work run, and
-    /// waited for (the work's own MPI calls progress it).
+    /// waited for. MPI moves a non-blocking collective only inside MPI calls: the work's
+    /// own, and the `MPI_Test` of the function the work is given.
     fn exchange(
         &self,
         send: &[u8],
         counts: &[usize],
         recv: &mut dyn RecvBuf,
-        work: Option<&mut dyn FnMut()>,
+        work: Option<DuringWork<'_>>,
     ) -> Result<Vec<usize>> {
         let p = self.members.len();
         crate::backend::check_counts(counts, p, send.len(), "bytes")?;
@@ -379,14 +380,21 @@ impl MpiBackend {
             Some(work) => {
                 drop(_g);
                 ::mpi::request::scope(|scope| {
-                    let started = {
+                    let mut pending = Some({
                         let _g = mpi_guard();
                         self.comm
                             .immediate_all_to_all_varcount_into(scope, &sp, &mut rp)
-                    };
-                    work();
-                    let _g = mpi_guard();
-                    started.wait();
+                    });
+                    work(&mut || {
+                        if let Some(request) = pending.take() {
+                            let _g = mpi_guard();
+                            pending = request.test().err();
+                        }
+                    });
+                    if let Some(request) = pending {
+                        let _g = mpi_guard();
+                        request.wait();
+                    }
                 });
             }
         }
@@ -421,7 +429,7 @@ impl Backend for MpiBackend {
         send: &[u8],
         counts: &[usize],
         recv: &mut dyn RecvBuf,
-        work: &mut dyn FnMut(),
+        work: DuringWork<'_>,
     ) -> Result<Vec<usize>> {
         self.exchange(send, counts, recv, Some(work))
     }

@@ -116,8 +116,11 @@ fn overlapped(peers: &Comm, host: &Comm, salt: u64, h: &mut Fnv) -> Result<()> {
     let mut sum = values::<f32>(seed(salt, 2, host.rank(), 0), n);
     let mut recv = Vec::new();
     let (from, reduced) =
-        peers.all_to_all_v_during(&send, &counts, &mut recv, Phase::TowerPeer, || {
-            host.all_reduce(&mut sum, Phase::TowerIntra)
+        peers.all_to_all_v_during(&send, &counts, &mut recv, Phase::TowerPeer, |progress| {
+            progress();
+            let reduced = host.all_reduce(&mut sum, Phase::TowerIntra);
+            progress();
+            reduced
         })?;
     reduced?;
     let want: Vec<f32> = (0..p)

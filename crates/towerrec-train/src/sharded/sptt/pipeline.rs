@@ -141,7 +141,7 @@ impl Sptt {
             // Every value is written, chunk by chunk.
             work.early.outs[li].resize(rows * w, 0.0);
         }
-        map_and_lay_out(&lay, local, &mut work, 0, &mut bufs.rows[0])?;
+        map_and_lay_out(&lay, local, &mut work, 0, &mut bufs.rows[0], &mut || {})?;
         let counts_of = |k: usize| -> Vec<usize> {
             let rows = lay.peer_rows(k);
             rows.iter().map(|&(_, n)| n * lay.width).collect()
@@ -156,7 +156,9 @@ impl Sptt {
                         &counts_of(k),
                         into,
                         Phase::TowerPeer,
-                        || map_and_lay_out(&lay, local, &mut work, k + 1, next_rows),
+                        |progress| {
+                            map_and_lay_out(&lay, local, &mut work, k + 1, next_rows, progress)
+                        },
                     )?;
                     laid?;
                 }
@@ -217,9 +219,9 @@ impl Sptt {
         for k in 0..chunks {
             let (done, next) = bufs.rows.split_at_mut(k + 1);
             let (sums, seen) = (&mut bufs.sums, &mut bufs.seen);
-            let mut back = || -> Result<()> {
+            let mut back = |progress: &mut dyn FnMut()| -> Result<()> {
                 send_back(&lay, &mut work, k, &done[k])?;
-                maps_backward(&lay, local, &mut work, k, sums, seen);
+                maps_backward(&lay, local, &mut work, k, (sums, seen), progress);
                 Ok(())
             };
             match next.first_mut() {
@@ -234,7 +236,7 @@ impl Sptt {
                     )?;
                     r?;
                 }
-                None => back()?,
+                None => back(&mut || {})?,
             }
         }
         for (tower, &n) in bufs.seen.iter().enumerate() {
@@ -321,13 +323,15 @@ fn chunk_grads(lay: &Layout, k: usize, grad: &[f32], width: usize) -> (Vec<f32>,
 }
 
 /// Chunk `k`'s forward up to step f: its pooled vectors through their maps, step d,
-/// and the group rows of step e in `rows`.
+/// and the group rows of step e in `rows`; `progress` is called after each shard's
+/// map (it moves an exchange running meanwhile).
 fn map_and_lay_out(
     lay: &Layout,
     local: &[LocalShard],
     work: &mut Work,
     k: usize,
     rows: &mut Vec<f32>,
+    progress: &mut dyn FnMut(),
 ) -> Result<()> {
     let early = &mut *work.early;
     for (li, l) in local.iter().enumerate() {
@@ -341,6 +345,7 @@ fn map_and_lay_out(
                 map.forward(x, &mut early.outs[li][r.start * w..r.end * w], r.len());
             }
         }
+        progress();
     }
     // c, d: to each group-mate, every local shard's outputs of the samples of its peers.
     let send = &mut *work.send;
@@ -423,14 +428,14 @@ fn send_back(lay: &Layout, work: &mut Work, k: usize, rows: &[f32]) -> Result<()
 
 /// Chunk `k`'s maps' backward: each local shard's vectors' gradient of the chunk's
 /// samples into its `grad`, and the maps' parameter gradients added to `sums` (per
-/// tower; `seen` counts the parts added).
+/// tower; `seen` counts the parts added); `progress` is called after each shard.
 fn maps_backward(
     lay: &Layout,
     local: &mut [LocalShard],
     work: &mut Work,
     k: usize,
-    sums: &mut Vec<Vec<Vec<f32>>>,
-    seen: &mut [usize],
+    (sums, seen): (&mut Vec<Vec<Vec<f32>>>, &mut [usize]),
+    progress: &mut dyn FnMut(),
 ) {
     let early = &*work.early;
     sums.resize_with(seen.len(), Vec::new);
@@ -455,6 +460,7 @@ fn maps_backward(
             add_grads(&mut sums[tower], map, seen[tower] == 0);
             seen[tower] += 1;
         }
+        progress();
     }
 }
 
