@@ -123,18 +123,7 @@ impl Sptt {
     ) -> Result<()> {
         let lay = self.layout(local, router, samples, slots);
         let chunks = lay.parts.len();
-        let (Some(early), Some(maps)) = (&mut self.early, &mut self.modules) else {
-            return Err(Error::Plan("no per-feature maps".into()));
-        };
-        let bufs = &mut self.chunk_bufs;
-        bufs.ensure(chunks);
-        let mut work = Work {
-            early,
-            maps,
-            group: &self.group,
-            send: &mut self.send,
-            recv: &mut self.recv,
-        };
+        let (mut work, bufs, peers) = self.chunk_parts(chunks)?;
         for (li, l) in local.iter().enumerate() {
             let w = work.early.of_table[l.table].2;
             let rows = l.pooled.len() / l.columns().max(1);
@@ -151,7 +140,7 @@ impl Sptt {
             let into = &mut bufs.peer[k];
             match next.first_mut() {
                 Some(next_rows) => {
-                    let (_, laid) = self.peers.all_to_all_v_during(
+                    let (_, laid) = peers.all_to_all_v_during(
                         &done[k],
                         &counts_of(k),
                         into,
@@ -163,12 +152,7 @@ impl Sptt {
                     laid?;
                 }
                 None => {
-                    self.peers.all_to_all_v_into(
-                        &done[k],
-                        &counts_of(k),
-                        into,
-                        Phase::TowerPeer,
-                    )?;
+                    peers.all_to_all_v_into(&done[k], &counts_of(k), into, Phase::TowerPeer)?;
                 }
             }
             place_chunk(&lay, k, &bufs.peer[k], slots.width(), out);
@@ -192,30 +176,19 @@ impl Sptt {
         let sends: Vec<(Vec<f32>, Vec<usize>)> = (0..chunks)
             .map(|k| chunk_grads(&lay, k, grad, slots.width()))
             .collect();
-        let (Some(early), Some(maps)) = (&mut self.early, &mut self.modules) else {
-            return Err(Error::Plan("no per-feature maps".into()));
-        };
-        maps.zero_grads();
-        let bufs = &mut self.chunk_bufs;
-        bufs.ensure(chunks);
+        let (mut work, bufs, peers) = self.chunk_parts(chunks)?;
+        work.maps.zero_grads();
         bufs.seen.clear();
-        bufs.seen.resize(maps.tower_count(), 0);
+        bufs.seen.resize(work.maps.tower_count(), 0);
         let global: usize = samples.iter().sum();
+        let early = &mut *work.early;
         for (li, l) in local.iter_mut().enumerate() {
             early.douts[li].resize(global * early.of_table[l.table].2, 0.0);
             // The maps write every value of the vectors' gradient, chunk by chunk.
             l.grad.resize(l.pooled.len(), 0.0);
         }
-        let mut work = Work {
-            early,
-            maps,
-            group: &self.group,
-            send: &mut self.send,
-            recv: &mut self.recv,
-        };
         let (send, counts) = &sends[0];
-        self.peers
-            .all_to_all_v_into(send, counts, &mut bufs.rows[0], Phase::TowerPeer)?;
+        peers.all_to_all_v_into(send, counts, &mut bufs.rows[0], Phase::TowerPeer)?;
         for k in 0..chunks {
             let (done, next) = bufs.rows.split_at_mut(k + 1);
             let (sums, seen) = (&mut bufs.sums, &mut bufs.seen);
@@ -227,7 +200,7 @@ impl Sptt {
             match next.first_mut() {
                 Some(next_rows) => {
                     let (send, counts) = &sends[k + 1];
-                    let (_, r) = self.peers.all_to_all_v_during(
+                    let (_, r) = peers.all_to_all_v_during(
                         send,
                         counts,
                         next_rows,
@@ -248,6 +221,23 @@ impl Sptt {
             }
         }
         Ok(())
+    }
+
+    /// What the chunks' stages change, apart: the maps and their buffers, the buffers of
+    /// `chunks` chunks, and the peer group.
+    fn chunk_parts(&mut self, chunks: usize) -> Result<(Work<'_>, &mut ChunkBufs, &Comm)> {
+        let (Some(early), Some(maps)) = (&mut self.early, &mut self.modules) else {
+            return Err(Error::Plan("no per-feature maps".into()));
+        };
+        self.chunk_bufs.ensure(chunks);
+        let work = Work {
+            early,
+            maps,
+            group: &self.group,
+            send: &mut self.send,
+            recv: &mut self.recv,
+        };
+        Ok((work, &mut self.chunk_bufs, &self.peers))
     }
 
     fn layout(
