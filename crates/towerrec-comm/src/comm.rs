@@ -152,8 +152,8 @@ impl Comm {
     /// other groups, never of this one. It is given a function to call now and then
     /// during long computation: MPI starts a non-blocking AlltoAllv, runs the work and
     /// waits, and moves the exchange only inside MPI calls (the work's own collectives,
-    /// and that function's `MPI_Test`); the in-process backend exchanges on a helper
-    /// thread, and the function does nothing. The whole overlap counts as the exchange's
+    /// and that function's `MPI_Test`); the in-process backend, whose ranks are threads
+    /// of one machine with no link to hide, exchanges first and then runs the work. The whole overlap counts as the exchange's
     /// time in its phase (the work's own collectives are not timed apart).
     pub fn all_to_all_v_during<T: Element, R>(
         &self,

@@ -18,7 +18,7 @@
 
 mod run;
 
-use crate::backend::{Backend, DuringWork, RecvBuf};
+use crate::backend::{Backend, RecvBuf};
 use crate::error::{Error, Result};
 use crate::watchdog::{Op, Stall};
 use run::World;
@@ -272,29 +272,6 @@ impl Backend for InProcess {
 
     fn all_gather_v(&self, send: &[u8], recv: &mut dyn RecvBuf) -> Result<Vec<usize>> {
         self.copy_round(send, None, recv)
-    }
-
-    fn all_to_all_v_during(
-        &self,
-        send: &[u8],
-        counts: &[usize],
-        recv: &mut dyn RecvBuf,
-        work: DuringWork<'_>,
-    ) -> Result<Vec<usize>> {
-        std::thread::scope(|s| {
-            let exchange = s.spawn(|| {
-                let mut bytes = Vec::new();
-                let from = self.all_to_all_v(send, counts, &mut bytes)?;
-                Ok::<_, Error>((from, bytes))
-            });
-            // The helper thread moves the exchange: nothing to do between.
-            work(&mut || {});
-            let (from, bytes) = exchange
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
-            recv.bytes(bytes.len()).copy_from_slice(&bytes);
-            Ok(from)
-        })
     }
 
     fn barrier(&self) -> Result<()> {

@@ -5,7 +5,7 @@
 //! - [`Comm`]: AlltoAllv, AllReduce, ReduceScatter, AllGather, Broadcast, Barrier and
 //!   splits, for f32/f64 and integer payloads, over a [`Backend`]; and an AlltoAllv
 //!   that overlaps the caller's work ([`Comm::all_to_all_v_during`]: non-blocking on
-//!   MPI, a helper thread in-process).
+//!   MPI; in-process, the exchange and then the work).
 //! - [`HierarchicalAllReduce`]: the topology-aware AllReduce (intra-host ReduceScatter,
 //!   peer AllReduce, intra-host AllGather), its sub-communicators made once; `L` times
 //!   fewer cross-host bytes than [`Comm::all_reduce`] on `L` ranks per host.

@@ -574,7 +574,7 @@ impl Model {
     }
 
     /// Chunks of a step's samples in SPTT's exchange, where a DMT model's per-feature
-    /// modules run before its step d (default 2; 1: one exchange). Every rank must
+    /// modules run before its step d (default 4; 1: one exchange). Every rank must
     /// choose the same, before the first step.
     pub fn set_tower_chunks(&mut self, chunks: usize) {
         if let Embeddings::Sharded(s) = &mut self.embeddings {

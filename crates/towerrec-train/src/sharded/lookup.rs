@@ -77,38 +77,6 @@ impl LocalShard {
     }
 }
 
-/// One source's segment of local shard `l` in an input distribution buffer, from
-/// `at` (moved past it), for a source of `n` samples: each bag's length and, for a
-/// row-partitioned store, its sample (`bag(len, sample)`); returns the ids.
-fn read_segment<'a>(
-    buf: &'a [u64],
-    at: &mut usize,
-    n: usize,
-    l: &LocalShard,
-    mut bag: impl FnMut(usize, Option<u32>),
-) -> &'a [u64] {
-    let mut ids = 0;
-    if l.store.is_some() {
-        // Only the bags that read this store: `sample << 32 | length` each.
-        let k = buf[*at] as usize;
-        for &word in &buf[*at + 1..*at + 1 + k] {
-            let len = (word & 0xffff_ffff) as usize;
-            ids += len;
-            bag(len, Some((word >> 32) as u32));
-        }
-        *at += 1 + k;
-    } else {
-        for &len in &buf[*at..*at + n] {
-            ids += len as usize;
-            bag(len as usize, None);
-        }
-        *at += n;
-    }
-    let values = &buf[*at..*at + ids];
-    *at += ids;
-    values
-}
-
 /// Unpacks the input distribution's `recv` (from each source in order: its sample count,
 /// then per local shard its lengths and ids; a row-partitioned store's lengths as in
 /// [`super::route::Router::pack`]) into `local`; returns each source's sample count.
@@ -127,100 +95,43 @@ pub(super) fn unpack(recv: &[u64], sources: usize, local: &mut [LocalShard]) -> 
         at += 1;
         samples.push(n);
         for l in local.iter_mut() {
-            let (mut end, mut bags) = (*l.offsets.last().expect("offsets start with 0"), 0);
-            let (mut offsets, mut bag_samples) = (
-                std::mem::take(&mut l.offsets),
-                std::mem::take(&mut l.bag_samples),
-            );
-            let values = read_segment(recv, &mut at, n, l, |len, sample| {
-                end += len;
-                offsets.push(end);
-                bag_samples.extend(sample);
-                bags += 1;
-            });
-            (l.offsets, l.bag_samples) = (offsets, bag_samples);
-            l.values.extend_from_slice(values);
+            let mut end = *l.offsets.last().expect("offsets start with 0");
+            let first = end;
             if l.store.is_some() {
-                l.bags_from.push(bags);
+                // Only the bags that read this store: `sample << 32 | length` each.
+                let k = recv[at] as usize;
+                for &bag in &recv[at + 1..at + 1 + k] {
+                    end += (bag & 0xffff_ffff) as usize;
+                    l.offsets.push(end);
+                    l.bag_samples.push((bag >> 32) as u32);
+                }
+                at += 1 + k;
+                l.bags_from.push(k);
+            } else {
+                let lengths = &recv[at..at + n];
+                at += n;
+                for &len in lengths {
+                    end += len as usize;
+                    l.offsets.push(end);
+                }
             }
+            l.values.extend_from_slice(&recv[at..at + end - first]);
+            at += end - first;
         }
     }
     samples
 }
 
-/// Pools this rank's own segment of the input distribution (`own`, in the format of
-/// [`unpack`]'s sources: the bags it routes to itself) into `out`, one buffer per local
-/// shard; calls `progress` after each shard. Runs while the exchange brings the other
-/// ranks' bags (OPER §5: the local lookups under the remote fetches).
-pub(super) fn pool_own(
-    own: &[u64],
-    local: &[LocalShard],
-    out: &mut Vec<Vec<f32>>,
-    progress: &mut dyn FnMut(),
-) -> Result<()> {
-    out.resize_with(local.len(), Vec::new);
-    let n = own[0] as usize;
-    let mut at = 1;
-    let mut offsets = Vec::new();
-    for (l, pooled) in local.iter().zip(out.iter_mut()) {
-        offsets.clear();
-        offsets.push(0);
-        let mut end = 0;
-        let values = read_segment(own, &mut at, n, l, |len, _| {
-            end += len;
-            offsets.push(end);
-        });
+/// Pools every bag each local shard received.
+pub(super) fn pool(local: &mut [LocalShard]) -> Result<()> {
+    for l in local {
         let cols = l.columns();
-        pooled.clear();
-        pooled.resize((offsets.len() - 1) * cols, 0.0);
-        l.bag
-            .forward(JaggedView::new(&offsets, values)?, pooled, cols, 0)?;
-        progress();
-    }
-    Ok(())
-}
-
-/// Pools every bag each local shard received, except this rank's own (source `me`),
-/// whose vectors [`pool_own`] left in `own` and are copied into place.
-pub(super) fn pool_others(
-    local: &mut [LocalShard],
-    me: usize,
-    samples: &[usize],
-    own: &[Vec<f32>],
-) -> Result<()> {
-    for (l, own) in local.iter_mut().zip(own) {
-        let cols = l.columns();
-        let from = if l.store.is_some() {
-            &l.bags_from[..]
-        } else {
-            samples
-        };
-        let first: usize = from[..me].iter().sum();
-        let mine = from[me];
-        let bags = l.offsets.len() - 1;
         l.pooled.clear();
-        l.pooled.resize(bags * cols, 0.0);
-        l.pool_bags(0..first)?;
-        l.pooled[first * cols..(first + mine) * cols].copy_from_slice(own);
-        l.pool_bags(first + mine..bags)?;
+        l.pooled.resize((l.offsets.len() - 1) * cols, 0.0);
+        let view = JaggedView::new(&l.offsets, &l.values)?;
+        l.bag.forward(view, &mut l.pooled, cols, 0)?;
     }
     Ok(())
-}
-
-impl LocalShard {
-    /// Pools bags `range` of the last forward into their rows of `pooled`.
-    fn pool_bags(&mut self, range: std::ops::Range<usize>) -> Result<()> {
-        if range.is_empty() {
-            return Ok(());
-        }
-        let cols = self.columns();
-        let offsets = &self.offsets[range.start..=range.end];
-        let values = &self.values[offsets[0]..offsets[offsets.len() - 1]];
-        let out = &mut self.pooled[range.start * cols..range.end * cols];
-        self.bag
-            .forward(JaggedView::new(offsets, values)?, out, cols, 0)?;
-        Ok(())
-    }
 }
 
 /// Applies each local shard's fused update from its `grad`; a row-partitioned store

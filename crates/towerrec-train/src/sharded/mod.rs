@@ -81,8 +81,6 @@ impl TableState {
 struct Buffers {
     ids_send: Vec<u64>,
     ids_recv: Vec<u64>,
-    /// Per local shard, the pooled vectors of the bags this rank sent itself.
-    own_pooled: Vec<Vec<f32>>,
     vec_send: Vec<f32>,
     vec_recv: Vec<f32>,
     /// Per table, which of this rank's rows hold a partial sum (flat output).
@@ -351,7 +349,8 @@ impl ShardedEmbeddings {
     /// batch: rank `r` holds the `r`-th slice) into their slots of the feature rows `out`
     /// (`B × slots.width()`).
     pub fn forward(&mut self, batch: &Batch, out: &mut [f32], slots: &FeatureSlots) -> Result<()> {
-        self.input_dist_and_pool(batch)?;
+        self.input_dist(batch)?;
+        lookup::pool(&mut self.local)?;
         if self.sptt.is_some() {
             self.sptt_output_dist(batch, out, slots)?;
         } else {
@@ -361,9 +360,8 @@ impl ShardedEmbeddings {
     }
 
     /// Routes this rank's ids to the shards (to each rank: this rank's sample count,
-    /// then a segment per shard it holds), unpacks what arrives and pools it: the bags
-    /// this rank routes to itself while the exchange runs, the others after.
-    fn input_dist_and_pool(&mut self, batch: &Batch) -> Result<()> {
+    /// then a segment per shard it holds) and unpacks what arrives.
+    fn input_dist(&mut self, batch: &Batch) -> Result<()> {
         let p = self.comm.size();
         self.router.bucket(|t| batch.sparse.feature(t));
         let mut send = std::mem::take(&mut self.bufs.ids_send);
@@ -377,26 +375,15 @@ impl ShardedEmbeddings {
             }
             *count = send.len() - before;
         }
-        let me = self.comm.rank();
-        let first: usize = counts[..me].iter().sum();
-        let own = &send[first..first + counts[me]];
         let mut recv = std::mem::take(&mut self.bufs.ids_recv);
-        let mut own_pooled = std::mem::take(&mut self.bufs.own_pooled);
-        let local = &self.local;
-        let exchanged = self.comm.all_to_all_v_during(
-            &send,
-            &counts,
-            &mut recv,
-            Phase::InputDist,
-            |progress| lookup::pool_own(own, local, &mut own_pooled, progress),
-        );
+        let exchanged = self
+            .comm
+            .all_to_all_v_into(&send, &counts, &mut recv, Phase::InputDist);
         self.bufs.ids_send = send;
-        exchanged?.1?;
+        exchanged?;
         self.samples = lookup::unpack(&recv, p, &mut self.local);
         self.bufs.ids_recv = recv;
-        let pooled = lookup::pool_others(&mut self.local, me, &self.samples, &own_pooled);
-        self.bufs.own_pooled = own_pooled;
-        pooled
+        Ok(())
     }
 
     /// Backward of the last [`ShardedEmbeddings::forward`] (same `batch`) from the
