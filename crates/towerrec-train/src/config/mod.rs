@@ -165,8 +165,8 @@ pub struct ClusterConfig {
     pub tower_chunks: usize,
 }
 
-/// The default of `cluster.tower_chunks` (the fastest of 1, 2, 4, 8 and 16 on the
-/// emulated cluster, docs/DMT.md).
+/// The default of `cluster.tower_chunks`, chosen by measurement (docs/DMT.md, "Eleventh
+/// and twelfth measurements").
 pub const DEFAULT_TOWER_CHUNKS: usize = 4;
 
 fn default_tower_chunks() -> usize {

@@ -5,10 +5,10 @@
 //! Every world rank's slice of the global batch is cut into `chunks` near-equal parts;
 //! chunk `k` is the `k`-th part of every slice. For each chunk in turn the forward maps
 //! the chunk's pooled vectors, sends them through step d, lays them out as group rows
-//! (step e) and sends those to the peers (step f). Step f of chunk `k` runs on a helper
-//! thread ([`towerrec_comm::Comm::all_to_all_v_during`]) while this thread maps chunk
-//! `k + 1` and runs its step d, so the cross-host link carries one chunk while the host
-//! works on the next. The backward receives chunk 0's gradient through step f, then
+//! (step e) and sends those to the peers (step f). Step f of chunk `k` runs as a
+//! non-blocking exchange ([`towerrec_comm::Comm::all_to_all_v_during`]) while this rank
+//! maps chunk `k + 1` and runs its step d, so the cross-host link carries one chunk while
+//! the host works on the next. The backward receives chunk 0's gradient through step f, then
 //! receives chunk `k + 1`'s while it sends chunk `k`'s back through step d and runs its
 //! maps' backward. One chunk is the exchange of [`super::exchange`], steps c–f once.
 //!
@@ -89,6 +89,7 @@ impl Layout {
 #[derive(Default)]
 pub(super) struct ChunkBufs {
     rows: Vec<Vec<f32>>,
+    /// Per chunk, what step f brings (forward) or sends (backward).
     peer: Vec<Vec<f32>>,
     /// The maps' parameter gradients summed per tower, and how many parts added to each.
     sums: Vec<Vec<Vec<f32>>>,
@@ -173,10 +174,10 @@ impl Sptt {
     ) -> Result<()> {
         let lay = self.layout(local, router, samples, slots);
         let chunks = lay.parts.len();
-        let sends: Vec<(Vec<f32>, Vec<usize>)> = (0..chunks)
-            .map(|k| chunk_grads(&lay, k, grad, slots.width()))
-            .collect();
         let (mut work, bufs, peers) = self.chunk_parts(chunks)?;
+        let counts: Vec<Vec<usize>> = (0..chunks)
+            .map(|k| chunk_grads(&lay, k, grad, slots.width(), &mut bufs.peer[k]))
+            .collect();
         work.maps.zero_grads();
         bufs.seen.clear();
         bufs.seen.resize(work.maps.tower_count(), 0);
@@ -187,8 +188,8 @@ impl Sptt {
             // The maps write every value of the vectors' gradient, chunk by chunk.
             l.grad.resize(l.pooled.len(), 0.0);
         }
-        let (send, counts) = &sends[0];
-        peers.all_to_all_v_into(send, counts, &mut bufs.rows[0], Phase::TowerPeer)?;
+        let sends = &bufs.peer;
+        peers.all_to_all_v_into(&sends[0], &counts[0], &mut bufs.rows[0], Phase::TowerPeer)?;
         for k in 0..chunks {
             let (done, next) = bufs.rows.split_at_mut(k + 1);
             let (sums, seen) = (&mut bufs.sums, &mut bufs.seen);
@@ -199,10 +200,9 @@ impl Sptt {
             };
             match next.first_mut() {
                 Some(next_rows) => {
-                    let (send, counts) = &sends[k + 1];
                     let (_, r) = peers.all_to_all_v_during(
-                        send,
-                        counts,
+                        &sends[k + 1],
+                        &counts[k + 1],
                         next_rows,
                         Phase::TowerPeer,
                         back,
@@ -290,12 +290,19 @@ fn place_chunk(lay: &Layout, k: usize, from_peers: &[f32], out_width: usize, out
     }
 }
 
-/// Step f reversed, chunk `k`'s payload: each group's columns of this rank's rows of
-/// the chunk (of `grad`, `width` columns a row), and the count for each group.
-fn chunk_grads(lay: &Layout, k: usize, grad: &[f32], width: usize) -> (Vec<f32>, Vec<usize>) {
+/// Step f reversed, chunk `k`'s payload in `send`: each group's columns of this rank's
+/// rows of the chunk (of `grad`, `width` columns a row); returns the count for each
+/// group.
+fn chunk_grads(
+    lay: &Layout,
+    k: usize,
+    grad: &[f32],
+    width: usize,
+    send: &mut Vec<f32>,
+) -> Vec<usize> {
     let (first, n) = lay.parts[k][lay.me()];
     let rows = &grad[first * width..(first + n) * width];
-    let mut send = Vec::new();
+    send.clear();
     let counts = lay
         .placed
         .iter()
@@ -309,7 +316,7 @@ fn chunk_grads(lay: &Layout, k: usize, grad: &[f32], width: usize) -> (Vec<f32>,
             send.len() - before
         })
         .collect();
-    (send, counts)
+    counts
 }
 
 /// Chunk `k`'s forward up to step f: its pooled vectors through their maps, step d,
