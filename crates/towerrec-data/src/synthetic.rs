@@ -121,7 +121,7 @@ pub enum PoolingFactor {
 
 impl PoolingFactor {
     /// Ids per sample on average.
-    fn mean(self) -> f64 {
+    pub fn mean(self) -> f64 {
         match self {
             PoolingFactor::Fixed(n) => f64::from(n),
             PoolingFactor::Mean { mean } => mean,

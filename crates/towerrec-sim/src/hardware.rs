@@ -8,6 +8,7 @@ use crate::error::{
     check_efficiency, check_non_negative, check_positive, check_share, Error, Result,
 };
 use crate::memory::MemorySystem;
+use crate::reader::ReaderCosts;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -67,6 +68,10 @@ pub struct SystemTraits {
     /// different times; dedicated chips wait about nothing). Empty: no wait.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sync_wait: Vec<[f64; 2]>,
+    /// What towerrec's synthetic reader costs a chip (`towerrec calibrate` measures
+    /// it); absent: reading is free.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synthetic_reader: Option<ReaderCosts>,
 }
 
 fn yes() -> bool {
@@ -83,6 +88,7 @@ impl Default for SystemTraits {
             update_overhead_ns: 0.0,
             step_overhead_us: 0.0,
             sync_wait: Vec::new(),
+            synthetic_reader: None,
         }
     }
 }
@@ -255,6 +261,9 @@ impl Hardware {
         check_non_negative("system.lookup_overhead_ns", s.lookup_overhead_ns)?;
         check_non_negative("system.update_overhead_ns", s.update_overhead_ns)?;
         check_non_negative("system.step_overhead_us", s.step_overhead_us)?;
+        if let Some(r) = &s.synthetic_reader {
+            r.validate()?;
+        }
         for (i, &[w, t]) in s.sync_wait.iter().enumerate() {
             check_non_negative(&format!("system.sync_wait[{i}] work"), w)?;
             check_non_negative(&format!("system.sync_wait[{i}] wait"), t)?;

@@ -8,6 +8,7 @@
 //!   DLRM-RM2 as presets).
 //! - [`Towers`]: a DMT model's towers as towerrec builds them (tables per tower, Tower
 //!   Module, hosts per tower) and what SPTT and the modules cost on a cluster.
+//! - [`ReaderCosts`] and [`SyntheticIds`]: what generating a step's samples costs.
 //! - [`simulate`]: one inference query or training step, phase by phase, for unsharded
 //!   or fully sharded tables and a flat, SPTT or DMT embedding exchange.
 //! - [`paper`]: the scale-in paper's Tables XVI and XVII, reproduced.
@@ -20,6 +21,7 @@ mod hardware;
 mod memory;
 pub mod paper;
 pub mod plot;
+mod reader;
 pub mod scale;
 mod step;
 mod towers;
@@ -31,6 +33,7 @@ pub use collective::{
 pub use error::{Error, Result};
 pub use hardware::{Compute, Hardware, SystemTraits};
 pub use memory::{DramTiming, MemorySystem, TimingRef};
+pub use reader::{ReaderCosts, SyntheticIds};
 pub use step::{
     simulate, simulate_rank, Exchange, Mode, Phase, RankLoad, Resource, Scenario, Sharding, Step,
 };

@@ -272,6 +272,10 @@ pub fn simulate_rank(
     let training = scenario.mode == Mode::Training;
 
     let mut t = Timeline { phases: Vec::new() };
+    // Each rank reads its own slice of the batch (towerrec's reader builds only that).
+    if let (Some(ids), Some(costs)) = (&workload.synthetic, &hw.system.synthetic_reader) {
+        t.push("data_read", Resource::Compute, costs.seconds(ids, b));
+    }
     // Forward (Algorithm 1).
     let index = net.flat(
         Collective::AllToAll,

@@ -316,3 +316,47 @@ fn a_chunked_exchange_hides_at_most_the_shorter_stage() {
     flat_part.chunks = 4;
     assert_eq!(flat_part.costs(&w, hw.hosts).unwrap().chunks, 1);
 }
+
+/// A step pays the synthetic reader for its chip's slice of the batch, at the hardware's
+/// measured costs, only where both the workload says the data is generated and the
+/// hardware says what that costs.
+#[test]
+fn reading_generated_samples_costs_the_chips_slice() {
+    use towerrec_sim::{ReaderCosts, SyntheticIds};
+    let scenario = Scenario {
+        mode: Mode::Training,
+        sharding: Sharding::Unsharded,
+        exchange: Exchange::Flat,
+    };
+    let mut hw = Hardware::preset("reference").unwrap();
+    let mut w = Workload::rm2(false);
+    let plain = simulate(&w, &hw, scenario).unwrap();
+    assert!(plain.phase("data_read").is_none());
+    w.synthetic = Some(SyntheticIds {
+        zipf: 10.0,
+        uniform: 30.0,
+    });
+    let unpriced = simulate(&w, &hw, scenario).unwrap();
+    assert!(unpriced.phase("data_read").is_none());
+    assert_eq!(unpriced.seconds, plain.seconds);
+    hw.system.synthetic_reader = Some(ReaderCosts {
+        sample_ns: 1000.0,
+        zipf_id_ns: 100.0,
+        uniform_id_ns: 10.0,
+    });
+    let step = simulate(&w, &hw, scenario).unwrap();
+    let read = step.phase("data_read").unwrap().seconds;
+    let samples = w.batch_per_chip(hw.chips());
+    let expected = samples * (1000.0 + 10.0 * 100.0 + 30.0 * 10.0) * 1e-9;
+    assert!(
+        (read - expected).abs() <= 1e-15 * expected.max(1.0),
+        "{read} {expected}"
+    );
+    assert!(step.seconds >= plain.seconds + read - 1e-12);
+    hw.system.synthetic_reader = Some(ReaderCosts {
+        sample_ns: f64::INFINITY,
+        zipf_id_ns: 0.0,
+        uniform_id_ns: 0.0,
+    });
+    assert!(hw.validate().is_err());
+}

@@ -4,7 +4,7 @@
 use super::*;
 
 /// Number of compute and memory measurements (progress steps).
-pub(super) const PROBES: usize = 5 + ROW_BYTES.len();
+pub(super) const PROBES: usize = 6 + ROW_BYTES.len();
 
 /// The compute and memory probes of one process.
 #[derive(Debug, Clone)]
@@ -25,6 +25,8 @@ pub(super) struct Machine {
     /// beyond the 64-byte gather's time (read; read and write).
     pub(super) lookup_bag_ns: f64,
     pub(super) update_bag_ns: f64,
+    /// towerrec's synthetic reader on one thread (CPU time).
+    pub(super) reader: ReaderNs,
     pub(super) huge_pages: bool,
     pub(super) table_bytes: usize,
     pub(super) copy_bytes: usize,
@@ -43,6 +45,7 @@ impl Machine {
             // A chip with 1/f of the machine spends f times as long per bag.
             lookup_bag_ns: self.lookup_bag_ns * f,
             update_bag_ns: self.update_bag_ns * f,
+            reader: self.reader.scaled(f),
             ..self.clone()
         }
     }
@@ -56,6 +59,9 @@ impl Machine {
             self.copy_gbs,
             self.lookup_bag_ns,
             self.update_bag_ns,
+            self.reader.sample,
+            self.reader.zipf_id,
+            self.reader.uniform_id,
         ];
         v.extend(self.gather.iter().map(|g| g.1));
         v.extend(self.interaction.iter().map(|g| g.1));
@@ -71,16 +77,21 @@ impl Machine {
             copy_gbs: v[2],
             lookup_bag_ns: v[3],
             update_bag_ns: v[4],
+            reader: ReaderNs {
+                sample: v[5],
+                zipf_id: v[6],
+                uniform_id: v[7],
+            },
             gather: self
                 .gather
                 .iter()
-                .zip(&v[5..])
+                .zip(&v[8..])
                 .map(|(&(r, _), &g)| (r, g))
                 .collect(),
             interaction: self
                 .interaction
                 .iter()
-                .zip(&v[5 + self.gather.len()..])
+                .zip(&v[8 + self.gather.len()..])
                 .map(|(&(w, _), &g)| (w, g))
                 .collect(),
             ..self.clone()
@@ -110,7 +121,8 @@ impl Machine {
             "# {what}: GEMM f32 {GEMM_N}³ {} GFLOP/s ({}); MLP {} forward + backward \
              at batch {MLP_BATCH} {} GFLOP/s ({});\n#   dot interaction of {INTERACTION_VECTORS} vectors \
              forward + backward at batch {MLP_BATCH}, GFLOP/s by vector width ({}): {};\n#   embedding kernels, one 64 B row per bag: \
-             lookup {} ns and update {} ns per bag beyond the gather;\n#   copy {} MiB {} GB/s \
+             lookup {} ns and update {} ns per bag beyond the gather;\n#   {} ({}): {} ns a sample, \
+             {} ns a Zipf id, {} ns a uniform id (CPU time of one thread);\n#   copy {} MiB {} GB/s \
              (read + write);\n#   random gathers from a {} table ({}, prefetch), GB/s: {}.\n",
             sig(self.gemm_gflops),
             self.rate_label("best repetition"),
@@ -121,6 +133,11 @@ impl Machine {
             dots.join(", "),
             sig(self.lookup_bag_ns),
             sig(self.update_bag_ns),
+            reader::label(),
+            self.rate_label("median"),
+            sig(self.reader.sample),
+            sig(self.reader.zipf_id),
+            sig(self.reader.uniform_id),
             self.copy_bytes / MIB,
             sig(self.copy_gbs),
             human_bytes(self.table_bytes),
@@ -180,11 +197,15 @@ pub(super) fn measure_machine(
     let gather64 = gather.first().map_or(f64::NAN, |g| g.1);
     let (lookup_bag_ns, update_bag_ns) = bag_overheads(s, threads, gather64)?;
     progress.done();
+    progress.start("synthetic reader".into());
+    let reader = reader::reader_ns(s, sync)?;
+    progress.done();
     Ok(Machine {
         threads,
         rate: s.rate,
         lookup_bag_ns,
         update_bag_ns,
+        reader,
         gemm_gflops,
         mlp_gflops,
         interaction,

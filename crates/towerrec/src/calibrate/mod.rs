@@ -10,6 +10,9 @@
 //!   [`probe::copy_bandwidth`]) and random-gather bandwidth for rows of 64, 128, 256 and
 //!   512 bytes from a large table on 2 MiB pages with software prefetch, the layout
 //!   towerrec's embedding tables use ([`probe::gather_bandwidth_in`], best repetition).
+//! - **Reader**: towerrec's synthetic data generator building batches on one thread,
+//!   per sample and per Zipf or uniform id ([`reader`]); a chip pays its CPU time over
+//!   the chip's threads (the simulator's `data_read` phase).
 //! - **Collectives**: `all_to_all_v` and `all_reduce` of f32 on the requested cluster,
 //!   over per-rank buffers from 8 B to 16 MiB, through the backend towerrec trains on
 //!   (threads of this process, or MPI). Each point is the median over repetitions of the
@@ -42,13 +45,14 @@ use std::time::{Duration, Instant};
 use towerrec_comm::{Comm, Phase, Topology};
 use towerrec_core::probe::{self, HugePageBuf, Pages, Rate};
 use towerrec_sim::{
-    AlphaBeta, Collective, Compute, CrossHost, Hardware, Level, MemorySystem, Network, Scaling,
-    SystemTraits,
+    AlphaBeta, Collective, Compute, CrossHost, Hardware, Level, MemorySystem, Network, ReaderCosts,
+    Scaling, SystemTraits,
 };
 
 mod collectives;
 mod machine;
 mod mpi;
+mod reader;
 mod report;
 #[cfg(any(feature = "mpi", test))]
 mod sync_wait;
@@ -57,6 +61,7 @@ mod tests;
 
 use collectives::*;
 use machine::*;
+use reader::ReaderNs;
 use report::*;
 
 const KIB: usize = 1 << 10;

@@ -53,7 +53,19 @@ pub(super) fn hardware(
             update_overhead_ns: per_chip.update_bag_ns,
             step_overhead_us: 0.0,
             sync_wait: Vec::new(),
+            // The reader thread's CPU time comes out of the chip's threads.
+            synthetic_reader: Some(reader_costs(per_chip)),
         },
+    }
+}
+
+/// The synthetic reader's wall time per chip: its CPU time over the chip's threads.
+fn reader_costs(per_chip: &Machine) -> ReaderCosts {
+    let r = per_chip.reader.scaled(1.0 / per_chip.threads.max(1) as f64);
+    ReaderCosts {
+        sample_ns: sig(r.sample),
+        zipf_id_ns: sig(r.zipf_id),
+        uniform_id_ns: sig(r.uniform_id),
     }
 }
 

@@ -44,6 +44,11 @@ fn machine() -> Machine {
         gather: vec![(64, 10.0), (256, 13.0)],
         lookup_bag_ns: 15.0,
         update_bag_ns: 40.0,
+        reader: ReaderNs {
+            sample: 900.0,
+            zipf_id: 80.0,
+            uniform_id: 20.0,
+        },
         huge_pages: true,
         table_bytes: MIB,
         copy_bytes: MIB,
@@ -57,6 +62,10 @@ fn ranks_sharing_the_machine_split_it() {
     assert_eq!(m.gather, vec![(64, 2.5), (256, 3.25)]);
     assert_eq!(m.interaction, vec![(8, 1.0), (64, 5.0)]);
     assert_eq!((m.lookup_bag_ns, m.update_bag_ns), (60.0, 160.0));
+    assert_eq!(
+        (m.reader.sample, m.reader.zipf_id, m.reader.uniform_id),
+        (3600.0, 320.0, 80.0)
+    );
     let back = machine().with_figures(&machine().to_vec());
     assert_eq!(back.to_vec(), machine().to_vec());
 }
@@ -78,6 +87,15 @@ fn the_file_describes_a_cpu_step() {
     assert!(!hw.system.on_chip_buffers);
     assert_eq!(hw.system.allreduce_overlap, 0.0);
     assert_eq!(hw.system.lookup_comm_overlap, 0.0);
+    // The reader's CPU time over the chip's 2 threads.
+    assert_eq!(
+        hw.system.synthetic_reader,
+        Some(ReaderCosts {
+            sample_ns: 450.0,
+            zipf_id_ns: 40.0,
+            uniform_id_ns: 10.0,
+        })
+    );
 }
 
 #[test]
@@ -101,6 +119,7 @@ fn a_sweep_keeps_its_points_as_bytes_moved_for_the_simulator() {
     assert_eq!(level.all_reduce.as_ref().map(|a| a.measured.len()), Some(3));
 }
 
+// GEMM, MLP, interaction and reader say how they were taken.
 #[test]
 fn the_machine_comment_says_how_rates_were_taken() {
     let alone = machine().comment("x");
@@ -111,5 +130,5 @@ fn the_machine_comment_says_how_rates_were_taken() {
     }
     .comment("x");
     assert!(!shared.contains("best repetition"), "{shared}");
-    assert_eq!(shared.matches("sustained").count(), 3, "{shared}");
+    assert_eq!(shared.matches("sustained").count(), 4, "{shared}");
 }

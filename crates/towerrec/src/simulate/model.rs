@@ -3,6 +3,7 @@
 //! [`Towers`], counted as `towerrec train` builds the model.
 
 use super::*;
+use towerrec_sim::SyntheticIds;
 use towerrec_train::config::TowersConfig;
 
 /// A model to simulate: the flat model, its towers when the config has them, and the
@@ -82,13 +83,7 @@ pub(super) fn workload_of(cfg: &Config, name: &str) -> Result<Workload> {
         towerrec_data::DataConfig::Synthetic(s) => s
             .tables
             .iter()
-            .flat_map(|t| {
-                let ids = match t.pooling {
-                    towerrec_data::PoolingFactor::Fixed(n) => n as f64,
-                    towerrec_data::PoolingFactor::Mean { mean } => mean,
-                };
-                std::iter::repeat_n(ids, t.count)
-            })
+            .flat_map(|t| std::iter::repeat_n(t.pooling.mean(), t.count))
             .collect(),
         _ => vec![1.0; schema.num_sparse()],
     };
@@ -140,7 +135,28 @@ pub(super) fn workload_of(cfg: &Config, name: &str) -> Result<Workload> {
         index_bytes: std::mem::size_of::<u64>(),
         bag_bytes: std::mem::size_of::<u64>(),
         wire_bytes: None,
+        synthetic: synthetic_ids(&cfg.data),
     })
+}
+
+/// The ids one sample of `data` draws, by kind, where towerrec generates it.
+fn synthetic_ids(data: &towerrec_data::DataConfig) -> Option<SyntheticIds> {
+    let towerrec_data::DataConfig::Synthetic(s) = data else {
+        return None;
+    };
+    let mut ids = SyntheticIds {
+        zipf: 0.0,
+        uniform: 0.0,
+    };
+    for t in &s.tables {
+        let n = t.count as f64 * t.pooling.mean();
+        if t.zipf_exponent > 0.0 {
+            ids.zipf += n;
+        } else {
+            ids.uniform += n;
+        }
+    }
+    Some(ids)
 }
 
 #[cfg(test)]
@@ -220,5 +236,19 @@ mod tests {
             };
             assert_eq!(simulated, params as f64, "{overrides:?}");
         }
+    }
+
+    #[test]
+    fn generated_data_tells_the_simulator_which_ids_it_draws() {
+        let tables = "data.tables=[{rows=100,zipf_exponent=1.05,pooling=2,count=3},\
+                      {rows=50,pooling={mean=4.0}},{rows=10,count=2}]";
+        let (w, _, _) = both(&[tables]);
+        assert_eq!(
+            w.synthetic,
+            Some(SyntheticIds {
+                zipf: 6.0,
+                uniform: 6.0
+            })
+        );
     }
 }
