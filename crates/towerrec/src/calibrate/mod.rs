@@ -81,8 +81,22 @@ const INTERACTION_WIDTHS: [usize; 5] = [8, 16, 32, 64, 128];
 /// Row sizes of the random-gather probes.
 const ROW_BYTES: [usize; 4] = [64, 128, 256, 512];
 
-/// Per-rank buffer sizes of the collective sweeps.
-const SIZES: [usize; 8] = [8, 64, 512, 4 * KIB, 32 * KIB, 256 * KIB, 2 * MIB, 16 * MIB];
+/// Per-rank buffer sizes of the collective sweeps: a factor of 4 apart, since the
+/// simulator interpolates between them and a step's collectives fall anywhere.
+const SIZES: [usize; 12] = [
+    8,
+    32,
+    128,
+    512,
+    2 * KIB,
+    8 * KIB,
+    32 * KIB,
+    128 * KIB,
+    512 * KIB,
+    2 * MIB,
+    8 * MIB,
+    16 * MIB,
+];
 const QUICK_SIZES: [usize; 4] = [8, KIB, 64 * KIB, MIB];
 
 /// Upper bound on the memory the collective sweeps of all in-process ranks may hold.
