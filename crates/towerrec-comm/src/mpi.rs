@@ -316,9 +316,12 @@ impl Drop for MpiBackend {
 }
 
 impl MpiBackend {
-    /// An AlltoAllv: blocking, or with `work`, started non-blocking, the work run, and
+    /// An AlltoAllv, started non-blocking (`MPI_Ialltoallv`), `work` run (if any), and
     /// waited for. MPI moves a non-blocking collective only inside MPI calls: the work's
-    /// own, and the `MPI_Test` of the function the work is given.
+    /// own, and the `MPI_Test` of the function the work is given. Exchanges with and
+    /// without work take the same MPI collective, so that `towerrec calibrate`'s one
+    /// AlltoAll measurement prices both (and on the emulated cluster the non-blocking
+    /// one is the faster: docs/CLUSTER.md, "AlltoAll").
     fn exchange(
         &self,
         send: &[u8],
@@ -375,29 +378,26 @@ impl MpiBackend {
         };
         let sp = Partition::new(send, &sc[..], &sd[..]);
         let mut rp = PartitionMut::new(recv, &rc[..], &rd[..]);
-        match work {
-            None => self.comm.all_to_all_varcount_into(&sp, &mut rp),
-            Some(work) => {
-                drop(_g);
-                ::mpi::request::scope(|scope| {
-                    let mut pending = Some({
+        drop(_g);
+        ::mpi::request::scope(|scope| {
+            let mut pending = Some({
+                let _g = mpi_guard();
+                self.comm
+                    .immediate_all_to_all_varcount_into(scope, &sp, &mut rp)
+            });
+            if let Some(work) = work {
+                work(&mut || {
+                    if let Some(request) = pending.take() {
                         let _g = mpi_guard();
-                        self.comm
-                            .immediate_all_to_all_varcount_into(scope, &sp, &mut rp)
-                    });
-                    work(&mut || {
-                        if let Some(request) = pending.take() {
-                            let _g = mpi_guard();
-                            pending = request.test().err();
-                        }
-                    });
-                    if let Some(request) = pending {
-                        let _g = mpi_guard();
-                        request.wait();
+                        pending = request.test().err();
                     }
                 });
             }
-        }
+            if let Some(request) = pending {
+                let _g = mpi_guard();
+                request.wait();
+            }
+        });
         Ok(recv_counts.iter().map(|&c| c as usize).collect())
     }
 }
