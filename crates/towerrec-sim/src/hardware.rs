@@ -59,7 +59,7 @@ pub struct SystemTraits {
     pub lookup_overhead_ns: f64,
     #[serde(default)]
     pub update_overhead_ns: f64,
-    /// Fixed time per step outside the modelled phases (framework, data loading), µs.
+    /// Fixed time per step outside the modelled phases (framework), µs.
     #[serde(default)]
     pub step_overhead_us: f64,
     /// The wait at a collective that follows computation, as `towerrec calibrate`

@@ -234,9 +234,9 @@ fn mlp_rate(s: &Settings, threads: usize) -> Result<f64> {
     Ok(gflops)
 }
 
-/// How a layer probe's repetitions are taken: alone, the median repetition (a typical
+/// How a layer or reader probe's repetitions are taken: alone, the median repetition (a typical
 /// step); with the cores shared, sustained.
-fn layer_rate(s: &Settings) -> Rate {
+pub(super) fn layer_rate(s: &Settings) -> Rate {
     match s.rate {
         Rate::Sustained => Rate::Sustained,
         Rate::Best | Rate::Median => Rate::Median,

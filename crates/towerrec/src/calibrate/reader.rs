@@ -37,10 +37,7 @@ impl ReaderNs {
 /// do in training).
 pub(super) fn reader_ns(s: &Settings, sync: &dyn Fn() -> Result<()>) -> Result<ReaderNs> {
     let budget = s.budget / 3;
-    let rate = match s.rate {
-        Rate::Sustained => Rate::Sustained,
-        Rate::Best | Rate::Median => Rate::Median,
-    };
+    let rate = layer_rate(s);
     let per_sample = |tables: usize, zipf: f64| -> Result<f64> {
         sync()?;
         let cfg = SyntheticConfig {

@@ -80,6 +80,13 @@ impl Layout {
         f..f + n
     }
 
+    /// Chunk `k`'s samples of every world rank that has some, as global row ranges.
+    fn chunk_rows(&self, k: usize) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+        (0..self.parts[k].len())
+            .map(move |w| self.global_rows(k, w))
+            .filter(|r| !r.is_empty())
+    }
+
     fn me(&self) -> usize {
         self.rank_of[self.my_group][self.my_index]
     }
@@ -335,12 +342,9 @@ fn map_and_lay_out(
         let (tower, _, w) = early.of_table[l.table];
         let cols = l.columns();
         let map = work.maps.per_feature_map(tower);
-        for wr in 0..lay.parts[k].len() {
-            let r = lay.global_rows(k, wr);
-            if !r.is_empty() {
-                let x = &l.pooled[r.start * cols..r.end * cols];
-                map.forward(x, &mut early.outs[li][r.start * w..r.end * w], r.len());
-            }
+        for r in lay.chunk_rows(k) {
+            let x = &l.pooled[r.start * cols..r.end * cols];
+            map.forward(x, &mut early.outs[li][r.start * w..r.end * w], r.len());
         }
         progress();
     }
@@ -440,11 +444,7 @@ fn maps_backward(
         let (tower, _, w) = early.of_table[l.table];
         let cols = l.columns();
         let map = work.maps.per_feature_map(tower);
-        for wr in 0..lay.parts[k].len() {
-            let r = lay.global_rows(k, wr);
-            if r.is_empty() {
-                continue;
-            }
+        for r in lay.chunk_rows(k) {
             let (x, dx) = (
                 &l.pooled[r.start * cols..r.end * cols],
                 &mut l.grad[r.start * cols..r.end * cols],
