@@ -3,7 +3,10 @@
 # at 0, 1, 5 and 20% extra memory, by the cost model and by the runtime's traffic
 # accounting, for each config given (default: the Zipf(1.05) speed config), on 2 hosts
 # x 2 in-process ranks. Also the table-wise plan, for reference.
-#   scripts/oper-table2.sh [CONFIG...]     (STEPS, MODE and RANKS from the environment)
+#   scripts/oper-table2.sh [CONFIG...]     (STEPS, MODE, EXTRAS, PROFILE_SAMPLES from the environment)
+# EXTRAS: the extra-memory percentages (default "0 1 5 20"). PROFILE_SAMPLES: profile
+# only the first this many training samples (synthetic configs), so that the runs also
+# read samples the plan never saw.
 # Per config: profile its training data, plan, train STEPS steps (default 20) with the
 # plan, and print one Markdown row per plan: the model's forward MB per iteration, the
 # runtime's output-distribution MB per step (forward and backward, summed over ranks),
@@ -12,6 +15,9 @@ set -euo pipefail
 bin=${BIN:-target/release/towerrec}
 steps=${STEPS:-20}
 mode=${MODE:-training}
+read -r -a extras <<<"${EXTRAS:-0 1 5 20}"
+profile_set=()
+[[ -z ${PROFILE_SAMPLES:-} ]] || profile_set=(--set data.train_samples="$PROFILE_SAMPLES")
 configs=("$@")
 ((${#configs[@]})) || configs=(bench/dmt/speed.toml)
 out=$(mktemp -d)
@@ -21,8 +27,9 @@ echo "| config | plan | extra memory | model fwd MB/iter | runtime fwd+bwd MB/st
 echo "|---|---|---:|---:|---:|---:|---:|---:|"
 for cfg in "${configs[@]}"; do
     name=$(basename "$cfg" .toml)
-    "$bin" profile --config "$cfg" --quiet --out "$out/$name.profile" >/dev/null
-    plans=("table-wise:0" "oper:0" "oper:1" "oper:5" "oper:20")
+    "$bin" profile --config "$cfg" "${profile_set[@]}" --quiet --out "$out/$name.profile" >/dev/null
+    plans=("table-wise:0")
+    for e in "${extras[@]}"; do plans+=("oper:$e"); done
     for p in "${plans[@]}"; do
         strategy=${p%%:*}
         extra=${p##*:}
