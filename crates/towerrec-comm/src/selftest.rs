@@ -6,7 +6,7 @@
 //! custom groups with collectives on each, the [`HierarchicalAllReduce`] on the world,
 //! a host, the peers and the custom groups (or its refusal of a group that is not the
 //! same number of ranks on every host), a peer AlltoAllv run during a host's AllReduce
-//! ([`Comm::all_to_all_v_during`]), and `check_same`, on f32, u64 and i64 payloads. Every rank recomputes what it must receive and fails with
+//! ([`Comm::all_to_all_v_during`]), AlltoAllv and AllGather in rounds, and `check_same`, on f32, u64 and i64 payloads. Every rank recomputes what it must receive and fails with
 //! [`Error::Mismatch`] on any difference; it also hashes every result's bits, so two
 //! backends (in-process threads and MPI, say) that agree give the same
 //! [`SelfTestReport`] line on every rank, byte counts included.
@@ -350,6 +350,23 @@ fn exercise<T: Value>(g: &Comm, salt: u64, h: &mut Fnv) -> Result<()> {
     expect_eq("all_gather", &all, &want)?;
     h.values(&all);
     h.usizes(&sizes);
+
+    // Both again in rounds: 2 elements a rank pair (AlltoAllv), 1 a rank (AllGather).
+    let size = std::mem::size_of::<T>();
+    let (split, split_from) =
+        g.all_to_all_v_in_rounds(&send, &counts, 2 * p * size, Phase::InputDist)?;
+    expect_eq("all_to_all_v_in_rounds", &split, &recv)?;
+    let (split_all, split_sizes) = g.all_gather_in_rounds(
+        &values::<T>(seed(salt, 30, me, 0), len(me)),
+        p * size,
+        Phase::OutputDist,
+    )?;
+    expect_eq("all_gather_in_rounds", &split_all, &all)?;
+    if split_from != from || split_sizes != sizes {
+        return Err(Error::Mismatch(format!(
+            "selftest counts in rounds: got {split_from:?} and {split_sizes:?}, want {from:?} and {sizes:?}"
+        )));
+    }
 
     // Broadcast from two roots; the others start with something else.
     for root in [salt as usize % p, p - 1] {

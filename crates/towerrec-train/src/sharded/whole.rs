@@ -5,7 +5,7 @@
 use super::ShardedEmbeddings;
 use crate::error::{Error, Result};
 use crate::sharded::TableDesc;
-use towerrec_comm::Phase;
+use towerrec_comm::{Phase, ROUND_BYTES};
 use towerrec_core::embedding::SparseOptimizer;
 use towerrec_plan::Shard;
 
@@ -144,14 +144,19 @@ impl ShardedEmbeddings {
             }
             steps.push(l.bag.step());
         }
+        // Whole tables may exceed what one MPI call moves: rounds of ROUND_BYTES.
         let (recv, recv_steps) = if everyone {
-            let (recv, _) = self.comm.all_gather(&send, Phase::Control)?;
+            let (recv, _) = self
+                .comm
+                .all_gather_in_rounds(&send, ROUND_BYTES, Phase::Control)?;
             let (recv_steps, _) = self.comm.all_gather(&steps, Phase::Control)?;
             (recv, recv_steps)
         } else {
             let mut counts = vec![0; p];
             counts[0] = send.len();
-            let (recv, _) = self.comm.all_to_all_v(&send, &counts, Phase::Control)?;
+            let (recv, _) =
+                self.comm
+                    .all_to_all_v_in_rounds(&send, &counts, ROUND_BYTES, Phase::Control)?;
             counts[0] = steps.len();
             let (recv_steps, _) = self.comm.all_to_all_v(&steps, &counts, Phase::Control)?;
             if self.comm.rank() != 0 {
