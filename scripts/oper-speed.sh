@@ -45,6 +45,7 @@ line = f'{sys.argv[2]}\t{sys.argv[3]}\t{s["train_samples_per_sec"]:.0f}\t{s["eva
 print(line.replace("\t", "  "))
 open(sys.argv[4], "a").write(line + "\n")
 PY
+        rm -rf "$run" # its checkpoint: 2 GB a run on bench/oper/kaggle-zipf.toml
     done
 done
 python3 - "$results" <<'PY'

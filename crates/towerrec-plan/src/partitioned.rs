@@ -3,10 +3,10 @@
 //! others, and the all-in-one address map that tells any rank where to read a row.
 //!
 //! The order is compact: the plan lists only the hot rows (hottest first); every other
-//! row follows them by increasing id. Finding a row's position is a binary search
-//! over the hot rows, so the map costs memory per hot row and per partition, not per
-//! row: a 100M-row table with 1% hot rows needs about 24 MB, not the 1.6 GB of a
-//! `(rank, offset)` per row.
+//! row follows them by increasing id ([`RowOrder`]: a bit per row says which are hot,
+//! so a row's position takes a few memory reads). The map costs memory per hot row,
+//! per partition and a bit per row, not a position per row: a 100M-row table with 1%
+//! hot rows needs about 28 MB, not the 1.6 GB of a `(rank, offset)` per row.
 //!
 //! A rank stores a partitioned table as the partitions it owns, in plan order, then the
 //! replicas it holds, in plan order; [`Location::offset`] counts rows into that.
@@ -14,67 +14,8 @@
 use crate::plan::{Plan, ShardingType, TablePlan};
 use towerrec_comm::Topology;
 
-/// A table's order: `hot` rows first, then every other row by increasing id.
-#[derive(Debug, Clone)]
-pub struct RowOrder {
-    rows: usize,
-    hot: Vec<usize>,
-    /// `(row, position)` of the hot rows, by row.
-    by_row: Vec<(usize, usize)>,
-}
-
-impl RowOrder {
-    /// The order of a table of `rows` rows whose hot rows are `hot`, which must be
-    /// distinct and below `rows` (as [`Plan::validate`] checks).
-    pub fn new(rows: usize, hot: &[usize]) -> Self {
-        let mut by_row: Vec<(usize, usize)> = hot.iter().copied().zip(0..).collect();
-        by_row.sort_unstable();
-        RowOrder {
-            rows,
-            hot: hot.to_vec(),
-            by_row,
-        }
-    }
-
-    /// Position of `row` in the order (`row < rows`).
-    pub fn position(&self, row: usize) -> usize {
-        match self.by_row.binary_search_by_key(&row, |h| h.0) {
-            Ok(i) => self.by_row[i].1,
-            // `i` hot rows have smaller ids: the cold rows before `row` are the rest.
-            Err(i) => self.hot.len() + row - i,
-        }
-    }
-
-    /// The row at `position` (`position < rows`).
-    pub fn row_at(&self, position: usize) -> usize {
-        if position < self.hot.len() {
-            return self.hot[position];
-        }
-        // The cold row k (by id among the cold rows) is k + i, where i hot rows have
-        // smaller ids: the first i with hot[i] − i > k (hot[j] − j never falls).
-        let k = position - self.hot.len();
-        let (mut lo, mut hi) = (0, self.by_row.len());
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if self.by_row[mid].0 - mid <= k {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        k + lo
-    }
-
-    pub fn rows(&self) -> usize {
-        self.rows
-    }
-
-    /// Heap bytes held.
-    pub fn heap_bytes(&self) -> usize {
-        self.hot.capacity() * size_of::<usize>()
-            + self.by_row.capacity() * size_of::<(usize, usize)>()
-    }
-}
+mod order;
+pub use order::RowOrder;
 
 /// Where a rank reads a row: the rank that holds it and the row's offset in that
 /// rank's storage of the table.
@@ -207,7 +148,7 @@ impl TableAddresses {
 
     /// Every partition's positions.
     fn bounds(&self) -> Vec<std::ops::Range<usize>> {
-        let ends = self.starts[1..].iter().copied().chain([self.order.rows]);
+        let ends = self.starts[1..].iter().copied().chain([self.order.rows()]);
         self.starts.iter().zip(ends).map(|(&a, b)| a..b).collect()
     }
 

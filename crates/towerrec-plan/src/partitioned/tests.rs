@@ -88,7 +88,23 @@ fn valid_entry(world: usize) -> impl Strategy<Value = (usize, TablePlan)> {
 proptest! {
     #[test]
     fn the_order_is_the_hot_rows_then_the_rest_by_id(
-        (rows, hot) in (1usize..300).prop_flat_map(|rows| (Just(rows), hot_rows(rows)))
+        (rows, hot) in (1usize..1500).prop_flat_map(|rows| (Just(rows), hot_rows(rows)))
+    ) {
+        let order = RowOrder::new(rows, &hot);
+        let naive = naive_order(rows, &hot);
+        for (pos, &row) in naive.iter().enumerate() {
+            prop_assert_eq!(order.position(row), pos);
+            prop_assert_eq!(order.row_at(pos), row);
+        }
+    }
+
+    /// Any share of the rows hot, whole words and blocks of them included.
+    #[test]
+    fn the_order_holds_with_many_hot_rows(
+        (rows, hot) in (1usize..1500).prop_flat_map(|rows| {
+            let all: Vec<usize> = (0..rows).collect();
+            (Just(rows), prop::sample::subsequence(all, 0..=rows).prop_shuffle())
+        })
     ) {
         let order = RowOrder::new(rows, &hot);
         let naive = naive_order(rows, &hot);

@@ -61,5 +61,12 @@ fn check_hot_rows(hot: &[usize], rows: usize) -> Result<(), String> {
     if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
         return Err(format!("hot row {} is listed twice", w[0]));
     }
+    if u32::try_from(hot.len()).is_err() {
+        return Err(format!(
+            "{} hot rows: at most {} (the address map numbers them in 32 bits)",
+            hot.len(),
+            u32::MAX
+        ));
+    }
     Ok(())
 }
