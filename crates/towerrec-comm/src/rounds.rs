@@ -16,7 +16,8 @@ pub const ROUND_BYTES: usize = 1 << 30;
 
 impl Comm {
     /// [`Comm::all_to_all_v`], moved in rounds of at most `round_bytes` sent and at most
-    /// `round_bytes` received per rank. Returns the same elements and counts.
+    /// `round_bytes` received per rank (or one element a rank pair, where that is more).
+    /// Returns the same elements and counts.
     pub fn all_to_all_v_in_rounds<T: Element>(
         &self,
         send: &[T],
@@ -48,7 +49,8 @@ impl Comm {
         Ok((recv, from))
     }
 
-    /// [`Comm::all_gather`], moved in rounds of at most `round_bytes` received per rank.
+    /// [`Comm::all_gather`], moved in rounds of at most `round_bytes` received per rank
+    /// (or one element a rank, where that is more).
     pub fn all_gather_in_rounds<T: Element>(
         &self,
         send: &[T],
