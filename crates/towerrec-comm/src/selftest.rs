@@ -6,8 +6,9 @@
 //! custom groups with collectives on each, the [`HierarchicalAllReduce`] on the world,
 //! a host, the peers and the custom groups (or its refusal of a group that is not the
 //! same number of ranks on every host), a peer AlltoAllv run during a host's AllReduce
-//! ([`Comm::all_to_all_v_during`]), AlltoAllv and AllGather in rounds, and `check_same`, on f32, u64 and i64 payloads. Every rank recomputes what it must receive and fails with
-//! [`Error::Mismatch`] on any difference; it also hashes every result's bits, so two
+//! ([`Comm::all_to_all_v_during`]), AlltoAllv and AllGather in rounds, and
+//! `check_same`, on f32, u64 and i64 payloads. Every rank recomputes what it must
+//! receive and fails with [`Error::Mismatch`] on any difference; it also hashes every result's bits, so two
 //! backends (in-process threads and MPI, say) that agree give the same
 //! [`SelfTestReport`] line on every rank, byte counts included.
 
