@@ -8,9 +8,9 @@
 //! same number of ranks on every host), a peer AlltoAllv run during a host's AllReduce
 //! ([`Comm::all_to_all_v_during`]), AlltoAllv and AllGather in rounds, and
 //! `check_same`, on f32, u64 and i64 payloads. Every rank recomputes what it must
-//! receive and fails with [`Error::Mismatch`] on any difference; it also hashes every result's bits, so two
-//! backends (in-process threads and MPI, say) that agree give the same
-//! [`SelfTestReport`] line on every rank, byte counts included.
+//! receive and fails with [`Error::Mismatch`] on any difference; it also hashes every
+//! result's bits, so two backends (in-process threads and MPI, say) that agree give
+//! the same [`SelfTestReport`] line on every rank, byte counts included.
 
 use crate::comm::{Comm, Element};
 use crate::error::{Error, Result};
