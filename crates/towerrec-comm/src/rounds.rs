@@ -28,9 +28,13 @@ impl Comm {
         let p = self.size();
         crate::backend::check_counts(counts, p, send.len(), "elements")?;
         let per_pair = (round_bytes / p / size_of::<T>()).max(1);
-        let (from, _) = self.all_to_all_v(&to_u64(counts), &vec![1; p], phase)?;
-        let from: Vec<usize> = from.iter().map(|&c| c as usize).collect();
-        let rounds = self.rounds_for(counts.iter().copied().max().unwrap_or(0), per_pair)?;
+        // Every rank's counts: what this rank receives, and the largest block, which
+        // sets the rounds every rank runs.
+        let mine: Vec<u64> = counts.iter().map(|&c| c as u64).collect();
+        let (all, _) = self.all_gather(&mine, phase)?;
+        let me = self.rank();
+        let from: Vec<usize> = (0..p).map(|s| all[s * p + me] as usize).collect();
+        let rounds = (all.iter().copied().max().unwrap_or(0) as usize).div_ceil(per_pair);
         let send_at = starts(counts);
         let recv_at = starts(&from);
         let mut recv = vec![T::default(); from.iter().sum()];
@@ -71,18 +75,6 @@ impl Comm {
         }
         Ok((recv, from))
     }
-
-    /// The rounds every rank runs: enough for the largest block any rank sends
-    /// (`largest` is this rank's), at `per_round` elements a round.
-    fn rounds_for(&self, largest: usize, per_round: usize) -> Result<usize> {
-        let (all, _) = self.all_gather(&[largest as u64], Phase::Control)?;
-        let max = all.iter().copied().max().unwrap_or(0) as usize;
-        Ok(max.div_ceil(per_round))
-    }
-}
-
-fn to_u64(v: &[usize]) -> Vec<u64> {
-    v.iter().map(|&c| c as u64).collect()
 }
 
 /// Where each block starts in a buffer of blocks of `counts` elements.
