@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # OPER's Table 2 analogue (docs/OPER.md): embedding traffic per iteration of OPER plans
 # at 0, 1, 5 and 20% extra memory, by the cost model and by the runtime's traffic
-# accounting, for each config given (default: the Zipf(1.05) speed config), on 2 hosts
-# x 2 in-process ranks. Also the table-wise plan, for reference.
-#   scripts/oper-table2.sh [CONFIG...]     (STEPS, MODE, EXTRAS, PROFILE_SAMPLES from the environment)
+# accounting, for each config given (default: the Zipf(1.05) speed config), on HOSTS x
+# RANKS_PER_HOST in-process ranks (default 2 x 2). Also the table-wise plan, for reference.
+#   scripts/oper-table2.sh [CONFIG...]     (STEPS, MODE, EXTRAS, PROFILE_SAMPLES, HOSTS,
+#                                           RANKS_PER_HOST from the environment)
 # EXTRAS: the extra-memory percentages (default "0 1 5 20"). PROFILE_SAMPLES: profile
 # only the first this many training samples (synthetic configs), so that the runs also
 # read samples the plan never saw.
@@ -22,7 +23,7 @@ configs=("$@")
 ((${#configs[@]})) || configs=(bench/dmt/speed.toml)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-topo=(--hosts 2 --ranks-per-host 2)
+topo=(--hosts "${HOSTS:-2}" --ranks-per-host "${RANKS_PER_HOST:-2}")
 echo "| config | plan | extra memory | model fwd MB/iter | runtime fwd+bwd MB/step | of which cross-host | sparse sync MB/step | model x2 / runtime |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|"
 for cfg in "${configs[@]}"; do

@@ -39,32 +39,83 @@ pub(super) fn place_block(
     }
 }
 
+/// Where one shard's rows go in this rank's feature rows: columns `off..off + cols` of
+/// rows `width` wide.
+struct Placement {
+    width: usize,
+    off: usize,
+    cols: usize,
+}
+
+impl Placement {
+    /// Places one shard's rows for this rank, read from `rows` at `*cursor` (moved past
+    /// them): a row per bag that read a row-partitioned store (`lengths`: the bags this
+    /// rank sent it), else a row for each of the `b_local` samples; a row-split slot's
+    /// first partial sum is copied and later ones added (`written`).
+    fn rows(
+        &self,
+        out: &mut [f32],
+        written: &mut [bool],
+        lengths: Option<&[u64]>,
+        rows: &[f32],
+        cursor: &mut usize,
+        b_local: usize,
+    ) {
+        let (width, off, cols) = (self.width, self.off, self.cols);
+        if let Some(lengths) = lengths {
+            for (b, _) in lengths.iter().enumerate().filter(|(_, &n)| n > 0) {
+                let row = &mut out[b * width + off..b * width + off + cols];
+                let part = &rows[*cursor..*cursor + cols];
+                if std::mem::replace(&mut written[b], true) {
+                    row.iter_mut().zip(part).for_each(|(d, &v)| *d += v);
+                } else {
+                    row.copy_from_slice(part);
+                }
+                *cursor += cols;
+            }
+            return;
+        }
+        // A whole, column or row shard sends a row for every sample.
+        let block = &rows[*cursor..*cursor + b_local * cols];
+        *cursor += b_local * cols;
+        place_block(out, width, off, block, cols, written.first() == Some(&true));
+        written.fill(true);
+    }
+}
+
 impl ShardedEmbeddings {
     /// Sends every sample owner its rows of every local shard and assembles this rank's
-    /// `b_local` feature rows in `out`.
+    /// `b_local` feature rows in `out`. This rank's rows of its own shards are placed
+    /// from where they were pooled, not through the exchange.
     pub(super) fn flat_output_dist(
         &mut self,
         batch: &Batch,
         out: &mut [f32],
         slots: &FeatureSlots,
     ) -> Result<()> {
-        let p = self.comm.size();
+        let (p, me) = (self.comm.size(), self.comm.rank());
         let b_local = batch.batch_size();
         let mut send = std::mem::take(&mut self.bufs.vec_send);
         send.clear();
         let mut counts = vec![0usize; p];
-        // Where each local shard's rows for the next owner start.
+        // Where each local shard's rows for the next owner start; for this rank, where
+        // they start in its `pooled`.
         let mut firsts = vec![0usize; self.local.len()];
+        let mut own_firsts = vec![0usize; self.local.len()];
         for (owner, &n) in self.samples.iter().enumerate() {
             let before = send.len();
-            for (l, first) in self.local.iter().zip(firsts.iter_mut()) {
+            for ((l, first), own) in self.local.iter().zip(&mut firsts).zip(&mut own_firsts) {
                 if self.hierarchical(l.table) {
                     continue;
                 }
                 let cols = l.columns();
                 // A row-partitioned store holds only the bags that read it.
                 let rows = l.bags_from().get(owner).copied().unwrap_or(n);
-                send.extend_from_slice(&l.pooled[*first * cols..(*first + rows) * cols]);
+                if owner == me {
+                    *own = *first * cols;
+                } else {
+                    send.extend_from_slice(&l.pooled[*first * cols..(*first + rows) * cols]);
+                }
                 *first += rows;
             }
             counts[owner] = send.len() - before;
@@ -90,32 +141,23 @@ impl ShardedEmbeddings {
         }
         let mut at = 0;
         for src in 0..p {
-            for (t, s) in self.router.held_by(src) {
+            for (k, (t, s)) in self.router.held_by(src).enumerate() {
                 if self.hierarchical(t) {
                     continue;
                 }
-                let shard = &self.tables[t].shards[s];
-                let cols = shard.num_columns();
-                let off = slots.slot(t).offset + shard.columns.0;
-                let written = &mut written[t];
-                if let Some(lengths) = self.router.addressed_lengths(t, s) {
-                    for (b, _) in lengths.iter().enumerate().filter(|(_, &n)| n > 0) {
-                        let row = &mut out[b * width + off..b * width + off + cols];
-                        let part = &recv[at..at + cols];
-                        if std::mem::replace(&mut written[b], true) {
-                            row.iter_mut().zip(part).for_each(|(d, &v)| *d += v);
-                        } else {
-                            row.copy_from_slice(part);
-                        }
-                        at += cols;
-                    }
-                    continue;
-                }
-                // A whole, column or row shard sends a row for every sample.
-                let block = &recv[at..at + b_local * cols];
-                at += b_local * cols;
-                place_block(out, width, off, block, cols, written.first() == Some(&true));
-                written.fill(true);
+                let (rows, cursor) = if src == me {
+                    debug_assert_eq!(self.local[k].table, t, "local shards in wire order");
+                    (&self.local[k].pooled, &mut own_firsts[k])
+                } else {
+                    (&recv, &mut at)
+                };
+                let place = Placement {
+                    width,
+                    off: slots.slot(t).offset + self.tables[t].shards[s].columns.0,
+                    cols: self.tables[t].shards[s].num_columns(),
+                };
+                let lengths = self.router.addressed_lengths(t, s);
+                place.rows(out, &mut written[t], lengths, rows, cursor, b_local);
             }
         }
         self.bufs.vec_recv = recv;
@@ -143,12 +185,15 @@ impl ShardedEmbeddings {
         grad: &[f32],
         slots: &FeatureSlots,
     ) -> Result<()> {
-        let p = self.comm.size();
+        let (p, me) = (self.comm.size(), self.comm.rank());
         let width = slots.width();
         let mut send = std::mem::take(&mut self.bufs.vec_send);
+        let mut own = std::mem::take(&mut self.bufs.vec_own);
         send.clear();
+        own.clear();
         let mut counts = vec![0usize; p];
         for (dest, count) in counts.iter_mut().enumerate() {
+            let send = if dest == me { &mut own } else { &mut send };
             let before = send.len();
             for (t, s) in self.router.held_by(dest) {
                 if self.hierarchical(t) {
@@ -170,7 +215,9 @@ impl ShardedEmbeddings {
                     }
                 }
             }
-            *count = send.len() - before;
+            if dest != me {
+                *count = send.len() - before;
+            }
         }
         let mut recv = std::mem::take(&mut self.bufs.vec_recv);
         let exchanged = self
@@ -181,20 +228,26 @@ impl ShardedEmbeddings {
         for l in &mut self.local {
             l.grad.clear();
         }
-        let mut at = 0;
+        let (mut at, mut own_at) = (0, 0);
         let trw = self.trw.as_ref().map(|h| &h.mine);
         for (src, &n) in self.samples.iter().enumerate() {
+            let (from, at) = if src == me {
+                (&own, &mut own_at)
+            } else {
+                (&recv, &mut at)
+            };
             for l in &mut self.local {
                 if trw.is_some_and(|mine| mine[l.table]) {
                     continue;
                 }
                 let rows = l.bags_from().get(src).copied().unwrap_or(n);
                 let len = rows * l.columns();
-                l.grad.extend_from_slice(&recv[at..at + len]);
-                at += len;
+                l.grad.extend_from_slice(&from[*at..*at + len]);
+                *at += len;
             }
         }
         self.bufs.vec_recv = recv;
+        self.bufs.vec_own = own;
         self.trw_output_grad(batch, grad, slots)
     }
 

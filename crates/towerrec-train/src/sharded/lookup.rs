@@ -79,8 +79,15 @@ impl LocalShard {
 
 /// Unpacks the input distribution's `recv` (from each source in order: its sample count,
 /// then per local shard its lengths and ids; a row-partitioned store's lengths as in
-/// [`super::route::Router::pack`]) into `local`; returns each source's sample count.
-pub(super) fn unpack(recv: &[u64], sources: usize, local: &mut [LocalShard]) -> Vec<usize> {
+/// [`super::route::Router::pack`]) into `local`; source `me`'s segment is `own`, which
+/// never went through the exchange. Returns each source's sample count.
+pub(super) fn unpack(
+    recv: &[u64],
+    own: &[u64],
+    me: usize,
+    sources: usize,
+    local: &mut [LocalShard],
+) -> Vec<usize> {
     for l in local.iter_mut() {
         l.offsets.clear();
         l.offsets.push(0);
@@ -89,37 +96,47 @@ pub(super) fn unpack(recv: &[u64], sources: usize, local: &mut [LocalShard]) -> 
         l.bag_samples.clear();
     }
     let mut samples = Vec::with_capacity(sources);
-    let mut at = 0;
-    for _ in 0..sources {
-        let n = recv[at] as usize;
-        at += 1;
-        samples.push(n);
-        for l in local.iter_mut() {
-            let mut end = *l.offsets.last().expect("offsets start with 0");
-            let first = end;
-            if l.store.is_some() {
-                // Only the bags that read this store: `sample << 32 | length` each.
-                let k = recv[at] as usize;
-                for &bag in &recv[at + 1..at + 1 + k] {
-                    end += (bag & 0xffff_ffff) as usize;
-                    l.offsets.push(end);
-                    l.bag_samples.push((bag >> 32) as u32);
-                }
-                at += 1 + k;
-                l.bags_from.push(k);
-            } else {
-                let lengths = &recv[at..at + n];
-                at += n;
-                for &len in lengths {
-                    end += len as usize;
-                    l.offsets.push(end);
-                }
-            }
-            l.values.extend_from_slice(&recv[at..at + end - first]);
-            at += end - first;
-        }
+    let (mut at, mut own_at) = (0, 0);
+    for src in 0..sources {
+        let (recv, at) = if src == me {
+            (own, &mut own_at)
+        } else {
+            (recv, &mut at)
+        };
+        unpack_source(recv, at, local, &mut samples);
     }
     samples
+}
+
+/// Unpacks one source's segment of `recv` from `*at` on, moving `*at` past it.
+fn unpack_source(recv: &[u64], at: &mut usize, local: &mut [LocalShard], samples: &mut Vec<usize>) {
+    let n = recv[*at] as usize;
+    *at += 1;
+    samples.push(n);
+    for l in local.iter_mut() {
+        let mut end = *l.offsets.last().expect("offsets start with 0");
+        let first = end;
+        if l.store.is_some() {
+            // Only the bags that read this store: `sample << 32 | length` each.
+            let k = recv[*at] as usize;
+            for &bag in &recv[*at + 1..*at + 1 + k] {
+                end += (bag & 0xffff_ffff) as usize;
+                l.offsets.push(end);
+                l.bag_samples.push((bag >> 32) as u32);
+            }
+            *at += 1 + k;
+            l.bags_from.push(k);
+        } else {
+            let lengths = &recv[*at..*at + n];
+            *at += n;
+            for &len in lengths {
+                end += len as usize;
+                l.offsets.push(end);
+            }
+        }
+        l.values.extend_from_slice(&recv[*at..*at + end - first]);
+        *at += end - first;
+    }
 }
 
 /// Pools every bag each local shard received.

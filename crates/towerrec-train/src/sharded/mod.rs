@@ -81,8 +81,12 @@ impl TableState {
 struct Buffers {
     ids_send: Vec<u64>,
     ids_recv: Vec<u64>,
+    /// This rank's ids for its own shards, which skip the exchange.
+    ids_own: Vec<u64>,
     vec_send: Vec<f32>,
     vec_recv: Vec<f32>,
+    /// The gradient rows for this rank's own shards, which skip the exchange.
+    vec_own: Vec<f32>,
     /// Per table, which of this rank's rows hold a partial sum (flat output).
     written: Vec<Vec<bool>>,
 }
@@ -360,20 +364,28 @@ impl ShardedEmbeddings {
     }
 
     /// Routes this rank's ids to the shards (to each rank: this rank's sample count,
-    /// then a segment per shard it holds) and unpacks what arrives.
+    /// then a segment per shard it holds) and unpacks what arrives. The segment for this
+    /// rank's own shards stays out of the exchange: it has no link to cross, and the
+    /// copies in and out of the exchange's buffers were the larger part of the stage
+    /// where most ids are read locally (OPER's copies, data-parallel-like plans).
     fn input_dist(&mut self, batch: &Batch) -> Result<()> {
-        let p = self.comm.size();
+        let (p, me) = (self.comm.size(), self.comm.rank());
         self.router.bucket(|t| batch.sparse.feature(t));
         let mut send = std::mem::take(&mut self.bufs.ids_send);
+        let mut own = std::mem::take(&mut self.bufs.ids_own);
         send.clear();
+        own.clear();
         let mut counts = vec![0usize; p];
         for (dest, count) in counts.iter_mut().enumerate() {
-            let before = send.len();
-            send.push(batch.batch_size() as u64);
+            let segment = if dest == me { &mut own } else { &mut send };
+            let before = segment.len();
+            segment.push(batch.batch_size() as u64);
             for (t, s) in self.router.held_by(dest) {
-                self.router.pack(t, s, batch.sparse.feature(t), &mut send);
+                self.router.pack(t, s, batch.sparse.feature(t), segment);
             }
-            *count = send.len() - before;
+            if dest != me {
+                *count = segment.len() - before;
+            }
         }
         let mut recv = std::mem::take(&mut self.bufs.ids_recv);
         let exchanged = self
@@ -381,8 +393,9 @@ impl ShardedEmbeddings {
             .all_to_all_v_into(&send, &counts, &mut recv, Phase::InputDist);
         self.bufs.ids_send = send;
         exchanged?;
-        self.samples = lookup::unpack(&recv, p, &mut self.local);
+        self.samples = lookup::unpack(&recv, &own, me, p, &mut self.local);
         self.bufs.ids_recv = recv;
+        self.bufs.ids_own = own;
         Ok(())
     }
 
