@@ -80,13 +80,27 @@ impl TableAddresses {
     /// Where rank `from` reads `row`: its own copy if it has one (owned or replica),
     /// else a replica on its host (the lowest rank), else the owner.
     pub fn locate(&self, row: usize, from: usize, topology: Topology) -> Location {
-        let pos = self.order.position(row);
-        let p = self.starts.partition_point(|&s| s <= pos) - 1;
-        let within = pos - self.starts[p];
+        let (p, within) = self.partition_at(self.order.position(row));
+        let at = self.partition_location(p, from, topology);
+        Location {
+            offset: at.offset + within,
+            ..at
+        }
+    }
+
+    /// The partition that holds `position` of the order, and the position's place in it.
+    pub fn partition_at(&self, position: usize) -> (usize, usize) {
+        let p = self.starts.partition_point(|&s| s <= position) - 1;
+        (p, position - self.starts[p])
+    }
+
+    /// Where rank `from` reads partition `p`'s first row, as [`TableAddresses::locate`]
+    /// chooses; its `i`-th row is `i` rows further on the same rank.
+    pub fn partition_location(&self, p: usize, from: usize, topology: Topology) -> Location {
         let (owner, base) = self.owners[p];
-        let at = |rank, base: usize, replica| Location {
+        let at = |rank, offset, replica| Location {
             rank,
-            offset: base + within,
+            offset,
             replica,
         };
         if owner == from {
@@ -107,6 +121,11 @@ impl TableAddresses {
             }
         }
         at(owner, base, false)
+    }
+
+    /// The number of partitions.
+    pub fn partitions(&self) -> usize {
+        self.starts.len()
     }
 
     /// The table's rows that `rank` stores, by offset: its own partitions, then its

@@ -85,8 +85,9 @@ impl Placement {
 
 impl ShardedEmbeddings {
     /// Sends every sample owner its rows of every local shard and assembles this rank's
-    /// `b_local` feature rows in `out`. This rank's rows of its own shards are placed
-    /// from where they were pooled, not through the exchange.
+    /// `b_local` feature rows in `out`, after [`ShardedEmbeddings::pool_flat`]. This
+    /// rank's rows of its own shards are in place already, or placed from where they
+    /// were pooled, not through the exchange.
     pub(super) fn flat_output_dist(
         &mut self,
         batch: &Batch,
@@ -139,6 +140,12 @@ impl ShardedEmbeddings {
                 w.resize(b_local, false);
             }
         }
+        let own_split = std::mem::take(&mut self.bufs.own_split);
+        for (k, split) in own_split.iter().enumerate() {
+            if self.direct[k] && !written[self.local[k].table].is_empty() {
+                written[self.local[k].table].copy_from_slice(split.only_own());
+            }
+        }
         let mut at = 0;
         for src in 0..p {
             for (k, (t, s)) in self.router.held_by(src).enumerate() {
@@ -147,6 +154,10 @@ impl ShardedEmbeddings {
                 }
                 let (rows, cursor) = if src == me {
                     debug_assert_eq!(self.local[k].table, t, "local shards in wire order");
+                    if self.direct[k] {
+                        own_split[k].place(out, width, &mut written[t]);
+                        continue;
+                    }
                     (&self.local[k].pooled, &mut own_firsts[k])
                 } else {
                     (&recv, &mut at)
@@ -161,6 +172,7 @@ impl ShardedEmbeddings {
             }
         }
         self.bufs.vec_recv = recv;
+        self.bufs.own_split = own_split;
         for (t, written) in written.iter().enumerate() {
             let range = slots.slot(t).range();
             for (row, _) in out
@@ -195,7 +207,7 @@ impl ShardedEmbeddings {
         for (dest, count) in counts.iter_mut().enumerate() {
             let send = if dest == me { &mut own } else { &mut send };
             let before = send.len();
-            for (t, s) in self.router.held_by(dest) {
+            for (k, (t, s)) in self.router.held_by(dest).enumerate() {
                 if self.hierarchical(t) {
                     continue;
                 }
@@ -203,7 +215,12 @@ impl ShardedEmbeddings {
                 let off = slots.slot(t).offset + shard.columns.0;
                 let cols = shard.num_columns();
                 let scales = self.mean_scales(batch, t);
-                let sent = self.router.addressed_lengths(t, s);
+                // This rank's own store holds every bag of its slice when it pooled them
+                // into the rank's rows.
+                let sent = self
+                    .router
+                    .addressed_lengths(t, s)
+                    .filter(|_| !(dest == me && self.direct[k]));
                 for (b, row) in grad.chunks_exact(width).enumerate() {
                     if sent.is_some_and(|lengths| lengths[b] == 0) {
                         continue;

@@ -5,6 +5,7 @@
 
 use super::store::{Store, Touched};
 use crate::error::Result;
+use std::ops::Range;
 use towerrec_core::batch::JaggedView;
 use towerrec_core::embedding::EmbeddingBag;
 use towerrec_plan::Shard;
@@ -141,14 +142,65 @@ fn unpack_source(recv: &[u64], at: &mut usize, local: &mut [LocalShard], samples
 
 /// Pools every bag each local shard received.
 pub(super) fn pool(local: &mut [LocalShard]) -> Result<()> {
-    for l in local {
-        let cols = l.columns();
-        l.pooled.clear();
-        l.pooled.resize((l.offsets.len() - 1) * cols, 0.0);
-        let view = JaggedView::new(&l.offsets, &l.values)?;
-        l.bag.forward(view, &mut l.pooled, cols, 0)?;
+    local.iter_mut().try_for_each(LocalShard::pool)
+}
+
+impl LocalShard {
+    /// Pools every bag it received into `pooled`.
+    pub(super) fn pool(&mut self) -> Result<()> {
+        self.pool_bags(0..self.offsets.len() - 1)
     }
-    Ok(())
+
+    /// The bags that source `me` sent in the last forward (`samples`: each source's
+    /// sample count).
+    pub(super) fn bags_of_source(&self, me: usize, samples: &[usize]) -> Range<usize> {
+        let counts = if self.store.is_some() {
+            &self.bags_from
+        } else {
+            samples
+        };
+        let first: usize = counts[..me].iter().sum();
+        first..first + counts[me]
+    }
+
+    /// Pools the bags it received: those of `own`, one per sample of this rank's slice
+    /// in order, straight into this rank's feature rows `out` (`stride` wide, at
+    /// `offset`); the others into `pooled`, whose rows for `own` are left as they are.
+    pub(super) fn pool_own_into(
+        &mut self,
+        own: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+        offset: usize,
+    ) -> Result<()> {
+        let bags = self.offsets.len() - 1;
+        self.pool_bags(0..own.start)?;
+        self.pool_bags(own.end..bags)?;
+        let offsets = &self.offsets[own.start..=own.end];
+        let values = &self.values[offsets[0]..offsets[own.len()]];
+        let view = JaggedView::new(offsets, values)?;
+        self.bag.forward(view, out, stride, offset)?;
+        Ok(())
+    }
+
+    /// Pools `bags` into their rows of `pooled` (sized for every bag received).
+    fn pool_bags(&mut self, bags: Range<usize>) -> Result<()> {
+        let cols = self.columns();
+        let total = (self.offsets.len() - 1) * cols;
+        if self.pooled.len() != total {
+            self.pooled.clear();
+            self.pooled.resize(total, 0.0);
+        }
+        if bags.is_empty() {
+            return Ok(());
+        }
+        let offsets = &self.offsets[bags.start..=bags.end];
+        let values = &self.values[offsets[0]..offsets[bags.len()]];
+        let view = JaggedView::new(offsets, values)?;
+        let rows = &mut self.pooled[bags.start * cols..bags.end * cols];
+        self.bag.forward(view, rows, cols, 0)?;
+        Ok(())
+    }
 }
 
 /// Applies each local shard's fused update from its `grad`; a row-partitioned store

@@ -10,7 +10,8 @@
 //!    backward is the fused optimizer update where the rows live;
 //! 3. output distribution: [`flat`] (one AlltoAllv back to the sample owners; on
 //!    several hosts, table-row-wise tables in two steps, [`trw`]), or, when the plan
-//!    has towers, [`sptt`] (DMT's steps c–f);
+//!    has towers, [`sptt`] (DMT's steps c–f); on the flat path a rank's own bags skip
+//!    the exchanges, and [`own`] pools most of them straight into its feature rows;
 //! 4. data-parallel replicas ([`replicas`]) pool locally and synchronize their sparse
 //!    gradient after the backward;
 //! 5. row-partitioned tables (OPER, [`partitioned`]) route ids through the address map
@@ -22,6 +23,7 @@
 
 mod flat;
 mod lookup;
+mod own;
 mod partitioned;
 mod replicas;
 mod route;
@@ -89,6 +91,8 @@ struct Buffers {
     vec_own: Vec<f32>,
     /// Per table, which of this rank's rows hold a partial sum (flat output).
     written: Vec<Vec<bool>>,
+    /// Per local shard that pools into the rows, its bags with partial sums elsewhere.
+    own_split: Vec<own::OwnSplit>,
 }
 
 /// The embedding tables of a model, spread over the ranks of `comm` as a plan says.
@@ -114,6 +118,9 @@ pub struct ShardedEmbeddings {
     pooling: Pooling,
     /// How shared rows sum their gradients (kept for a re-spread).
     replica_sync: crate::config::ReplicaSync,
+    /// Per local shard, whether it pools this rank's own bags straight into the
+    /// rank's feature rows ([`ShardedEmbeddings::pools_into_rows`]).
+    direct: Vec<bool>,
 }
 
 impl ShardedEmbeddings {
@@ -239,7 +246,7 @@ impl ShardedEmbeddings {
             // its group alone sums their gradients.
             shared_rows.retain(|(t, _)| sp.in_my_group(*t));
         }
-        Ok(Self {
+        let mut built = Self {
             comm,
             tables: states,
             router,
@@ -253,7 +260,12 @@ impl ShardedEmbeddings {
             plan: plan.clone(),
             pooling,
             replica_sync: crate::config::ReplicaSync::default(),
-        })
+            direct: Vec::new(),
+        };
+        built.direct = (0..built.local.len())
+            .map(|k| built.pools_into_rows(k))
+            .collect();
+        Ok(built)
     }
 
     /// The same tables, values and optimizer state spread by `plan` instead (OPER's
@@ -354,10 +366,11 @@ impl ShardedEmbeddings {
     /// (`B × slots.width()`).
     pub fn forward(&mut self, batch: &Batch, out: &mut [f32], slots: &FeatureSlots) -> Result<()> {
         self.input_dist(batch)?;
-        lookup::pool(&mut self.local)?;
         if self.sptt.is_some() {
+            lookup::pool(&mut self.local)?;
             self.sptt_output_dist(batch, out, slots)?;
         } else {
+            self.pool_flat(batch, out, slots)?;
             self.flat_output_dist(batch, out, slots)?;
         }
         self.replicas_forward(batch, out, slots)
@@ -380,8 +393,10 @@ impl ShardedEmbeddings {
             let segment = if dest == me { &mut own } else { &mut send };
             let before = segment.len();
             segment.push(batch.batch_size() as u64);
-            for (t, s) in self.router.held_by(dest) {
-                self.router.pack(t, s, batch.sparse.feature(t), segment);
+            for (k, (t, s)) in self.router.held_by(dest).enumerate() {
+                let every_bag = dest == me && self.direct[k];
+                self.router
+                    .pack(t, s, batch.sparse.feature(t), every_bag, segment);
             }
             if dest != me {
                 *count = segment.len() - before;

@@ -7,7 +7,8 @@
 //! first rows (the plan validator guarantees they tile `0..rows` in order), so routing
 //! never scans every shard per id. A row-partitioned table (OPER) has one "shard" per
 //! rank that stores any of its rows, and its ids go to the nearest copy the address
-//! map names (binary searches over the hot rows and the partitions), as offsets there.
+//! map names (the row's position, then a binary search over the partitions, each of
+//! which this rank reads from one store), as offsets there.
 
 use crate::error::{Error, Result};
 use std::sync::Arc;
@@ -38,12 +39,12 @@ enum Split {
     Rows(Vec<u64>),
     Addressed {
         map: Arc<TableAddresses>,
-        /// Shard index of each world rank's store.
-        shard_of: Vec<usize>,
-        me: usize,
-        topology: Topology,
+        /// `(shard, offset)` of each partition's first row: the store this rank reads
+        /// the partition from (a row `i` rows further is `i` rows further there).
+        parts: Vec<(u32, usize)>,
         /// `(shard, offset)` of every row, looked up once, for tables of up to
-        /// [`CACHED_ROWS`] rows (8 bytes a row); larger ones search the map per id.
+        /// [`CACHED_ROWS`] rows (8 bytes a row); larger ones find the row's partition
+        /// per id.
         cache: Option<Vec<(u32, u32)>>,
     },
 }
@@ -91,6 +92,14 @@ fn bucket_cached(
         }
         at += ids.ids(s).len();
     }
+}
+
+/// The store (`parts`' shard index) and offset there that a row-partitioned table's
+/// `row` is read from.
+fn route_of(map: &TableAddresses, parts: &[(u32, usize)], row: usize) -> (u32, usize) {
+    let (p, within) = map.partition_at(map.order().position(row));
+    let (k, base) = parts[p];
+    (k, base + within)
 }
 
 /// One row-wise shard's part of a batch: its ids renumbered from its first row.
@@ -144,20 +153,24 @@ impl Router {
                     for (k, s) in shards.iter().enumerate() {
                         shard_of[s.rank] = k;
                     }
+                    let parts: Vec<(u32, usize)> = (0..map.partitions())
+                        .map(|p| {
+                            let at = map.partition_location(p, *me, *topology);
+                            (shard_of[at.rank] as u32, at.offset)
+                        })
+                        .collect();
                     let rows = map.order().rows();
                     let cache = (rows <= cached_rows).then(|| {
                         (0..rows)
                             .map(|r| {
-                                let at = map.locate(r, *me, *topology);
-                                (shard_of[at.rank] as u32, at.offset as u32)
+                                let (k, offset) = route_of(map, &parts, r);
+                                (k, offset as u32)
                             })
                             .collect()
                     });
                     Split::Addressed {
                         map: Arc::clone(map),
-                        shard_of,
-                        me: *me,
-                        topology: *topology,
+                        parts,
                         cache,
                     }
                 }
@@ -211,15 +224,9 @@ impl Router {
                             let k = starts.partition_point(|&r0| r0 <= id).saturating_sub(1);
                             (k, id - starts[k])
                         }
-                        Split::Addressed {
-                            map,
-                            shard_of,
-                            me,
-                            topology,
-                            ..
-                        } => {
-                            let at = map.locate(id as usize, *me, *topology);
-                            (shard_of[at.rank], at.offset as u64)
+                        Split::Addressed { map, parts, .. } => {
+                            let (k, offset) = route_of(map, parts, id as usize);
+                            (k as usize, offset as u64)
                         }
                         Split::Whole => unreachable!("skipped above"),
                     };
@@ -244,8 +251,17 @@ impl Router {
     /// Appends the lengths and ids that shard `s` of table `t` receives from this rank:
     /// its bucket for a split table (after [`Router::bucket`]), else the whole bags. A
     /// row-partitioned store gets the count of bags that read it, each as `sample << 32
-    /// | length`, then the ids (see [`super::lookup::unpack`]).
-    pub(super) fn pack(&self, t: usize, s: usize, ids: JaggedView<'_>, send: &mut Vec<u64>) {
+    /// | length`, then the ids (see [`super::lookup::unpack`]); with `every_bag`, every
+    /// bag, empty or not (this rank's own store, which pools its bags straight into the
+    /// rank's feature rows).
+    pub(super) fn pack(
+        &self,
+        t: usize,
+        s: usize,
+        ids: JaggedView<'_>,
+        every_bag: bool,
+        send: &mut Vec<u64>,
+    ) {
         if matches!(self.splits[t], Split::Addressed { .. }) {
             // Most bags send a store nothing: only the others, as `sample << 32 | length`.
             let bucket = &self.buckets[t][s];
@@ -256,7 +272,7 @@ impl Router {
                     .lengths
                     .iter()
                     .enumerate()
-                    .filter(|(_, &n)| n > 0)
+                    .filter(|(_, &n)| every_bag || n > 0)
                     .map(|(b, &n)| (b as u64) << 32 | n),
             );
             send[start] = (send.len() - start - 1) as u64;
@@ -305,7 +321,7 @@ mod tests {
     }
 
     #[test]
-    fn cached_routes_bucket_as_the_address_map_does() {
+    fn routes_bucket_as_the_address_map_locates() {
         let topology = Topology::new(2, 2).expect("topology");
         let (map, shards) = partitioned::stores(&entry(), ROWS, 4, topology);
         // 20 bags of 0 to 5 ids, every row read.
@@ -334,11 +350,25 @@ mod tests {
                     .map(|b| (b.lengths.clone(), b.values.clone()))
                     .collect()
             };
-            Ok::<_, Error>((buckets(&cached), buckets(&searched)))
+            // What the address map's `locate` says, id by id.
+            let mut located = vec![(vec![0u64; lengths.len()], Vec::new()); shards.len()];
+            for (b, bag) in offsets.windows(2).enumerate() {
+                for &id in &ids[bag[0]..bag[1]] {
+                    let at = map.locate(id as usize, me, topology);
+                    let k = shards
+                        .iter()
+                        .position(|s| s.rank == at.rank)
+                        .expect("a store");
+                    located[k].0[b] += 1;
+                    located[k].1.push(at.offset as u64);
+                }
+            }
+            Ok::<_, Error>((buckets(&cached), buckets(&searched), located))
         })
         .expect("cluster");
-        for (rank, (cached, searched)) in results.into_iter().enumerate() {
+        for (rank, (cached, searched, located)) in results.into_iter().enumerate() {
             assert_eq!(cached, searched, "rank {rank}");
+            assert_eq!(cached, located, "rank {rank}");
             let routed: u64 = cached.iter().flat_map(|(l, _)| l).sum();
             assert_eq!(
                 routed as usize,

@@ -1,0 +1,121 @@
+//! A rank's own bags, pooled straight into its feature rows (the flat path; OPER §5's
+//! local lookups in the same pass as the rest).
+//!
+//! Of the bags a local shard pools, this rank's own need no exchange. Placed through
+//! the output distribution they were copied three times (into the send buffer, through
+//! the exchange, into the feature rows); here the kernel writes them where they go.
+//! That is every own bag of a table-wise or column-wise shard, and of a row-partitioned
+//! store (which then receives a bag for every own sample, empty or not).
+//!
+//! A row-split slot sums its partial sums in rank order from the first, and SPTT and
+//! the two-step table-row-wise path sum in the same order, bit for bit. So a
+//! row-partitioned bag whose rows lie on this rank and elsewhere too keeps its own
+//! partial sum aside, to be added at this rank's turn ([`OwnSplit`]); a bag read only
+//! here is final as pooled. Row-wise shards, where most bags have several partial sums,
+//! go the usual way.
+
+use super::ShardedEmbeddings;
+use crate::error::Result;
+use crate::slots::FeatureSlots;
+use towerrec_core::Batch;
+
+/// This rank's bags of one row-partitioned table that its own store pooled into the
+/// feature rows: which hold the only partial sum, and the own partial sums of the bags
+/// that have others too.
+#[derive(Default)]
+pub(super) struct OwnSplit {
+    /// Per own bag: whether this rank's store holds every id of it (and at least one).
+    only_own: Vec<bool>,
+    /// Bags with ids here and elsewhere, in order, and their partial sums from here.
+    bags: Vec<usize>,
+    partials: Vec<f32>,
+    /// The table's columns in the feature rows.
+    off: usize,
+    cols: usize,
+}
+
+impl OwnSplit {
+    /// Per own bag, whether the feature row holds its whole sum already.
+    pub(super) fn only_own(&self) -> &[bool] {
+        &self.only_own
+    }
+
+    /// Adds the kept partial sums at this rank's turn: copied into a slot no partial sum
+    /// reached yet, else added (`written`, updated).
+    pub(super) fn place(&self, out: &mut [f32], width: usize, written: &mut [bool]) {
+        let (off, cols) = (self.off, self.cols);
+        for (&b, part) in self.bags.iter().zip(self.partials.chunks_exact(cols)) {
+            let row = &mut out[b * width + off..b * width + off + cols];
+            if std::mem::replace(&mut written[b], true) {
+                row.iter_mut().zip(part).for_each(|(d, &v)| *d += v);
+            } else {
+                row.copy_from_slice(part);
+            }
+        }
+    }
+
+    /// Sorts the own bags of a store that pooled them into `out`: `own[b]` of bag `b`'s
+    /// `total[b]` ids were its.
+    fn sort(&mut self, own: &[u64], total: impl Fn(usize) -> usize, out: &[f32], width: usize) {
+        self.only_own.clear();
+        self.bags.clear();
+        self.partials.clear();
+        for (b, &n) in own.iter().enumerate() {
+            let whole = n > 0 && n as usize == total(b);
+            self.only_own.push(whole);
+            if n > 0 && !whole {
+                self.bags.push(b);
+                let at = b * width + self.off;
+                self.partials.extend_from_slice(&out[at..at + self.cols]);
+            }
+        }
+    }
+}
+
+impl ShardedEmbeddings {
+    /// Whether local shard `k` pools this rank's own bags straight into the rank's
+    /// feature rows: on the flat path, for a table not summed in two steps, if it is
+    /// table-wise or column-wise or a row-partitioned store.
+    pub(super) fn pools_into_rows(&self, k: usize) -> bool {
+        let table = &self.tables[self.local[k].table];
+        self.sptt.is_none()
+            && !self.hierarchical(self.local[k].table)
+            && (!table.row_split() || table.addresses.is_some())
+    }
+
+    /// Pools every local shard's bags: this rank's own straight into its feature rows
+    /// `out` where the shard [pools into rows](ShardedEmbeddings::pools_into_rows), the
+    /// rest for the output distribution. Before [`ShardedEmbeddings::flat_output_dist`].
+    pub(super) fn pool_flat(
+        &mut self,
+        batch: &Batch,
+        out: &mut [f32],
+        slots: &FeatureSlots,
+    ) -> Result<()> {
+        let me = self.comm.rank();
+        let width = slots.width();
+        let out = &mut out[..batch.batch_size() * width];
+        let mut splits = std::mem::take(&mut self.bufs.own_split);
+        splits.resize_with(self.local.len(), OwnSplit::default);
+        for (k, (t, s)) in self.router.held_by(me).enumerate() {
+            let l = &mut self.local[k];
+            debug_assert_eq!(l.table, t, "local shards in wire order");
+            if !self.direct[k] {
+                l.pool()?;
+                continue;
+            }
+            let own = l.bags_of_source(me, &self.samples);
+            debug_assert_eq!(own.len(), batch.batch_size(), "a bag per own sample");
+            let split = &mut splits[k];
+            split.off = slots.slot(t).offset + l.shard.columns.0;
+            split.cols = l.columns();
+            l.pool_own_into(own, out, width, split.off)?;
+            if let Some(lengths) = self.router.addressed_lengths(t, s) {
+                let ids = batch.sparse.feature(t);
+                split.sort(lengths, |b| ids.ids(b).len(), out, width);
+            }
+        }
+        self.bufs.own_split = splits;
+        Ok(())
+    }
+}
