@@ -9,6 +9,9 @@ use towerrec_core::{Batch, KeyedJagged};
 /// A record that does not match the stream's schema is an error, not a panic, since
 /// streams may be implemented outside this crate.
 pub fn next_batch(stream: &mut dyn RecordStream, batch_size: usize) -> Result<Option<Batch>> {
+    if let Some(batch) = stream.read_batch(batch_size)? {
+        return Ok((batch.batch_size() > 0).then_some(batch));
+    }
     let mut records = Vec::with_capacity(batch_size.min(1 << 16));
     while records.len() < batch_size {
         match stream.next_record()? {
@@ -25,6 +28,9 @@ pub fn next_batch(stream: &mut dyn RecordStream, batch_size: usize) -> Result<Op
 /// The next `n` records (fewer at the end of the stream) as one batch, empty when the
 /// stream has none left or `n` is 0: a cluster rank's slice of a global batch.
 pub fn read_records(stream: &mut dyn RecordStream, n: usize) -> Result<Batch> {
+    if let Some(batch) = stream.read_batch(n)? {
+        return Ok(batch);
+    }
     let mut records = Vec::with_capacity(n.min(1 << 16));
     while records.len() < n {
         match stream.next_record()? {

@@ -4,6 +4,7 @@
 
 use crate::error::Result;
 use serde::{Deserialize, Serialize};
+use towerrec_core::Batch;
 
 /// One sample, already transformed into model inputs.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -91,6 +92,13 @@ pub trait RecordStream: Send {
         }
         Ok(passed)
     }
+    /// The next `n` records (fewer at the end) as one batch, built without a [`Record`]
+    /// each, by streams that can (the synthetic generator); `None` from those that
+    /// cannot, which then read nothing: the caller reads records one by one.
+    fn read_batch(&mut self, n: usize) -> Result<Option<Batch>> {
+        let _ = n;
+        Ok(None)
+    }
 }
 
 impl<S: RecordStream + ?Sized> RecordStream for Box<S> {
@@ -108,6 +116,9 @@ impl<S: RecordStream + ?Sized> RecordStream for Box<S> {
     }
     fn skip_records(&mut self, n: u64) -> Result<u64> {
         (**self).skip_records(n)
+    }
+    fn read_batch(&mut self, n: usize) -> Result<Option<Batch>> {
+        (**self).read_batch(n)
     }
 }
 

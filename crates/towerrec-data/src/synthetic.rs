@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
+use towerrec_core::{Batch, KeyedJagged};
 
 /// A synthetic data set (`format = "synthetic"` in a run config).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -451,8 +452,53 @@ impl SyntheticGenerator {
 
     /// Sample `i` and the true logit its label was drawn from (the best any model can do).
     pub fn sample_with_logit(&self, i: u64) -> (Record, f64) {
-        let mut rng = StdRng::seed_from_u64(mix2(self.seed, i));
         let mut dense = Vec::with_capacity(self.dense.len());
+        let mut sparse = vec![Vec::new(); self.tables.len()];
+        let (label, logit) = self.generate(i, &mut dense, &mut sparse);
+        (
+            Record {
+                label,
+                dense,
+                sparse,
+            },
+            logit,
+        )
+    }
+
+    /// Samples `range` as one batch, built in place: the same samples as
+    /// [`SyntheticGenerator::sample`] gives one by one, without a [`Record`] (and its
+    /// vectors) each.
+    pub fn batch(&self, range: Range<u64>) -> Result<Batch> {
+        let n = (range.end - range.start) as usize;
+        let f = self.tables.len();
+        let mut dense = Vec::with_capacity(n * self.dense.len());
+        let mut labels = Vec::with_capacity(n);
+        let mut ids: Vec<Vec<u64>> = vec![Vec::with_capacity(n); f];
+        // Per table, where each sample's ids end.
+        let mut ends: Vec<Vec<usize>> = vec![Vec::with_capacity(n); f];
+        for i in range {
+            labels.push(self.generate(i, &mut dense, &mut ids).0);
+            for (end, table) in ends.iter_mut().zip(&ids) {
+                end.push(table.len());
+            }
+        }
+        // Feature-major: every sample of feature 0, then feature 1, ...
+        let mut offsets = Vec::with_capacity(f * n + 1);
+        offsets.push(0);
+        let mut values = Vec::with_capacity(ids.iter().map(Vec::len).sum());
+        for (table, end) in ids.iter().zip(&ends) {
+            let base = values.len();
+            offsets.extend(end.iter().map(|e| base + e));
+            values.extend_from_slice(table);
+        }
+        let sparse = KeyedJagged::from_offsets(self.schema.sparse_names(), n, offsets, values)?;
+        Ok(Batch::new(dense, self.dense.len(), sparse, labels)?)
+    }
+
+    /// Generates sample `i`: appends its dense values to `dense` and its ids of table `t`
+    /// to `ids[t]`; returns its label and the true logit the label was drawn from.
+    fn generate(&self, i: u64, dense: &mut Vec<f32>, ids: &mut [Vec<u64>]) -> (f32, f64) {
+        let mut rng = StdRng::seed_from_u64(mix2(self.seed, i));
         let mut dense_sum = 0.0;
         for &(mu, w) in &self.dense {
             let u: f64 = rng.sample(StandardNormal);
@@ -462,16 +508,14 @@ impl SyntheticGenerator {
             dense.push(v as f32);
             dense_sum += w * u;
         }
-        let mut sparse = Vec::with_capacity(self.tables.len());
         let mut sparse_sum = 0.0;
         let rotation = i.checked_div(self.rotate_every).unwrap_or(0);
-        for t in &self.tables {
+        for (t, out) in self.tables.iter().zip(ids.iter_mut()) {
             let n = match &t.pooling {
                 PoolGen::Fixed(n) => *n as usize,
                 PoolGen::OnePlus(None) => 1,
                 PoolGen::OnePlus(Some(p)) => 1 + p.sample(&mut rng).min(1e6) as usize,
             };
-            let mut ids = Vec::with_capacity(n);
             let mut wsum = 0.0;
             for _ in 0..n {
                 let row = match &t.zipf {
@@ -485,14 +529,13 @@ impl SyntheticGenerator {
                     }
                 };
                 wsum += 2.0 * unit_f64(mix2(t.key, row)) - 1.0;
-                ids.push(row);
+                out.push(row);
             }
             if n > 0 {
                 // Σ/√n rather than the mean keeps a table's share of the signal the same
                 // whatever its pooling factor.
                 sparse_sum += wsum / (n as f64).sqrt();
             }
-            sparse.push(ids);
         }
         let z = self.sparse_coef * sparse_sum + self.dense_coef * dense_sum;
         let logit = self.signal * z + self.bias;
@@ -501,14 +544,7 @@ impl SyntheticGenerator {
         } else {
             0.0
         };
-        (
-            Record {
-                label,
-                dense,
-                sparse,
-            },
-            logit,
-        )
+        (label, logit)
     }
 }
 
@@ -542,6 +578,16 @@ impl RecordStream for SyntheticStream {
         Ok(self.range.next().map(|i| self.generator.sample(i)))
     }
 
+    fn read_batch(&mut self, n: usize) -> Result<Option<Batch>> {
+        let end = self
+            .range
+            .end
+            .min(self.range.start.saturating_add(n as u64));
+        let batch = self.generator.batch(self.range.start..end)?;
+        self.range.start = end;
+        Ok(Some(batch))
+    }
+
     fn skipped(&self) -> u64 {
         0
     }
@@ -561,6 +607,41 @@ impl RecordStream for SyntheticStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_holds_the_samples_one_by_one() {
+        // Zipf and uniform tables, random and empty bags, and a rotating ranking.
+        let mut cfg =
+            SyntheticConfig::criteo_like(1000, 2, PoolingFactor::Mean { mean: 3.0 }, 1.05);
+        cfg.tables.push(SyntheticTable {
+            name: None,
+            rows: 50,
+            zipf_exponent: 0.0,
+            pooling: PoolingFactor::Fixed(0),
+            count: 1,
+        });
+        cfg.zipf_rotate_every = 7;
+        let generator = SyntheticGenerator::new(&cfg).expect("config");
+        let batch = generator.batch(5..45).expect("batch");
+        assert_eq!(batch.batch_size(), 40);
+        for (b, i) in (5..45).enumerate() {
+            let record = generator.sample(i);
+            assert_eq!(batch.labels[b], record.label, "sample {i}");
+            assert_eq!(
+                &batch.dense[b * 13..(b + 1) * 13],
+                &record.dense[..],
+                "sample {i}"
+            );
+            for (t, ids) in record.sparse.iter().enumerate() {
+                assert_eq!(
+                    batch.sparse.feature(t).ids(b),
+                    &ids[..],
+                    "sample {i} table {t}"
+                );
+            }
+        }
+        assert_eq!(generator.batch(9..9).expect("empty").batch_size(), 0);
+    }
 
     #[test]
     fn bias_hits_the_positive_rate() {
