@@ -119,3 +119,67 @@ impl ShardedEmbeddings {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Partial sums added in rank order from the first: what the output distribution
+    /// does without an own pass.
+    fn in_rank_order(parts: &[Option<f32>]) -> Option<f32> {
+        parts
+            .iter()
+            .flatten()
+            .fold(None, |sum, &p| Some(sum.map_or(p, |s| s + p)))
+    }
+
+    #[test]
+    fn kept_partial_sums_are_added_at_this_ranks_turn() {
+        // 4 bags of this rank (rank 2 of 4), one column at offset 1 of rows 2 wide: the
+        // own store read all of bag 0, part of bags 1 and 3, none of bag 2. Bag 1's sum
+        // is 1 in rank order, 0 if this rank's part were added first.
+        let own_ids = [2u64, 1, 0, 1];
+        let total_ids = [2usize, 3, 1, 2];
+        let ranks_0_1 = [
+            [None, Some(1e8f32), Some(0.5), Some(1e8)],
+            [None, Some(-1e8f32), None, None],
+        ];
+        let own = [Some(1e8f32), Some(1.0), None, Some(-1e8)];
+        let rank_3 = [None, None, None, Some(3.0f32)];
+        let width = 2;
+        // The own pass: the kernel wrote every own bag, zero where it read nothing.
+        let mut out: Vec<f32> = own.iter().flat_map(|p| [7.0, p.unwrap_or(0.0)]).collect();
+        let mut split = OwnSplit {
+            off: 1,
+            cols: 1,
+            ..OwnSplit::default()
+        };
+        split.sort(&own_ids, |b| total_ids[b], &out, width);
+        assert_eq!(split.only_own(), &[true, false, false, false]);
+        let mut written = split.only_own().to_vec();
+        let place = |from: &[Option<f32>], out: &mut [f32], written: &mut [bool]| {
+            for (b, p) in from.iter().enumerate() {
+                if let Some(p) = p {
+                    let slot = &mut out[b * width + 1];
+                    *slot = if std::mem::replace(&mut written[b], true) {
+                        *slot + p
+                    } else {
+                        *p
+                    };
+                }
+            }
+        };
+        for from in &ranks_0_1 {
+            place(from, &mut out, &mut written);
+        }
+        split.place(&mut out, width, &mut written);
+        place(&rank_3, &mut out, &mut written);
+        for b in 0..4 {
+            let parts = [ranks_0_1[0][b], ranks_0_1[1][b], own[b], rank_3[b]];
+            let want = in_rank_order(&parts).unwrap_or(0.0);
+            assert_eq!(out[b * width + 1].to_bits(), want.to_bits(), "bag {b}");
+            assert_eq!(out[b * width], 7.0, "bag {b}: other columns untouched");
+        }
+        assert_eq!(out[3], 1.0, "bag 1 summed in rank order");
+    }
+}
