@@ -7,6 +7,7 @@
 //! bags that read it, both ways. Table-row-wise tables, on a cluster of several hosts,
 //! go through [`super::trw`] instead: summed within their host, then across hosts once.
 
+use super::own::add_partial;
 use super::ShardedEmbeddings;
 use crate::error::Result;
 use crate::slots::FeatureSlots;
@@ -65,12 +66,7 @@ impl Placement {
         if let Some(lengths) = lengths {
             for (b, _) in lengths.iter().enumerate().filter(|(_, &n)| n > 0) {
                 let row = &mut out[b * width + off..b * width + off + cols];
-                let part = &rows[*cursor..*cursor + cols];
-                if std::mem::replace(&mut written[b], true) {
-                    row.iter_mut().zip(part).for_each(|(d, &v)| *d += v);
-                } else {
-                    row.copy_from_slice(part);
-                }
+                add_partial(row, &rows[*cursor..*cursor + cols], &mut written[b]);
                 *cursor += cols;
             }
             return;

@@ -19,6 +19,16 @@ use crate::error::Result;
 use crate::slots::FeatureSlots;
 use towerrec_core::Batch;
 
+/// Adds one partial sum of a row-split bag to its slot `row`: copied if it is the first
+/// (`written` false, then set), else added; what adding it to zero gives, bit for bit.
+pub(super) fn add_partial(row: &mut [f32], part: &[f32], written: &mut bool) {
+    if std::mem::replace(written, true) {
+        row.iter_mut().zip(part).for_each(|(d, &v)| *d += v);
+    } else {
+        row.copy_from_slice(part);
+    }
+}
+
 /// This rank's bags of one row-partitioned table that its own store pooled into the
 /// feature rows: which hold the only partial sum, and the own partial sums of the bags
 /// that have others too.
@@ -45,12 +55,11 @@ impl OwnSplit {
     pub(super) fn place(&self, out: &mut [f32], width: usize, written: &mut [bool]) {
         let (off, cols) = (self.off, self.cols);
         for (&b, part) in self.bags.iter().zip(self.partials.chunks_exact(cols)) {
-            let row = &mut out[b * width + off..b * width + off + cols];
-            if std::mem::replace(&mut written[b], true) {
-                row.iter_mut().zip(part).for_each(|(d, &v)| *d += v);
-            } else {
-                row.copy_from_slice(part);
-            }
+            add_partial(
+                &mut out[b * width + off..b * width + off + cols],
+                part,
+                &mut written[b],
+            );
         }
     }
 
@@ -160,12 +169,11 @@ mod tests {
         let place = |from: &[Option<f32>], out: &mut [f32], written: &mut [bool]| {
             for (b, p) in from.iter().enumerate() {
                 if let Some(p) = p {
-                    let slot = &mut out[b * width + 1];
-                    *slot = if std::mem::replace(&mut written[b], true) {
-                        *slot + p
-                    } else {
-                        *p
-                    };
+                    add_partial(
+                        &mut out[b * width + 1..b * width + 2],
+                        &[*p],
+                        &mut written[b],
+                    );
                 }
             }
         };
