@@ -82,8 +82,9 @@ impl Placement {
 impl ShardedEmbeddings {
     /// Sends every sample owner its rows of every local shard and assembles this rank's
     /// `b_local` feature rows in `out`, after [`ShardedEmbeddings::pool_flat`]. This
-    /// rank's rows of its own shards are in place already, or placed from where they
-    /// were pooled, not through the exchange.
+    /// rank's own rows do not go through the exchange: the own pass pools most of them
+    /// into place while the exchange runs, the rest are placed from where they were
+    /// pooled. The exchange's time in its phase includes the own pass's.
     pub(super) fn flat_output_dist(
         &mut self,
         batch: &Batch,
@@ -118,11 +119,14 @@ impl ShardedEmbeddings {
             counts[owner] = send.len() - before;
         }
         let mut recv = std::mem::take(&mut self.bufs.vec_recv);
-        let exchanged = self
-            .comm
-            .all_to_all_v_into(&send, &counts, &mut recv, Phase::OutputDist);
+        let mut own_split = std::mem::take(&mut self.bufs.own_split);
+        let (comm, pass) = self.own_pass(&mut own_split);
+        let exchanged =
+            comm.all_to_all_v_during(&send, &counts, &mut recv, Phase::OutputDist, |progress| {
+                pass.run(batch, out, slots, progress)
+            });
         self.bufs.vec_send = send;
-        exchanged?;
+        exchanged?.1?;
         let width = slots.width();
         let out = &mut out[..b_local * width];
         // A row-split table's slot takes its first partial sum as it comes and adds the
@@ -136,7 +140,6 @@ impl ShardedEmbeddings {
                 w.resize(b_local, false);
             }
         }
-        let own_split = std::mem::take(&mut self.bufs.own_split);
         for (k, split) in own_split.iter().enumerate() {
             if self.direct[k] && !written[self.local[k].table].is_empty() {
                 written[self.local[k].table].copy_from_slice(split.only_own());

@@ -163,9 +163,16 @@ impl LocalShard {
         first..first + counts[me]
     }
 
-    /// Pools the bags it received: those of `own`, one per sample of this rank's slice
-    /// in order, straight into this rank's feature rows `out` (`stride` wide, at
-    /// `offset`); the others into `pooled`, whose rows for `own` are left as they are.
+    /// Pools the bags it received except those of `own` into `pooled`, whose rows for
+    /// `own` are left as they are.
+    pub(super) fn pool_others(&mut self, own: Range<usize>) -> Result<()> {
+        let bags = self.offsets.len() - 1;
+        self.pool_bags(0..own.start)?;
+        self.pool_bags(own.end..bags)
+    }
+
+    /// Pools the bags of `own`, one per sample of this rank's slice in order, straight
+    /// into this rank's feature rows `out` (`stride` wide, at `offset`).
     pub(super) fn pool_own_into(
         &mut self,
         own: Range<usize>,
@@ -173,9 +180,6 @@ impl LocalShard {
         stride: usize,
         offset: usize,
     ) -> Result<()> {
-        let bags = self.offsets.len() - 1;
-        self.pool_bags(0..own.start)?;
-        self.pool_bags(own.end..bags)?;
         let offsets = &self.offsets[own.start..=own.end];
         let values = &self.values[offsets[0]..offsets[own.len()]];
         let view = JaggedView::new(offsets, values)?;

@@ -370,7 +370,7 @@ impl ShardedEmbeddings {
             lookup::pool(&mut self.local)?;
             self.sptt_output_dist(batch, out, slots)?;
         } else {
-            self.pool_flat(batch, out, slots)?;
+            self.pool_flat()?;
             self.flat_output_dist(batch, out, slots)?;
         }
         self.replicas_forward(batch, out, slots)

@@ -5,7 +5,9 @@
 //! the output distribution they were copied three times (into the send buffer, through
 //! the exchange, into the feature rows); here the kernel writes them where they go.
 //! That is every own bag of a table-wise or column-wise shard, and of a row-partitioned
-//! store (which then receives a bag for every own sample, empty or not).
+//! store (which then receives a bag for every own sample, empty or not). Nothing the
+//! other ranks send is needed for it, so it runs during the output exchange
+//! ([`OwnPass`]; on MPI a non-blocking AlltoAllv, in-process after it).
 //!
 //! A row-split slot sums its partial sums in rank order from the first, and SPTT and
 //! the two-step table-row-wise path sum in the same order, bit for bit. So a
@@ -14,6 +16,8 @@
 //! here is final as pooled. Row-wise shards, where most bags have several partial sums,
 //! go the usual way.
 
+use super::lookup::LocalShard;
+use super::route::Router;
 use super::ShardedEmbeddings;
 use crate::error::Result;
 use crate::slots::FeatureSlots;
@@ -92,30 +96,77 @@ impl ShardedEmbeddings {
             && (!table.row_split() || table.addresses.is_some())
     }
 
-    /// Pools every local shard's bags: this rank's own straight into its feature rows
-    /// `out` where the shard [pools into rows](ShardedEmbeddings::pools_into_rows), the
-    /// rest for the output distribution. Before [`ShardedEmbeddings::flat_output_dist`].
-    pub(super) fn pool_flat(
-        &mut self,
+    /// Pools every local shard's bags except this rank's own of the shards that
+    /// [pool into rows](ShardedEmbeddings::pools_into_rows): what the output
+    /// distribution sends. Before [`ShardedEmbeddings::flat_output_dist`], which runs
+    /// the [`OwnPass`] during its exchange.
+    pub(super) fn pool_flat(&mut self) -> Result<()> {
+        let me = self.comm.rank();
+        for (l, &direct) in self.local.iter_mut().zip(&self.direct) {
+            if direct {
+                let own = l.bags_of_source(me, &self.samples);
+                l.pool_others(own)?;
+            } else {
+                l.pool()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The own pass of the last forward, borrowing the fields it needs apart from the
+    /// communicator (it runs inside the output exchange); it fills `splits`.
+    pub(super) fn own_pass<'a>(
+        &'a mut self,
+        splits: &'a mut Vec<OwnSplit>,
+    ) -> (&'a towerrec_comm::Comm, OwnPass<'a>) {
+        let pass = OwnPass {
+            local: &mut self.local,
+            direct: &self.direct,
+            router: &self.router,
+            samples: &self.samples,
+            splits,
+            me: self.comm.rank(),
+        };
+        (&self.comm, pass)
+    }
+}
+
+/// This rank's own bags of the shards that pool into rows, pooled straight into its
+/// feature rows: local work that needs nothing from the other ranks, so it runs while
+/// the output exchange moves the others' rows (OPER §5: local lookups overlapped with
+/// the remote fetches).
+pub(super) struct OwnPass<'a> {
+    local: &'a mut [LocalShard],
+    direct: &'a [bool],
+    router: &'a Router,
+    samples: &'a [usize],
+    splits: &'a mut Vec<OwnSplit>,
+    me: usize,
+}
+
+impl OwnPass<'_> {
+    /// Pools the own bags into this rank's feature rows `out` and keeps aside the own
+    /// partial sums of bags with rows elsewhere too; calls `progress` between shards
+    /// (the exchange moves on MPI only inside MPI calls).
+    pub(super) fn run(
+        self,
         batch: &Batch,
         out: &mut [f32],
         slots: &FeatureSlots,
+        progress: &mut dyn FnMut(),
     ) -> Result<()> {
-        let me = self.comm.rank();
         let width = slots.width();
         let out = &mut out[..batch.batch_size() * width];
-        let mut splits = std::mem::take(&mut self.bufs.own_split);
-        splits.resize_with(self.local.len(), OwnSplit::default);
-        for (k, (t, s)) in self.router.held_by(me).enumerate() {
+        self.splits.resize_with(self.local.len(), OwnSplit::default);
+        for (k, (t, s)) in self.router.held_by(self.me).enumerate() {
             let l = &mut self.local[k];
             debug_assert_eq!(l.table, t, "local shards in wire order");
             if !self.direct[k] {
-                l.pool()?;
                 continue;
             }
-            let own = l.bags_of_source(me, &self.samples);
+            let own = l.bags_of_source(self.me, self.samples);
             debug_assert_eq!(own.len(), batch.batch_size(), "a bag per own sample");
-            let split = &mut splits[k];
+            let split = &mut self.splits[k];
             split.off = slots.slot(t).offset + l.shard.columns.0;
             split.cols = l.columns();
             l.pool_own_into(own, out, width, split.off)?;
@@ -123,8 +174,8 @@ impl ShardedEmbeddings {
                 let ids = batch.sparse.feature(t);
                 split.sort(lengths, |b| ids.ids(b).len(), out, width);
             }
+            progress();
         }
-        self.bufs.own_split = splits;
         Ok(())
     }
 }
