@@ -64,8 +64,8 @@ impl LocalShard {
     /// A row-partitioned store's bags from source `src` in the last forward: the
     /// first bag's index, and each bag's sample within `src`'s slice.
     pub(super) fn bags_of(&self, src: usize) -> (usize, &[u32]) {
-        let first: usize = self.bags_from[..src].iter().sum();
-        (first, &self.bag_samples[first..first + self.bags_from[src]])
+        let bags = self.bags_of_source(src, &[]);
+        (bags.start, &self.bag_samples[bags])
     }
 
     /// The bags of the last forward: offsets and ids.
@@ -151,16 +151,16 @@ impl LocalShard {
         self.pool_bags(0..self.offsets.len() - 1)
     }
 
-    /// The bags that source `me` sent in the last forward (`samples`: each source's
-    /// sample count).
-    pub(super) fn bags_of_source(&self, me: usize, samples: &[usize]) -> Range<usize> {
+    /// The bags that source `src` sent in the last forward (`samples`: each source's
+    /// sample count, the bags of a shard that is not a row-partitioned store).
+    pub(super) fn bags_of_source(&self, src: usize, samples: &[usize]) -> Range<usize> {
         let counts = if self.store.is_some() {
             &self.bags_from
         } else {
             samples
         };
-        let first: usize = counts[..me].iter().sum();
-        first..first + counts[me]
+        let first: usize = counts[..src].iter().sum();
+        first..first + counts[src]
     }
 
     /// Pools the bags it received except those of `own` into `pooled`, whose rows for
