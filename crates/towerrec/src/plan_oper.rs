@@ -200,6 +200,22 @@ pub fn report(
         "gradients of rows with copies, read in an iteration: {:.3} MB per iteration (summed over the copies by a sparse AllReduce in training)",
         r.copy_sync_bytes / 1e6
     );
+    let used = extra_share(&r, tables);
+    let bound = oper::copy_bound(tables, profile, topo.world_size(), used, cost.batch_size)?;
+    let plan_cut = match bound.without_copies / r.total_bytes() {
+        x if x.is_finite() => format!("by {x:.2}x"),
+        _ => "to nothing".to_string(),
+    };
+    let best = if bound.best_cut.is_finite() {
+        format!("no placement cuts it by more than {:.2}x", bound.best_cut)
+    } else {
+        "a placement can leave none".to_string()
+    };
+    eprintln!(
+        "copies cut the traffic without copies ({:.3} MB) {plan_cut}; with {:.2}% extra memory {best} (reads spread evenly over the ranks)",
+        bound.without_copies / 1e6,
+        100.0 * used,
+    );
     if !plan.towers.is_empty() {
         eprintln!("{}", flat_rating_note(plan.towers.len()));
     }

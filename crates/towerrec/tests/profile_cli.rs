@@ -104,6 +104,20 @@ fn oper_plans_from_a_profile_and_rates_any_plan() {
     let (_, stderr) = text(&o);
     assert!(o.status.success(), "{stderr}");
     assert!(stderr.contains("degree of balance"), "{stderr}");
+    // The copies' cut, and the most any placement of that memory could cut.
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("copies cut the traffic"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let factor = |before: &str| -> f64 {
+        let rest = line
+            .split(before)
+            .nth(1)
+            .unwrap_or_else(|| panic!("{line}"));
+        rest.split('x').next().unwrap().parse().unwrap()
+    };
+    let (cut, best) = (factor(") by "), factor("more than "));
+    assert!(cut > 1.0 && cut <= best + 0.005, "{line}");
     let p = towerrec_plan::Plan::load(&plan).unwrap();
     assert!(p
         .tables

@@ -9,8 +9,10 @@
 //!    or inference (Algorithm 1) (§4.3).
 //!
 //! The baselines of the paper's Figure 10 come from the same partitions placed by one
-//! greedy rule each ([`Placement`]), without replicas.
+//! greedy rule each ([`Placement`]), without replicas. [`copy_bound`] says how far
+//! any placement's copies could cut the modelled traffic, to rate a plan's against.
 
+mod bound;
 mod partition;
 mod place;
 mod rating;
@@ -18,6 +20,7 @@ mod replicate;
 #[cfg(test)]
 mod tests;
 
+pub use bound::{copy_bound, CopyBound};
 pub use place::Placement;
 pub use rating::{rate, Rating};
 

@@ -234,6 +234,40 @@ fn replicas_cut_traffic_as_far_as_the_skew_allows() {
     assert!(t[0] > 10.0 * t[1], "{t:?}");
 }
 
+/// No plan's copies cut the modelled traffic past [`copy_bound`], and on one host,
+/// where every link costs the same, Algorithm 1's come within a few percent of it.
+#[test]
+fn copies_stay_under_the_bound_and_reach_it_on_one_host() {
+    let (tables, prof) = zipf_case(26, 20_000, 500_000);
+    for (hosts, ranks) in [(1, 8), (1, 4), (2, 2)] {
+        let topo = Topology::new(hosts, ranks).unwrap();
+        for mode in [Mode::Training, Mode::Inference] {
+            let modelled = |extra| {
+                let p = params(extra, mode);
+                let out = plan(&tables, &prof, topo, &p).unwrap();
+                rate(&out.plan, &tables, &prof, &p.cost)
+                    .unwrap()
+                    .total_bytes()
+            };
+            let none = modelled(0.0);
+            for extra in [0.01, 0.05] {
+                let cut = none / modelled(extra);
+                let b = copy_bound(&tables, &prof, topo.world_size(), extra, 4096).unwrap();
+                assert!(
+                    (b.without_copies - none).abs() <= 1e-9 * none,
+                    "{none} {b:?}"
+                );
+                let bound = b.best_cut;
+                let what = format!("{mode:?} at {extra} on {topo}: cut {cut}, bound {bound}");
+                assert!(cut <= bound * (1.0 + 1e-9), "{what}");
+                if hosts == 1 && mode == Mode::Inference {
+                    assert!(cut >= 0.97 * bound, "{what}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn the_rating_counts_reads_from_the_nearest_copy() {
     // One table of 4 rows on 2 hosts × 1 rank; rows 0-1 on rank 0, 2-3 on rank 1.
