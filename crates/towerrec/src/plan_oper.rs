@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use towerrec_data::AccessProfile;
 use towerrec_plan::oper::{self, Mode, OperParams, Placement, Rating};
 use towerrec_plan::partition::Matrix;
-use towerrec_plan::{CostParams, Plan, TableSpec, Topology};
+use towerrec_plan::{CostParams, Plan, ShardingType, TableSpec, Topology};
 use towerrec_sim::Hardware;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -200,7 +200,36 @@ pub fn report(
         "gradients of rows with copies, read in an iteration: {:.3} MB per iteration (summed over the copies by a sparse AllReduce in training)",
         r.copy_sync_bytes / 1e6
     );
-    let used = extra_share(&r, tables);
+    let per_sample = |t: &towerrec_plan::TablePlan| {
+        matches!(
+            t.sharding,
+            ShardingType::RowWise | ShardingType::TableRowWise
+        )
+    };
+    if !plan.tables.iter().any(per_sample) {
+        copies_line(&r, tables, profile, topo, cost)?;
+    }
+    if !plan.towers.is_empty() {
+        eprintln!("{}", flat_rating_note(plan.towers.len()));
+    }
+    if let Some(path) = heatmap {
+        draw(&r, topo, path)?;
+        eprintln!("drew {}", path.display());
+    }
+    Ok(r)
+}
+
+/// How far the plan's copies cut the modelled traffic, and the most any placement with
+/// as much extra memory could (a row-wise shard's traffic is priced per sample, so
+/// plans with one are left out).
+fn copies_line(
+    r: &Rating,
+    tables: &[TableSpec],
+    profile: &AccessProfile,
+    topo: Topology,
+    cost: &CostParams,
+) -> Result<()> {
+    let used = extra_share(r, tables);
     let bound = oper::copy_bound(tables, profile, topo.world_size(), used, cost.batch_size)?;
     let plan_cut = match bound.without_copies / r.total_bytes() {
         x if x.is_finite() => format!("by {x:.2}x"),
@@ -216,14 +245,7 @@ pub fn report(
         bound.without_copies / 1e6,
         100.0 * used,
     );
-    if !plan.towers.is_empty() {
-        eprintln!("{}", flat_rating_note(plan.towers.len()));
-    }
-    if let Some(path) = heatmap {
-        draw(&r, topo, path)?;
-        eprintln!("drew {}", path.display());
-    }
-    Ok(r)
+    Ok(())
 }
 
 /// Bytes held beyond one copy of every row (replicas of partitions and data-parallel
