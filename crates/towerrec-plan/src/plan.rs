@@ -43,6 +43,12 @@ impl ShardingType {
             ShardingType::RowPartitioned => "row_partitioned",
         }
     }
+
+    /// Whether its shards send every sample's partial sum, read or not (row-wise and
+    /// table-row-wise, as the runtime and TorchRec run them), rather than a row per read.
+    pub fn sends_every_sample(self) -> bool {
+        matches!(self, ShardingType::RowWise | ShardingType::TableRowWise)
+    }
 }
 
 /// A block of a table on one rank: rows `rows.0..rows.1`, columns

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use towerrec_data::AccessProfile;
 use towerrec_plan::oper::{self, Mode, OperParams, Placement, Rating};
 use towerrec_plan::partition::Matrix;
-use towerrec_plan::{CostParams, Plan, ShardingType, TableSpec, Topology};
+use towerrec_plan::{CostParams, Plan, TableSpec, Topology};
 use towerrec_sim::Hardware;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -200,13 +200,7 @@ pub fn report(
         "gradients of rows with copies, read in an iteration: {:.3} MB per iteration (summed over the copies by a sparse AllReduce in training)",
         r.copy_sync_bytes / 1e6
     );
-    let per_sample = |t: &towerrec_plan::TablePlan| {
-        matches!(
-            t.sharding,
-            ShardingType::RowWise | ShardingType::TableRowWise
-        )
-    };
-    if !plan.tables.iter().any(per_sample) {
+    if !plan.tables.iter().any(|t| t.sharding.sends_every_sample()) {
         copies_line(&r, tables, profile, topo, cost)?;
     }
     if !plan.towers.is_empty() {

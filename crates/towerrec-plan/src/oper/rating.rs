@@ -227,8 +227,7 @@ fn pieces(
                 }
             }
             kind => {
-                let every_sample =
-                    matches!(kind, ShardingType::RowWise | ShardingType::TableRowWise);
+                let every_sample = kind.sends_every_sample();
                 let host_sum = (kind == ShardingType::TableRowWise).then_some(entry.shards.len());
                 for s in &entry.shards {
                     out.push(Piece {
