@@ -9,6 +9,9 @@
 # its training data's. Train samples/s is the run's steady-state figure, inference the
 # final evaluation's (the scorer on every rank). One line per run, then per plan the
 # median of each and its ratio to the best baseline's median.
+# TORCHREC=1 adds TorchRec's plan of the same tables as a fourth baseline
+# (bench/torchrec/torchrec_plan.py; its venv from bench/torchrec/setup.sh), with the
+# per-round ratios against the best baseline of each round printed after the table.
 set -euo pipefail
 rounds=${1:-3}
 rate=${2:-1gbit}
@@ -21,15 +24,24 @@ results=$out/results.tsv
 : >"$results"
 topo=(--hosts 2 --ranks-per-host 2)
 "$bin" profile --config "$cfg" --quiet --out "$out/train.profile" >/dev/null
-for s in table-wise row-wise greedy; do
+baselines="table-wise row-wise greedy"
+for s in $baselines; do
     "$bin" plan --config "$cfg" "${topo[@]}" --strategy "$s" --output "$out/$s.json" 2>/dev/null
 done
+if [[ ${TORCHREC:-0} == 1 ]]; then
+    "$bin" plan --config "$cfg" "${topo[@]}" --tables-out "$out/tables.json" >/dev/null 2>&1
+    python3 "$(dirname "$0")/../bench/torchrec/torchrec_plan.py" --tables "$out/tables.json" \
+        --out "$out/torchrec.json" 2>"$out/torchrec.log" >"$out/torchrec.line" ||
+        { cat "$out/torchrec.log"; exit 1; }
+    python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print("torchrec:", d["sharding_types"], "planned in", d["planning_seconds"], "s")' "$out/torchrec.line"
+    baselines+=" torchrec"
+fi
 for m in training inference; do
     "$bin" plan --config "$cfg" "${topo[@]}" --strategy oper --profile "$out/train.profile" \
         --extra-memory "$extra" --mode "$m" --output "$out/oper-$m.json" 2>"$out/plan-$m.log"
     grep -E "^embedding traffic" "$out/plan-$m.log" | sed "s/^/oper-$m: /"
 done
-plans="table-wise row-wise greedy oper-training oper-inference"
+plans="$baselines oper-training oper-inference"
 for r in $(seq "$rounds"); do
     for p in $plans; do
         run="$out/run-$p-$r"
@@ -62,4 +74,12 @@ print("|---|---:|---:|---:|---:|---:|")
 for p in plans:
     t, i, c = med[p]
     print(f"| {p} | {t:,.0f} | {t / best_train:.2f} | {i:,.0f} | {i / best_infer:.2f} | {c:.2f} |")
+rounds = sorted({int(r[1]) for r in rows})
+for p, col, what in [("oper-training", 2, "train"), ("oper-inference", 3, "infer")]:
+    ratios = []
+    for n in rounds:
+        got = {r[0]: float(r[col]) for r in rows if int(r[1]) == n}
+        ratios.append(got[p] / max(got[b] for b in base))
+    print(f"{p} {what} per round against that round's best baseline: "
+          + ", ".join(f"{x:.2f}" for x in ratios) + f" (median {st.median(ratios):.2f})")
 PY
