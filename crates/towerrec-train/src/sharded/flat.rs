@@ -189,7 +189,8 @@ impl ShardedEmbeddings {
     }
 
     /// Sends each shard its columns of the gradient `grad` of this rank's feature rows,
-    /// leaving in each local shard's `grad` the gradient of the whole global batch.
+    /// leaving in each local shard's `grad` the gradient of the whole global batch. This
+    /// rank's own segment goes straight from `grad` into its shards.
     pub(super) fn flat_output_grad(
         &mut self,
         batch: &Batch,
@@ -197,43 +198,17 @@ impl ShardedEmbeddings {
         slots: &FeatureSlots,
     ) -> Result<()> {
         let (p, me) = (self.comm.size(), self.comm.rank());
-        let width = slots.width();
         let mut send = std::mem::take(&mut self.bufs.vec_send);
-        let mut own = std::mem::take(&mut self.bufs.vec_own);
         send.clear();
-        own.clear();
         let mut counts = vec![0usize; p];
-        for (dest, count) in counts.iter_mut().enumerate() {
-            let send = if dest == me { &mut own } else { &mut send };
+        for (dest, count) in counts.iter_mut().enumerate().filter(|(d, _)| *d != me) {
             let before = send.len();
-            for (k, (t, s)) in self.router.held_by(dest).enumerate() {
-                if self.hierarchical(t) {
-                    continue;
-                }
-                let shard = &self.tables[t].shards[s];
-                let off = slots.slot(t).offset + shard.columns.0;
-                let cols = shard.num_columns();
-                let scales = self.mean_scales(batch, t);
-                // This rank's own store holds every bag of its slice when it pooled them
-                // into the rank's rows.
-                let sent = self
-                    .router
-                    .addressed_lengths(t, s)
-                    .filter(|_| !(dest == me && self.direct[k]));
-                for (b, row) in grad.chunks_exact(width).enumerate() {
-                    if sent.is_some_and(|lengths| lengths[b] == 0) {
-                        continue;
-                    }
-                    let part = &row[off..off + cols];
-                    match scales.as_ref().map(|f| f(b)) {
-                        Some(scale) if scale != 1.0 => send.extend(part.iter().map(|&g| g * scale)),
-                        _ => send.extend_from_slice(part),
-                    }
+            for (t, s) in self.router.held_by(dest) {
+                if !self.hierarchical(t) {
+                    self.push_grad_rows(&mut send, batch, grad, slots, (t, s, false));
                 }
             }
-            if dest != me {
-                *count = send.len() - before;
-            }
+            *count = send.len() - before;
         }
         let mut recv = std::mem::take(&mut self.bufs.vec_recv);
         let exchanged = self
@@ -241,30 +216,62 @@ impl ShardedEmbeddings {
             .all_to_all_v_into(&send, &counts, &mut recv, Phase::OutputDist);
         self.bufs.vec_send = send;
         exchanged?;
-        for l in &mut self.local {
+        let mut local = std::mem::take(&mut self.local);
+        for l in &mut local {
             l.grad.clear();
         }
-        let (mut at, mut own_at) = (0, 0);
-        let trw = self.trw.as_ref().map(|h| &h.mine);
+        let own: Vec<(usize, usize)> = self.router.held_by(me).collect();
+        let mut at = 0;
         for (src, &n) in self.samples.iter().enumerate() {
-            let (from, at) = if src == me {
-                (&own, &mut own_at)
-            } else {
-                (&recv, &mut at)
-            };
-            for l in &mut self.local {
-                if trw.is_some_and(|mine| mine[l.table]) {
+            for (k, l) in local.iter_mut().enumerate() {
+                if self.hierarchical(l.table) {
+                    continue;
+                }
+                if src == me {
+                    // This rank's own store holds every bag of its slice when it pooled
+                    // them into the rank's rows.
+                    let (t, s) = own[k];
+                    self.push_grad_rows(&mut l.grad, batch, grad, slots, (t, s, self.direct[k]));
                     continue;
                 }
                 let rows = l.bags_from().get(src).copied().unwrap_or(n);
                 let len = rows * l.columns();
-                l.grad.extend_from_slice(&from[*at..*at + len]);
-                *at += len;
+                l.grad.extend_from_slice(&recv[at..at + len]);
+                at += len;
             }
         }
+        self.local = local;
         self.bufs.vec_recv = recv;
-        self.bufs.vec_own = own;
         self.trw_output_grad(batch, grad, slots)
+    }
+
+    /// Appends to `out` shard `s` of table `t`'s columns of the gradient `grad`, for
+    /// each bag this rank sent it ids of (`every_bag`: for every bag), mean-pooled bags
+    /// of row-split tables scaled by their length.
+    fn push_grad_rows(
+        &self,
+        out: &mut Vec<f32>,
+        batch: &Batch,
+        grad: &[f32],
+        slots: &FeatureSlots,
+        (t, s, every_bag): (usize, usize, bool),
+    ) {
+        let width = slots.width();
+        let shard = &self.tables[t].shards[s];
+        let off = slots.slot(t).offset + shard.columns.0;
+        let cols = shard.num_columns();
+        let scales = self.mean_scales(batch, t);
+        let sent = self.router.addressed_lengths(t, s).filter(|_| !every_bag);
+        for (b, row) in grad.chunks_exact(width).enumerate() {
+            if sent.is_some_and(|lengths| lengths[b] == 0) {
+                continue;
+            }
+            let part = &row[off..off + cols];
+            match scales.as_ref().map(|f| f(b)) {
+                Some(scale) if scale != 1.0 => out.extend(part.iter().map(|&g| g * scale)),
+                _ => out.extend_from_slice(part),
+            }
+        }
     }
 
     /// Divides the summed slots of mean-pooled row-split tables by each bag's length.

@@ -68,9 +68,10 @@ impl LocalShard {
         (bags.start, &self.bag_samples[bags])
     }
 
-    /// The bags of the last forward: offsets and ids.
-    pub(super) fn received(&self) -> (&[usize], &[u64]) {
-        (&self.offsets, &self.values)
+    /// What a row-partitioned store's backward reads and sums into: the last forward's
+    /// bags (offsets, ids), their gradient and the store.
+    pub(super) fn backward_parts(&mut self) -> (&[usize], &[u64], &[f32], Option<&mut Store>) {
+        (&self.offsets, &self.values, &self.grad, self.store.as_mut())
     }
 
     pub(super) fn columns(&self) -> usize {

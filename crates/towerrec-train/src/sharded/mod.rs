@@ -87,8 +87,6 @@ struct Buffers {
     ids_own: Vec<u64>,
     vec_send: Vec<f32>,
     vec_recv: Vec<f32>,
-    /// The gradient rows for this rank's own shards, which skip the exchange.
-    vec_own: Vec<f32>,
     /// Per table, which of this rank's rows hold a partial sum (flat output).
     written: Vec<Vec<bool>>,
     /// Per local shard that pools into the rows, its bags with partial sums elsewhere.

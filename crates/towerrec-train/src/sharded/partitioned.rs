@@ -92,38 +92,23 @@ impl LocalShard {
     /// each shared row the last forward read, by table row.
     pub(super) fn update_split(&mut self, lr: f32) -> Result<(Vec<u64>, Vec<f32>)> {
         let cols = self.columns();
-        let (offsets, values) = self.received();
-        let store = self.store().expect("a row-partitioned store");
+        let (offsets, values, grad, store) = self.backward_parts();
+        let store = store.expect("a row-partitioned store");
         let mut own_offsets = Vec::with_capacity(offsets.len());
         own_offsets.push(0);
         let mut own = Vec::with_capacity(values.len());
-        // Shared rows by offset: (offset, occurrence) in (sample, position) order.
-        let mut shared: Vec<(usize, usize)> = Vec::new();
+        // Each shared row's reads are summed in sample order, as one process sums them
+        // (reads of one row within one bag add the same gradient).
         for b in 0..offsets.len() - 1 {
+            let g = &grad[b * cols..(b + 1) * cols];
             for &v in &values[offsets[b]..offsets[b + 1]] {
-                if store.is_shared(v as usize) {
-                    shared.push((v as usize, b));
-                } else {
+                if !store.add_if_shared(v as usize, g) {
                     own.push(v);
                 }
             }
             own_offsets.push(own.len());
         }
-        // By row, then sample: each row's reads in sample order (reads of one row
-        // within one bag are equal pairs, so their order cannot matter).
-        shared.sort_unstable();
-        let mut rows = Vec::new();
-        let mut grads: Vec<f32> = Vec::new();
-        for (i, &(offset, b)) in shared.iter().enumerate() {
-            if i == 0 || shared[i - 1].0 != offset {
-                rows.push(store.row(offset) as u64);
-                grads.resize(grads.len() + cols, 0.0);
-            }
-            let last = grads.len() - cols;
-            let sum = &mut grads[last..];
-            let g = &self.grad[b * cols..(b + 1) * cols];
-            sum.iter_mut().zip(g).for_each(|(s, &x)| *s += x);
-        }
+        let (rows, grads) = store.take_shared_sums(cols);
         let view = JaggedView::new(&own_offsets, &own)?;
         let grad = std::mem::take(&mut self.grad);
         let done = self.bag.backward_update(view, &grad, cols, 0, lr);

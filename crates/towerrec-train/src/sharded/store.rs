@@ -8,11 +8,22 @@ use std::ops::Range;
 pub(super) struct Store {
     /// The table row at each offset.
     rows: Vec<usize>,
-    /// Whether the row at each offset has copies elsewhere.
-    shared: Vec<bool>,
+    /// Per offset, the row's slot among the shared rows ([`NOT_SHARED`] for a row with
+    /// no copies elsewhere); slots number the shared offsets in increasing order.
+    slots: Vec<u32>,
+    /// The offset of each slot.
+    slot_offsets: Vec<usize>,
     /// `(table row, offset)` of those rows, by row.
     shared_by_row: Vec<(u64, usize)>,
+    /// Per slot, the summed gradient of the last backward's reads and whether any read
+    /// it; `hit` lists the slots read, in first-read order (all reused step to step).
+    sums: Vec<f32>,
+    read: Vec<bool>,
+    hit: Vec<u32>,
 }
+
+/// [`Store`]'s slot of an offset whose row has no copies elsewhere.
+const NOT_SHARED: u32 = u32::MAX;
 
 impl Store {
     /// The store of `rows` (the table row at each offset) whose `shared` offsets (sorted
@@ -24,24 +35,68 @@ impl Store {
             .map(|offset| (rows[offset] as u64, offset))
             .collect();
         shared_by_row.sort_unstable();
-        let mut flags = vec![false; rows.len()];
+        let mut slots = vec![NOT_SHARED; rows.len()];
         for r in &shared {
-            flags[r.clone()].fill(true);
+            slots[r.clone()].fill(0);
+        }
+        let slot_offsets: Vec<usize> = (0..rows.len()).filter(|&o| slots[o] == 0).collect();
+        for (slot, &offset) in slot_offsets.iter().enumerate() {
+            slots[offset] = u32::try_from(slot).expect("fewer than 2^32 - 1 shared rows");
         }
         Store {
             rows,
-            shared: flags,
+            slots,
+            read: vec![false; slot_offsets.len()],
+            slot_offsets,
             shared_by_row,
+            sums: Vec::new(),
+            hit: Vec::new(),
         }
     }
 
-    /// The table row at `offset`.
-    pub(super) fn row(&self, offset: usize) -> usize {
-        self.rows[offset]
+    /// Adds `grad` (one read's gradient) to the sum of the shared row at `offset` if it
+    /// is one (then `true`). A row's first read of the step starts its sum from zero, as
+    /// adding to a zeroed sum does, bit for bit.
+    pub(super) fn add_if_shared(&mut self, offset: usize, grad: &[f32]) -> bool {
+        let slot = self.slots[offset];
+        if slot == NOT_SHARED {
+            return false;
+        }
+        let (slot, cols) = (slot as usize, grad.len());
+        if self.sums.len() != self.slot_offsets.len() * cols {
+            self.sums.resize(self.slot_offsets.len() * cols, 0.0);
+        }
+        let sum = &mut self.sums[slot * cols..(slot + 1) * cols];
+        if !std::mem::replace(&mut self.read[slot], true) {
+            sum.fill(0.0);
+            self.hit.push(slot as u32);
+        }
+        sum.iter_mut().zip(grad).for_each(|(s, &x)| *s += x);
+        true
     }
 
-    pub(super) fn is_shared(&self, offset: usize) -> bool {
-        self.shared[offset]
+    /// The shared rows read since the last call, in offset order, as `(table rows,
+    /// summed gradients)` (`cols` wide); clears them for the next backward.
+    pub(super) fn take_shared_sums(&mut self, cols: usize) -> (Vec<u64>, Vec<f32>) {
+        // Few rows read: sort them; many: walk every slot in order.
+        if self.hit.len() * 8 < self.slot_offsets.len() {
+            self.hit.sort_unstable();
+        } else {
+            self.hit.clear();
+            let read = &self.read;
+            self.hit
+                .extend((0..read.len() as u32).filter(|&s| read[s as usize]));
+        }
+        let mut rows = Vec::with_capacity(self.hit.len());
+        let mut sums = Vec::with_capacity(self.hit.len() * cols);
+        for &slot in &self.hit {
+            let slot = slot as usize;
+            rows.push(self.rows[self.slot_offsets[slot]] as u64);
+            sums.extend_from_slice(&self.sums[slot * cols..(slot + 1) * cols]);
+            self.read[slot] = false;
+        }
+        self.hit.clear();
+        (rows, sums)
     }
 
     /// `(table row, offset)` of the shared rows, by row.
@@ -53,3 +108,78 @@ impl Store {
 /// Per table, the rows of shared copies this rank's reads touched and their summed
 /// gradients: `(table, rows, grads)`.
 pub(super) type Touched = Vec<(usize, Vec<u64>, Vec<f32>)>;
+
+#[cfg(test)]
+mod tests {
+    use super::Store;
+
+    /// 60 offsets holding table rows 100 + 3·offset; offsets 2..5 and 9..59 shared.
+    fn store() -> Store {
+        Store::new((0..60).map(|o| 100 + 3 * o).collect(), vec![2..5, 9..59])
+    }
+
+    #[test]
+    fn sums_each_shared_row_in_read_order_from_zero() {
+        let mut s = store();
+        let reads: [(usize, [f32; 2]); 6] = [
+            (10, [1e8, -0.0]),
+            (59, [5.0, 5.0]),
+            (3, [2.5, 1.0]),
+            (10, [1.0, -0.0]),
+            (3, [-1.0, 0.25]),
+            (10, [-1e8, 3.0]),
+        ];
+        let shared: Vec<bool> = reads.iter().map(|(o, g)| s.add_if_shared(*o, g)).collect();
+        assert_eq!(shared, [true, false, true, true, true, true]);
+        let (rows, sums) = s.take_shared_sums(2);
+        // Offset order (3 before 10), as table rows.
+        assert_eq!(rows, [109, 130]);
+        let sum = |gs: &[[f32; 2]]| {
+            let mut acc = [0.0f32; 2];
+            for g in gs {
+                acc[0] += g[0];
+                acc[1] += g[1];
+            }
+            acc
+        };
+        let want3 = sum(&[[2.5, 1.0], [-1.0, 0.25]]);
+        let want10 = sum(&[[1e8, -0.0], [1.0, -0.0], [-1e8, 3.0]]);
+        let want: Vec<u32> = [want3, want10]
+            .iter()
+            .flatten()
+            .map(|x| x.to_bits())
+            .collect();
+        let got: Vec<u32> = sums.iter().map(|x| x.to_bits()).collect();
+        assert_eq!(got, want);
+        // Summed in read order, 1e8 + 1 - 1e8 is 0 in f32: the order shows.
+        assert_eq!(sums[2], 0.0);
+    }
+
+    #[test]
+    fn a_read_of_negative_zero_sums_as_added_to_zero() {
+        let mut s = store();
+        assert!(s.add_if_shared(4, &[-0.0]));
+        let (_, sums) = s.take_shared_sums(1);
+        assert_eq!(sums[0].to_bits(), (0.0f32 + -0.0f32).to_bits());
+    }
+
+    #[test]
+    fn each_take_returns_only_the_reads_since_the_last() {
+        let mut s = store();
+        // Many of the 53 slots read (the walk over every slot), then few (the sort).
+        for o in [18, 2, 9, 12, 16, 4, 3, 11] {
+            assert!(s.add_if_shared(o, &[o as f32]));
+        }
+        let (rows, sums) = s.take_shared_sums(1);
+        let offsets = [2, 3, 4, 9, 11, 12, 16, 18];
+        assert_eq!(rows, offsets.map(|o| 100 + 3 * o as u64));
+        assert_eq!(sums, offsets.map(|o| o as f32));
+        s.add_if_shared(15, &[1.0]);
+        s.add_if_shared(2, &[2.0]);
+        s.add_if_shared(15, &[1.0]);
+        let (rows, sums) = s.take_shared_sums(1);
+        assert_eq!(rows, [106, 145]);
+        assert_eq!(sums, [2.0, 2.0]);
+        assert_eq!(s.take_shared_sums(1), (vec![], vec![]));
+    }
+}
