@@ -192,10 +192,10 @@ impl LocalShard {
     fn pool_bags(&mut self, bags: Range<usize>) -> Result<()> {
         let cols = self.columns();
         let total = (self.offsets.len() - 1) * cols;
-        if self.pooled.len() != total {
-            self.pooled.clear();
-            self.pooled.resize(total, 0.0);
-        }
+        // The kernel writes whole rows, and every bag a later stage reads is pooled each
+        // step (a store's own bags that `pool_others` skips are never read), so rows kept
+        // from the last step need no zeroing: a store's bag count changes every step.
+        self.pooled.resize(total, 0.0);
         if bags.is_empty() {
             return Ok(());
         }
