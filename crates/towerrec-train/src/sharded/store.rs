@@ -8,10 +8,9 @@ use std::ops::Range;
 pub(super) struct Store {
     /// The table row at each offset.
     rows: Vec<usize>,
-    /// The shared offsets as `(start, end, slot of start)` runs, sorted: slots number
-    /// the shared offsets in increasing order. A few runs (one per copied partition)
-    /// that stay in cache, where a slot per offset would miss it on most reads.
-    runs: Vec<(usize, usize, usize)>,
+    /// Per offset, the row's slot among the shared rows ([`NOT_SHARED`] for a row with
+    /// no copies elsewhere); slots number the shared offsets in increasing order.
+    slots: Vec<u32>,
     /// The offset of each slot.
     slot_offsets: Vec<usize>,
     /// `(table row, offset)` of those rows, by row.
@@ -23,6 +22,9 @@ pub(super) struct Store {
     hit: Vec<u32>,
 }
 
+/// [`Store`]'s slot of an offset whose row has no copies elsewhere.
+const NOT_SHARED: u32 = u32::MAX;
+
 impl Store {
     /// The store of `rows` (the table row at each offset) whose `shared` offsets (sorted
     /// ranges) have copies on other ranks.
@@ -33,21 +35,17 @@ impl Store {
             .map(|offset| (rows[offset] as u64, offset))
             .collect();
         shared_by_row.sort_unstable();
-        let mut flags = vec![false; rows.len()];
+        let mut slots = vec![NOT_SHARED; rows.len()];
         for r in &shared {
-            flags[r.clone()].fill(true);
+            slots[r.clone()].fill(0);
         }
-        let slot_offsets: Vec<usize> = (0..rows.len()).filter(|&o| flags[o]).collect();
-        let mut runs: Vec<(usize, usize, usize)> = Vec::new();
+        let slot_offsets: Vec<usize> = (0..rows.len()).filter(|&o| slots[o] == 0).collect();
         for (slot, &offset) in slot_offsets.iter().enumerate() {
-            match runs.last_mut() {
-                Some(run) if run.1 == offset => run.1 += 1,
-                _ => runs.push((offset, offset + 1, slot)),
-            }
+            slots[offset] = u32::try_from(slot).expect("fewer than 2^32 - 1 shared rows");
         }
         Store {
             rows,
-            runs,
+            slots,
             read: vec![false; slot_offsets.len()],
             slot_offsets,
             shared_by_row,
@@ -60,12 +58,11 @@ impl Store {
     /// is one (then `true`). A row's first read of the step starts its sum from zero, as
     /// adding to a zeroed sum does, bit for bit.
     pub(super) fn add_if_shared(&mut self, offset: usize, grad: &[f32]) -> bool {
-        let run = self.runs.partition_point(|r| r.1 <= offset);
-        let slot = match self.runs.get(run) {
-            Some(&(start, _, first)) if start <= offset => first + offset - start,
-            _ => return false,
-        };
-        let cols = grad.len();
+        let slot = self.slots[offset];
+        if slot == NOT_SHARED {
+            return false;
+        }
+        let (slot, cols) = (slot as usize, grad.len());
         if self.sums.len() != self.slot_offsets.len() * cols {
             self.sums.resize(self.slot_offsets.len() * cols, 0.0);
         }
