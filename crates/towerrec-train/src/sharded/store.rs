@@ -15,11 +15,13 @@ pub(super) struct Store {
     slot_offsets: Vec<usize>,
     /// `(table row, offset)` of those rows, by row.
     shared_by_row: Vec<(u64, usize)>,
-    /// Per slot, the summed gradient of the last backward's reads and whether any read
-    /// it; `hit` lists the slots read, in first-read order (all reused step to step).
-    sums: Vec<f32>,
-    read: Vec<bool>,
+    /// The slots the last backward read, in first-read order, and their summed
+    /// gradients in that order: memory for the rows read, not for every shared row.
+    /// `at[slot]` is the slot's place in `hit` ([`NOT_SHARED`] for a slot not read).
+    /// All reused from step to step.
     hit: Vec<u32>,
+    sums: Vec<f32>,
+    at: Vec<u32>,
 }
 
 /// [`Store`]'s slot of an offset whose row has no copies elsewhere.
@@ -46,7 +48,7 @@ impl Store {
         Store {
             rows,
             slots,
-            read: vec![false; slot_offsets.len()],
+            at: vec![NOT_SHARED; slot_offsets.len()],
             slot_offsets,
             shared_by_row,
             sums: Vec::new(),
@@ -62,15 +64,15 @@ impl Store {
         if slot == NOT_SHARED {
             return false;
         }
-        let (slot, cols) = (slot as usize, grad.len());
-        if self.sums.len() != self.slot_offsets.len() * cols {
-            self.sums.resize(self.slot_offsets.len() * cols, 0.0);
+        let cols = grad.len();
+        let mut at = self.at[slot as usize] as usize;
+        if at == NOT_SHARED as usize {
+            at = self.hit.len();
+            self.at[slot as usize] = at as u32;
+            self.hit.push(slot);
+            self.sums.resize((at + 1) * cols, 0.0);
         }
-        let sum = &mut self.sums[slot * cols..(slot + 1) * cols];
-        if !std::mem::replace(&mut self.read[slot], true) {
-            sum.fill(0.0);
-            self.hit.push(slot as u32);
-        }
+        let sum = &mut self.sums[at * cols..(at + 1) * cols];
         sum.iter_mut().zip(grad).for_each(|(s, &x)| *s += x);
         true
     }
@@ -78,24 +80,19 @@ impl Store {
     /// The shared rows read since the last call, in offset order, as `(table rows,
     /// summed gradients)` (`cols` wide); clears them for the next backward.
     pub(super) fn take_shared_sums(&mut self, cols: usize) -> (Vec<u64>, Vec<f32>) {
-        // Few rows read: sort them; many: walk every slot in order.
-        if self.hit.len() * 8 < self.slot_offsets.len() {
-            self.hit.sort_unstable();
-        } else {
-            self.hit.clear();
-            let read = &self.read;
-            self.hit
-                .extend((0..read.len() as u32).filter(|&s| read[s as usize]));
+        let mut order = std::mem::take(&mut self.hit);
+        // Slots number the offsets in order: sorted slots are sorted offsets.
+        order.sort_unstable();
+        let mut rows = Vec::with_capacity(order.len());
+        let mut sums = Vec::with_capacity(order.len() * cols);
+        for &slot in &order {
+            let at = std::mem::replace(&mut self.at[slot as usize], NOT_SHARED) as usize;
+            rows.push(self.rows[self.slot_offsets[slot as usize]] as u64);
+            sums.extend_from_slice(&self.sums[at * cols..(at + 1) * cols]);
         }
-        let mut rows = Vec::with_capacity(self.hit.len());
-        let mut sums = Vec::with_capacity(self.hit.len() * cols);
-        for &slot in &self.hit {
-            let slot = slot as usize;
-            rows.push(self.rows[self.slot_offsets[slot]] as u64);
-            sums.extend_from_slice(&self.sums[slot * cols..(slot + 1) * cols]);
-            self.read[slot] = false;
-        }
-        self.hit.clear();
+        order.clear();
+        self.hit = order;
+        self.sums.clear();
         (rows, sums)
     }
 
@@ -166,7 +163,6 @@ mod tests {
     #[test]
     fn each_take_returns_only_the_reads_since_the_last() {
         let mut s = store();
-        // Many of the 53 slots read (the walk over every slot), then few (the sort).
         for o in [18, 2, 9, 12, 16, 4, 3, 11] {
             assert!(s.add_if_shared(o, &[o as f32]));
         }
