@@ -81,5 +81,5 @@ for p, col, what in [("oper-training", 2, "train"), ("oper-inference", 3, "infer
         got = {r[0]: float(r[col]) for r in rows if int(r[1]) == n}
         ratios.append(got[p] / max(got[b] for b in base))
     print(f"{p} {what} per round against that round's best baseline: "
-          + ", ".join(f"{x:.2f}" for x in ratios) + f" (median {st.median(ratios):.2f})")
+          + ", ".join(f"{x:.3f}" for x in ratios) + f" (median {st.median(ratios):.3f})")
 PY
