@@ -42,10 +42,10 @@ enum Split {
         /// `(shard, offset)` of each partition's first row: the store this rank reads
         /// the partition from (a row `i` rows further is `i` rows further there).
         parts: Vec<(u32, usize)>,
-        /// `(shard, offset)` of every row, looked up once, for tables of up to
-        /// [`CACHED_ROWS`] rows (8 bytes a row); larger ones find the row's partition
+        /// The route of every row, looked up once, for tables of up to
+        /// [`CACHED_ROWS`] rows (4 bytes a row); larger ones find the row's partition
         /// per id.
-        cache: Option<Vec<(u32, u32)>>,
+        cache: Option<RouteCache>,
     },
 }
 
@@ -65,32 +65,65 @@ pub(super) struct Router {
     /// `buckets[t][s]` holds lengths (one per sample) and values.
     buckets: Vec<Vec<Bucket>>,
     /// The routes of one table's ids, reused from table to table.
-    scratch: Vec<(u32, u32)>,
+    scratch: Vec<u32>,
+}
+
+/// Every row's `(shard, offset)` of a row-partitioned table, packed in 32 bits (the
+/// shard above `shift` bits of offset): half the bytes of a pair, so more of a large
+/// table's routes stay in the caches nearest the core while ids are bucketed.
+struct RouteCache {
+    routes: Vec<u32>,
+    shift: u32,
+}
+
+impl RouteCache {
+    /// The routes of `rows` rows, if every shard index and offset fits in 32 bits.
+    fn build(rows: usize, shards: usize, route: impl Fn(usize) -> (u32, usize)) -> Option<Self> {
+        let shard_bits = (usize::BITS - shards.saturating_sub(1).leading_zeros()).max(1);
+        let shift = 32 - shard_bits;
+        // A store holds each row at most once, so its offsets are below `rows`.
+        if shard_bits >= 32 || (rows as u64) > 1u64 << shift {
+            return None;
+        }
+        let routes = (0..rows)
+            .map(|r| {
+                let (k, offset) = route(r);
+                debug_assert!(offset >> shift == 0, "offset {offset} of {rows} rows");
+                k << shift | offset as u32
+            })
+            .collect();
+        Some(Self { routes, shift })
+    }
+
+    /// The shard index and offset of a packed route.
+    fn unpack(&self, route: u32) -> (usize, u32) {
+        let k = route >> self.shift;
+        (k as usize, route & ((1 << self.shift) - 1))
+    }
 }
 
 /// Buckets `ids` by the `(shard, offset)` routes in `cache`: every route read first, a
 /// run of independent loads from a table too large for the nearest caches that the CPU
 /// overlaps, then the ids written out by shard.
 fn bucket_cached(
-    cache: &[(u32, u32)],
+    cache: &RouteCache,
     ids: JaggedView<'_>,
     buckets: &mut [Bucket],
-    routes: &mut Vec<(u32, u32)>,
+    routes: &mut Vec<u32>,
 ) {
-    let n = ids.batch_size();
     routes.clear();
-    for s in 0..n {
-        // Ids are checked against the table's rows when the batch is read.
-        routes.extend(ids.ids(s).iter().map(|&id| cache[id as usize]));
-    }
+    // Ids are checked against the table's rows when the batch is read.
+    routes.extend(ids.values.iter().map(|&id| cache.routes[id as usize]));
     let mut at = 0;
-    for s in 0..n {
-        for &(k, offset) in &routes[at..at + ids.ids(s).len()] {
-            let bucket = &mut buckets[k as usize];
+    for s in 0..ids.batch_size() {
+        let n = ids.ids(s).len();
+        for &route in &routes[at..at + n] {
+            let (k, offset) = cache.unpack(route);
+            let bucket = &mut buckets[k];
             bucket.lengths[s] += 1;
             bucket.values.push(u64::from(offset));
         }
-        at += ids.ids(s).len();
+        at += n;
     }
 }
 
@@ -160,14 +193,11 @@ impl Router {
                         })
                         .collect();
                     let rows = map.order().rows();
-                    let cache = (rows <= cached_rows).then(|| {
-                        (0..rows)
-                            .map(|r| {
-                                let (k, offset) = route_of(map, &parts, r);
-                                (k, offset as u32)
-                            })
-                            .collect()
-                    });
+                    let cache = (rows <= cached_rows)
+                        .then(|| {
+                            RouteCache::build(rows, shards.len(), |r| route_of(map, &parts, r))
+                        })
+                        .flatten();
                     Split::Addressed {
                         map: Arc::clone(map),
                         parts,
@@ -296,6 +326,20 @@ mod tests {
     use towerrec_plan::{Partition, ShardingType, TablePlan};
 
     const ROWS: usize = 40;
+
+    #[test]
+    fn packed_routes_unpack_to_their_shard_and_offset() {
+        for shards in [1, 2, 3, 4, 64, 1000] {
+            let route = |r: usize| ((r % shards) as u32, r / shards * 7 % ROWS);
+            let cache = RouteCache::build(ROWS, shards, route).expect("fits");
+            for r in 0..ROWS {
+                let (k, offset) = route(r);
+                assert_eq!(cache.unpack(cache.routes[r]), (k as usize, offset as u32));
+            }
+        }
+        // 2^31 shards leave one bit for offsets: no room for 40 rows.
+        assert!(RouteCache::build(ROWS, 1 << 31, |_| (0, 0)).is_none());
+    }
 
     /// A row-partitioned table on 2 × 2 ranks: three hot rows first, a partition on
     /// every rank, the hot one copied to both ranks of the other host, one copied within

@@ -11,6 +11,9 @@ pub(super) struct Store {
     /// Per offset, the row's slot among the shared rows ([`NOT_SHARED`] for a row with
     /// no copies elsewhere); slots number the shared offsets in increasing order.
     slots: Vec<u32>,
+    /// A bit per offset, set for the shared ones: what the backward asks of every
+    /// read, small enough to stay near the core where `slots` is not.
+    shared_bits: Vec<u64>,
     /// The offset of each slot.
     slot_offsets: Vec<usize>,
     /// `(table row, offset)` of those rows, by row.
@@ -42,12 +45,15 @@ impl Store {
             slots[r.clone()].fill(0);
         }
         let slot_offsets: Vec<usize> = (0..rows.len()).filter(|&o| slots[o] == 0).collect();
+        let mut shared_bits = vec![0u64; rows.len().div_ceil(64)];
         for (slot, &offset) in slot_offsets.iter().enumerate() {
             slots[offset] = u32::try_from(slot).expect("fewer than 2^32 - 1 shared rows");
+            shared_bits[offset / 64] |= 1 << (offset % 64);
         }
         Store {
             rows,
             slots,
+            shared_bits,
             at: vec![NOT_SHARED; slot_offsets.len()],
             slot_offsets,
             shared_by_row,
@@ -60,10 +66,10 @@ impl Store {
     /// is one (then `true`). A row's first read of the step starts its sum from zero, as
     /// adding to a zeroed sum does, bit for bit.
     pub(super) fn add_if_shared(&mut self, offset: usize, grad: &[f32]) -> bool {
-        let slot = self.slots[offset];
-        if slot == NOT_SHARED {
+        if self.shared_bits[offset / 64] >> (offset % 64) & 1 == 0 {
             return false;
         }
+        let slot = self.slots[offset];
         let cols = grad.len();
         let mut at = self.at[slot as usize] as usize;
         if at == NOT_SHARED as usize {
