@@ -80,18 +80,13 @@ impl RouteCache {
     /// The routes of `rows` rows, if every shard index and offset fits in 32 bits.
     fn build(rows: usize, shards: usize, route: impl Fn(usize) -> (u32, usize)) -> Option<Self> {
         let shard_bits = (usize::BITS - shards.saturating_sub(1).leading_zeros()).max(1);
-        let shift = 32 - shard_bits;
-        // A store holds each row at most once, so its offsets are below `rows`.
-        if shard_bits >= 32 || (rows as u64) > 1u64 << shift {
-            return None;
-        }
+        let shift = 32u32.checked_sub(shard_bits)?;
         let routes = (0..rows)
             .map(|r| {
                 let (k, offset) = route(r);
-                debug_assert!(offset >> shift == 0, "offset {offset} of {rows} rows");
-                k << shift | offset as u32
+                (offset >> shift == 0).then_some(k << shift | offset as u32)
             })
-            .collect();
+            .collect::<Option<Vec<u32>>>()?;
         Some(Self { routes, shift })
     }
 
@@ -337,8 +332,10 @@ mod tests {
                 assert_eq!(cache.unpack(cache.routes[r]), (k as usize, offset as u32));
             }
         }
-        // 2^31 shards leave one bit for offsets: no room for 40 rows.
-        assert!(RouteCache::build(ROWS, 1 << 31, |_| (0, 0)).is_none());
+        // 2^31 shards leave one bit for offsets: room for offsets 0 and 1 only.
+        assert!(RouteCache::build(ROWS, 1 << 31, |r| (0, r % 2)).is_some());
+        assert!(RouteCache::build(ROWS, 1 << 31, |r| (0, r)).is_none());
+        assert!(RouteCache::build(ROWS, usize::MAX, |_| (0, 0)).is_none());
     }
 
     /// A row-partitioned table on 2 × 2 ranks: three hot rows first, a partition on
