@@ -28,8 +28,8 @@ use towerrec_plan::{CostParams, Plan};
 
 /// Refuses a run whose ranks `ranks` (those this process runs, of a world of
 /// `world`) would need more memory than the machine has available now: their tables
-/// under `plan`, and each one's dense layers, activations and read-ahead batches
-/// ([`MemoryNeed`]). Runs before anything is allocated.
+/// under `plan` (with row-partitioned tables' route caches and stores' bookkeeping),
+/// and each one's dense layers, activations and read-ahead batches ([`MemoryNeed`]). Runs before anything is allocated.
 pub fn check_run_fits(
     cfg: &Config,
     schema: &Schema,
@@ -37,7 +37,9 @@ pub fn check_run_fits(
     world: usize,
     ranks: impl IntoIterator<Item = usize>,
 ) -> Result<()> {
-    let per_rank = plan.rank_bytes(&table_specs(cfg, schema));
+    let specs = table_specs(cfg, schema);
+    let mut per_rank = plan.rank_bytes(&specs);
+    crate::sharded::add_addressing_bytes(plan, &specs, &mut per_rank);
     let ranks: Vec<usize> = ranks.into_iter().collect();
     let tables = ranks
         .iter()

@@ -40,6 +40,7 @@ use crate::init::TableInit;
 use crate::slots::FeatureSlots;
 use crate::towers::ModelTowers;
 use lookup::LocalShard;
+pub use partitioned::add_addressing_bytes;
 use replicas::Replica;
 use route::{Route, Router};
 use sptt::Sptt;

@@ -26,7 +26,7 @@ use towerrec_comm::{Comm, HierarchicalAllReduce, Phase};
 use towerrec_core::batch::JaggedView;
 use towerrec_core::embedding::{EmbeddingBag, Pooling, SparseOptimizer};
 use towerrec_plan::partitioned::TableAddresses;
-use towerrec_plan::{Shard, TablePlan, Topology};
+use towerrec_plan::{Plan, Shard, TablePlan, TableSpec, Topology};
 
 /// The address map of a row-partitioned `entry`, and one shard per rank that stores
 /// any of its rows (rows `0..stored`, every column).
@@ -319,4 +319,100 @@ fn gather_sums(comm: &Comm, touched: &Touched, dims: &[usize]) -> Result<Touched
             (t, keys, grads.concat())
         })
         .collect())
+}
+
+/// Adds to `bytes` (per rank of `plan`) what its row-partitioned tables need beyond
+/// their rows, which [`Plan::rank_bytes`] counts: every such table's route cache on
+/// every rank (each routes ids of any row), and each store's bookkeeping.
+pub fn add_addressing_bytes(plan: &Plan, tables: &[TableSpec], bytes: &mut [u64]) {
+    for entry in plan.tables.iter().filter(|e| !e.partitions.is_empty()) {
+        let Some(spec) = tables.iter().find(|t| t.name == entry.table) else {
+            continue;
+        };
+        let cache = super::route::route_cache_bytes(spec.rows);
+        // (stored, shared) rows per rank.
+        let mut held = vec![(0usize, 0usize); bytes.len()];
+        for p in &entry.partitions {
+            let shared = if p.replicas.is_empty() {
+                0
+            } else {
+                p.num_rows()
+            };
+            for &rank in std::iter::once(&p.rank).chain(&p.replicas) {
+                if let Some(h) = held.get_mut(rank) {
+                    h.0 += p.num_rows();
+                    h.1 += shared;
+                }
+            }
+        }
+        for (b, &(stored, shared)) in bytes.iter_mut().zip(&held) {
+            *b = b
+                .saturating_add(cache)
+                .saturating_add(super::store::bookkeeping_bytes(stored, shared));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use towerrec_plan::{Partition, ShardingType};
+
+    fn spec(name: &str, rows: usize) -> TableSpec {
+        TableSpec {
+            name: name.into(),
+            rows,
+            dim: 4,
+            bytes_per_row: 16,
+            pooling_factor: 1.0,
+        }
+    }
+
+    #[test]
+    fn addressing_counts_every_ranks_route_cache_and_each_stores_rows() {
+        let part = |order, rank, replicas: Vec<usize>| Partition {
+            order,
+            rank,
+            replicas,
+        };
+        let partitioned = |table: &str, rows: usize| TablePlan {
+            table: table.into(),
+            sharding: ShardingType::RowPartitioned,
+            shards: Vec::new(),
+            hot_rows: Vec::new(),
+            partitions: vec![part((0, 3), 0, vec![1]), part((3, rows), 1, Vec::new())],
+        };
+        let whole = TablePlan {
+            table: "whole".into(),
+            sharding: ShardingType::TableWise,
+            shards: vec![Shard {
+                rank: 0,
+                rows: (0, 10),
+                columns: (0, 4),
+            }],
+            hot_rows: Vec::new(),
+            partitions: Vec::new(),
+        };
+        let huge = 1 << 23;
+        let plan = Plan {
+            topology: Topology::new(1, 2).expect("topology"),
+            tables: vec![partitioned("a", 10), whole, partitioned("huge", huge)],
+            towers: Vec::new(),
+        };
+        let specs = [spec("a", 10), spec("whole", 10), spec("huge", huge)];
+        let mut bytes = vec![5, 7];
+        add_addressing_bytes(&plan, &specs, &mut bytes);
+        use crate::sharded::store::bookkeeping_bytes;
+        // Table `a`: a 40-byte route cache on both ranks; rank 0 stores the 3 shared
+        // rows, rank 1 them and its own 7. Table `huge` has no route cache.
+        let a = [40 + bookkeeping_bytes(3, 3), 40 + bookkeeping_bytes(10, 3)];
+        let huge_rows = [bookkeeping_bytes(3, 3), bookkeeping_bytes(huge, 3)];
+        assert_eq!(
+            bytes,
+            vec![5 + a[0] + huge_rows[0], 7 + a[1] + huge_rows[1]]
+        );
+        // Per row its table row, slot and bit; per shared row 28 bytes more.
+        assert_eq!(bookkeeping_bytes(64, 0), 64 * 12 + 8);
+        assert_eq!(bookkeeping_bytes(65, 1), 65 * 12 + 16 + 28);
+    }
 }

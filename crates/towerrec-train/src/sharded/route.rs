@@ -52,6 +52,16 @@ enum Split {
 /// Row-partitioned tables up to this many rows get their routes looked up once.
 const CACHED_ROWS: usize = 1 << 22;
 
+/// Bytes of the route cache a rank keeps for a row-partitioned table of `rows` rows
+/// (at most: a table whose routes do not fit 32 bits keeps none).
+pub(super) fn route_cache_bytes(rows: usize) -> u64 {
+    if rows <= CACHED_ROWS {
+        4 * rows as u64
+    } else {
+        0
+    }
+}
+
 /// Where every shard of every sharded table lives, by group rank.
 pub(super) struct Router {
     /// Every shard of every sharded table, `(table, shard)` in table then shard order:

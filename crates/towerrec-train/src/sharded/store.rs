@@ -30,6 +30,20 @@ pub(super) struct Store {
 /// [`Store`]'s slot of an offset whose row has no copies elsewhere.
 const NOT_SHARED: u32 = u32::MAX;
 
+/// Bytes of a store's bookkeeping beyond its rows, for `stored` rows of which `shared`
+/// have copies elsewhere: per row its table row, slot and bit; per shared row its
+/// offset, `(row, offset)` pair and place among the rows read (the sums of a step's
+/// reads are counted with the activations' gradients, not here).
+pub(super) fn bookkeeping_bytes(stored: usize, shared: usize) -> u64 {
+    let (stored, shared) = (stored as u64, shared as u64);
+    let per_row = size_of::<usize>() as u64 + 4;
+    let per_shared = (size_of::<usize>() + size_of::<(u64, usize)>()) as u64 + 4;
+    stored
+        .saturating_mul(per_row)
+        .saturating_add(stored.div_ceil(64) * 8)
+        .saturating_add(shared.saturating_mul(per_shared))
+}
+
 impl Store {
     /// The store of `rows` (the table row at each offset) whose `shared` offsets (sorted
     /// ranges) have copies on other ranks.
