@@ -129,6 +129,11 @@ impl Partition {
     pub fn num_rows(&self) -> usize {
         self.order.1.saturating_sub(self.order.0)
     }
+
+    /// The ranks that store the partition: its owner, then its replicas.
+    pub fn holders(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::once(self.rank).chain(self.replicas.iter().copied())
+    }
 }
 
 /// A DMT tower (paper §3.1): a group of features, the dense layers that consume their
@@ -187,7 +192,7 @@ impl Plan {
             }
             for p in &entry.partitions {
                 let b = (p.num_rows() as u64).saturating_mul(spec.bytes_per_row as u64);
-                for &rank in std::iter::once(&p.rank).chain(&p.replicas) {
+                for rank in p.holders() {
                     if let Some(x) = bytes.get_mut(rank) {
                         *x = x.saturating_add(b);
                     }

@@ -214,9 +214,7 @@ fn pieces(
                 let touched = order_sums(c, &entry.hot_rows, &copied, touched);
                 for ((p, r), t) in entry.partitions.iter().zip(reads).zip(touched) {
                     out.push(Piece {
-                        holders: std::iter::once(p.rank)
-                            .chain(p.replicas.iter().copied())
-                            .collect(),
+                        holders: p.holders().collect(),
                         reads: r as f64 * per_read,
                         read_bytes: spec.dim as f64 * 4.0,
                         bytes: p.num_rows() as u64 * spec.bytes_per_row as u64,

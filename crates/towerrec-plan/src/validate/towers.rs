@@ -79,10 +79,7 @@ impl Plan {
                         tower.hosts
                     )));
                 }
-                let copies = entry
-                    .partitions
-                    .iter()
-                    .flat_map(|p| std::iter::once(p.rank).chain(p.replicas.iter().copied()));
+                let copies = entry.partitions.iter().flat_map(|p| p.holders());
                 if let Some(r) = copies
                     .into_iter()
                     .find(|&r| !hosts.contains(&topology.host_of(r)))

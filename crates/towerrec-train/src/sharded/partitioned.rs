@@ -338,7 +338,7 @@ pub fn add_addressing_bytes(plan: &Plan, tables: &[TableSpec], bytes: &mut [u64]
             } else {
                 p.num_rows()
             };
-            for &rank in std::iter::once(&p.rank).chain(&p.replicas) {
+            for rank in p.holders() {
                 if let Some(h) = held.get_mut(rank) {
                     h.0 += p.num_rows();
                     h.1 += shared;
