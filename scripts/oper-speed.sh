@@ -9,7 +9,8 @@
 # its training data's. Train samples/s is the run's steady-state figure, inference the
 # final evaluation's (the scorer on every rank). One line per run, then per plan the
 # median of each and its ratio to the best baseline's median.
-# The first line names the machine's CPU: the ratios depend on it.
+# The first line names the machine's CPU: the ratios depend on it (docs/OPER.md, "On an
+# Intel Xeon").
 # TORCHREC=1 adds TorchRec's plan of the same tables as a fourth baseline
 # (bench/torchrec/torchrec_plan.py; its venv from bench/torchrec/setup.sh), with the
 # per-round ratios against the best baseline of each round printed after the table.
@@ -21,7 +22,6 @@ cfg=${CONFIG:-bench/oper/speed.toml}
 extra=${EXTRA:-5%}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-# The ratios depend on the machine (docs/OPER.md, "On an Intel Xeon"): say which ran them.
 cpu=$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | sed 's/^[^:]*: *//' || true)
 echo "machine: ${cpu:-unknown CPU}, $(nproc) CPUs; binary: $bin"
 results=$out/results.tsv

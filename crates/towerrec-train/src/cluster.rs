@@ -29,7 +29,8 @@ use towerrec_plan::{CostParams, Plan};
 /// Refuses a run whose ranks `ranks` (those this process runs, of a world of
 /// `world`) would need more memory than the machine has available now: their tables
 /// under `plan` (with row-partitioned tables' route caches and stores' bookkeeping),
-/// and each one's dense layers, activations and read-ahead batches ([`MemoryNeed`]). Runs before anything is allocated.
+/// and each one's dense layers, activations and read-ahead batches ([`MemoryNeed`]).
+/// Runs before anything is allocated.
 pub fn check_run_fits(
     cfg: &Config,
     schema: &Schema,
