@@ -32,40 +32,60 @@ impl ReaderNs {
     }
 }
 
-/// Measures the reader on this thread, a third of the budget per data set; `sync`
-/// runs before each (MPI: a barrier, so that the ranks of a host read at once, as they
-/// do in training).
+/// Measures the reader on this thread over the budget; `sync` runs first (MPI: a
+/// barrier, so that the ranks of a host read at once, as they do in training). Each
+/// repetition reads one batch of every data set in turn: the per-id figures are
+/// differences of a few per cent between the data sets, which a machine's drift
+/// between three sequential runs would swamp.
 pub(super) fn reader_ns(s: &Settings, sync: &dyn Fn() -> Result<()>) -> Result<ReaderNs> {
-    let budget = s.budget / 3;
     let rate = layer_rate(s);
-    let per_sample = |tables: usize, zipf: f64| -> Result<f64> {
-        sync()?;
+    let stream = |tables: usize, zipf: f64| -> Result<SyntheticStream> {
         let cfg = SyntheticConfig {
             train_samples: u64::MAX / 2,
             ..SyntheticConfig::criteo_like(ROWS, tables, PoolingFactor::Fixed(1), zipf)
         };
-        let mut stream = SyntheticStream::new(&cfg, cfg.train_range())
-            .context("the reader probe's synthetic data")?;
-        let mut failed = None;
-        let times = probe::timed_reps(budget, probe::MIN_REPS, || {
-            if let Err(e) = next_batch(&mut stream, BATCH) {
+        SyntheticStream::new(&cfg, cfg.train_range()).context("the reader probe's synthetic data")
+    };
+    let mut streams = [stream(TABLES, ZIPF)?, stream(TABLES, 0.0)?, stream(1, 0.0)?];
+    let mut times: [Vec<Duration>; 3] = Default::default();
+    let mut failed = None;
+    sync()?;
+    probe::timed_reps(s.budget, probe::MIN_REPS, || {
+        for (stream, times) in streams.iter_mut().zip(&mut times) {
+            let t = Instant::now();
+            if let Err(e) = next_batch(stream, BATCH) {
                 failed.get_or_insert(e);
             }
-        });
-        if let Some(e) = failed {
-            return Err(e).context("the reader probe");
+            times.push(t.elapsed());
         }
-        Ok(rate.secs(&times) * 1e9 / BATCH as f64)
-    };
-    let zipf = per_sample(TABLES, ZIPF)?;
-    let uniform = per_sample(TABLES, 0.0)?;
-    let one = per_sample(1, 0.0)?;
-    let uniform_id = ((uniform - one) / (TABLES - 1) as f64).max(0.0);
+    });
+    if let Some(e) = failed {
+        return Err(e).context("the reader probe");
+    }
+    let [zipf, uniform, one] = &times;
+    let per_sample = |secs: f64| secs * 1e9 / BATCH as f64;
+    let uniform_id = (per_sample(paired_secs(rate, uniform, one)) / (TABLES - 1) as f64).max(0.0);
+    let zipf_extra = per_sample(paired_secs(rate, zipf, uniform)) / TABLES as f64;
     Ok(ReaderNs {
-        sample: sig((one - uniform_id).max(0.0)),
-        zipf_id: sig((uniform_id + (zipf - uniform) / TABLES as f64).max(0.0)),
+        sample: sig((per_sample(rate.secs(one)) - uniform_id).max(0.0)),
+        zipf_id: sig((uniform_id + zipf_extra).max(0.0)),
         uniform_id: sig(uniform_id),
     })
+}
+
+/// Seconds by which repetitions `a` exceed `b`, pair by pair: the mean difference when
+/// sustained, else the median one, which a pause that hit either of a pair leaves out.
+fn paired_secs(rate: Rate, a: &[Duration], b: &[Duration]) -> f64 {
+    let mut d: Vec<f64> = a
+        .iter()
+        .zip(b)
+        .map(|(a, b)| a.as_secs_f64() - b.as_secs_f64())
+        .collect();
+    if rate == Rate::Sustained {
+        return d.iter().sum::<f64>() / d.len().max(1) as f64;
+    }
+    d.sort_by(f64::total_cmp);
+    d.get(d.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// How the probe reads, for the file's comment.
