@@ -90,28 +90,28 @@ unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
     _mm_cvtss_f32(pair) + tail
 }
 
-/// The dots of `a` with each of the 8 vectors of `b` (`8 · a.len()` long, `a.len()` a
-/// multiple of 8), bit for bit what [`dot`] gives each pair: every lane accumulates
-/// `mul` then `add` as the portable loop does, and the 8 lanes of each pair are reduced
-/// in [`dot`]'s halving order (lane `l` with `l + 4`, then `l + 2`, then the last two).
-/// One pair's horizontal sum costs as much as its multiplies at dim 64; eight pairs
-/// share three transposing steps instead.
+/// The dots of `a` with each of the `N ≤ 8` vectors of `b` (`N · a.len()` long,
+/// `a.len()` a multiple of 8), bit for bit what [`dot`] gives each pair: every lane
+/// accumulates `mul` then `add` as the portable loop does, and the 8 lanes of each pair
+/// are reduced in [`dot`]'s halving order (lane `l` with `l + 4`, then `l + 2`, then the
+/// last two). One pair's horizontal sum costs as much as its multiplies at dim 64; the
+/// pairs share three transposing steps instead (with `N < 8`, on zeros for the rest).
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dots8_f32_avx2(a: &[f32], b: &[f32], out: &mut [f32]) {
+unsafe fn dots_f32_avx2<const N: usize>(a: &[f32], b: &[f32], out: &mut [f32]) {
     use std::arch::x86_64::*;
     let d = a.len();
-    assert!(d.is_multiple_of(8) && b.len() == 8 * d && out.len() >= 8);
+    assert!(N <= 8 && d.is_multiple_of(8) && b.len() == N * d && out.len() >= N);
     let mut acc = [_mm256_setzero_ps(); 8];
     let mut k = 0;
     while k < d {
-        // SAFETY: k + 8 <= d, and t·d + k + 8 <= 8·d = b.len().
+        // SAFETY: k + 8 <= d, and t·d + k + 8 <= N·d = b.len().
         unsafe {
             let x = _mm256_loadu_ps(a.as_ptr().add(k));
-            for (t, s) in acc.iter_mut().enumerate() {
+            for (t, s) in acc[..N].iter_mut().enumerate() {
                 let y = _mm256_loadu_ps(b.as_ptr().add(t * d + k));
                 *s = _mm256_add_ps(*s, _mm256_mul_ps(x, y));
             }
@@ -133,8 +133,41 @@ unsafe fn dots8_f32_avx2(a: &[f32], b: &[f32], out: &mut [f32]) {
     // Then the last two: (a + c) + (b + d), pairs 0..8 in order.
     let ac = _mm256_shuffle_ps::<0b01_00_01_00>(s01, s23);
     let bd = _mm256_shuffle_ps::<0b11_10_11_10>(s01, s23);
-    // SAFETY: out has at least 8 elements.
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_add_ps(ac, bd)) };
+    let mut sums = _mm256_add_ps(ac, bd);
+    if N < 8 {
+        // A row's last partners came from `dot_f32_avx2`, which adds its (here empty)
+        // tail: -0.0 became 0.0 there, and does here.
+        sums = _mm256_add_ps(sums, _mm256_setzero_ps());
+    }
+    let mut all = [0.0f32; 8];
+    // SAFETY: `all` has 8 elements.
+    unsafe { _mm256_storeu_ps(all.as_mut_ptr(), sums) };
+    out[..N].copy_from_slice(&all[..N]);
+}
+
+/// [`dots_f32_avx2`] for the `b.len() / a.len()` (at most 8) vectors of `b`: a row's
+/// partners eight at a time, then its last ones.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dots_upto8_f32_avx2(a: &[f32], b: &[f32], out: &mut [f32]) {
+    // SAFETY (every arm): AVX2 and FMA were checked by the caller.
+    unsafe {
+        match b.len() / a.len() {
+            0 => {}
+            1 => dots_f32_avx2::<1>(a, b, out),
+            2 => dots_f32_avx2::<2>(a, b, out),
+            3 => dots_f32_avx2::<3>(a, b, out),
+            4 => dots_f32_avx2::<4>(a, b, out),
+            5 => dots_f32_avx2::<5>(a, b, out),
+            6 => dots_f32_avx2::<6>(a, b, out),
+            7 => dots_f32_avx2::<7>(a, b, out),
+            8 => dots_f32_avx2::<8>(a, b, out),
+            n => unreachable!("{n} vectors: at most 8 at a time"),
+        }
+    }
 }
 
 /// The DLRM dot interaction; it has no parameters.
@@ -295,21 +328,23 @@ impl<T: Real> DotInteraction<T> {
                 for i in 0..n {
                     let vi = &xr[i * d..(i + 1) * d];
                     let partners = self.partners(i);
-                    let mut j = 0;
                     if d.is_multiple_of(8) {
-                        // The partners are contiguous: eight at a time.
-                        while j + 8 <= partners {
-                            let block = &xr[j * d..(j + 8) * d];
+                        // The partners are contiguous: eight at a time, then the rest.
+                        let mut j = 0;
+                        while j < partners {
+                            let take = (partners - j).min(8);
+                            let block = &xr[j * d..(j + take) * d];
                             // SAFETY: AVX2 and FMA were checked by the caller.
-                            unsafe { dots8_f32_avx2(vi, block, &mut yr[k..k + 8]) };
-                            j += 8;
-                            k += 8;
+                            unsafe { dots_upto8_f32_avx2(vi, block, &mut yr[k..k + take]) };
+                            j += take;
+                            k += take;
                         }
-                    }
-                    for j in j..partners {
-                        // SAFETY: AVX2 and FMA were checked by the caller.
-                        yr[k] = unsafe { dot_f32_avx2(vi, &xr[j * d..(j + 1) * d]) };
-                        k += 1;
+                    } else {
+                        for j in 0..partners {
+                            // SAFETY: AVX2 and FMA were checked by the caller.
+                            yr[k] = unsafe { dot_f32_avx2(vi, &xr[j * d..(j + 1) * d]) };
+                            k += 1;
+                        }
                     }
                 }
             }
@@ -502,8 +537,9 @@ mod tests {
     /// naive pair-by-pair sum to rounding.
     #[test]
     fn vectorized_rows_equal_naive_pairs() {
-        // n = 27 as in DLRM on Criteo; 9 and 8 end their last partner block at n (the
-        // block moves back); below 8 vectors there are no blocks.
+        // n = 27 as in DLRM on Criteo: partners go eight at a time, then the last 0 to 7
+        // together; with 9 and 8 vectors the last row has 8 partners or fewer; below 8
+        // vectors no row has a full block. d = 19 takes the pair-by-pair path.
         for (self_interaction, d, n) in [
             (false, 16, 27),
             (true, 16, 27),
