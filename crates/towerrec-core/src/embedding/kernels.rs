@@ -21,6 +21,10 @@ use crate::batch::JaggedView;
 /// How many ids ahead the lookup prefetches rows. Enough to cover a DRAM latency at
 /// the rate a core sums rows, not so many that prefetched lines are evicted first.
 const LOOKUP_PREFETCH: usize = 12;
+/// How many samples ahead the lookup asks for its output slot when the slots lie a row
+/// apart (pooling straight into a rank's feature rows, kilobytes wide): the hardware's
+/// prefetchers follow runs of adjacent lines, not such strides.
+const STORE_PREFETCH: usize = 8;
 /// How many occurrences ahead the backward prefetches the rows it will update.
 const UPDATE_PREFETCH: usize = 12;
 
@@ -156,7 +160,12 @@ fn pool_samples_body(
     // Prefetch no further than this task's last id: the next task's ids are another
     // thread's.
     let limit = ids.start(first + n);
-    for (i, slot) in out.chunks_mut(stride).enumerate() {
+    for i in 0..n {
+        if stride > dim && i + STORE_PREFETCH < n {
+            prefetch_for_write(out, (i + STORE_PREFETCH) * stride + offset, dim);
+        }
+        let end = ((i + 1) * stride).min(out.len());
+        let slot = &mut out[i * stride..end];
         let (s, e) = (ids.start(first + i), ids.start(first + i + 1));
         let bag = &values[s..e];
         let ahead = &values[(s + LOOKUP_PREFETCH).min(limit)..(e + LOOKUP_PREFETCH).min(limit)];
