@@ -17,6 +17,7 @@
 
 use super::Pooling;
 use crate::batch::JaggedView;
+use crate::simd::{prefetch, prefetch_for_write};
 
 /// How many ids ahead the lookup prefetches rows. Enough to cover a DRAM latency at
 /// the rate a core sums rows, not so many that prefetched lines are evicted first.
@@ -47,56 +48,6 @@ impl Isa {
         }
         Isa::Portable
     }
-}
-
-/// Asks for the cache lines of `buf[start..start + len]` to be loaded into L1, without
-/// waiting. A hint only: it never faults and never changes a result.
-#[inline(always)]
-fn prefetch(buf: &[f32], start: usize, len: usize) {
-    prefetch_hint::<{ HINT_READ }>(buf, start, len);
-}
-
-/// [`prefetch`] with the intent to write (`PREFETCHW`): the line arrives exclusive, so
-/// the update's store does not have to ask for ownership again.
-#[inline(always)]
-fn prefetch_for_write(buf: &[f32], start: usize, len: usize) {
-    prefetch_hint::<{ HINT_WRITE }>(buf, start, len);
-}
-
-#[cfg(target_arch = "x86_64")]
-const HINT_READ: i32 = core::arch::x86_64::_MM_HINT_T0;
-#[cfg(target_arch = "x86_64")]
-const HINT_WRITE: i32 = core::arch::x86_64::_MM_HINT_ET0;
-#[cfg(not(target_arch = "x86_64"))]
-const HINT_READ: i32 = 0;
-#[cfg(not(target_arch = "x86_64"))]
-const HINT_WRITE: i32 = 1;
-
-#[inline(always)]
-fn prefetch_hint<const HINT: i32>(buf: &[f32], start: usize, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use core::arch::x86_64::_mm_prefetch;
-        let base = buf.as_ptr();
-        let mut i = 0;
-        while i < len {
-            // `wrapping_add`: the address is only a hint, so it need not be in bounds
-            // (callers keep it in bounds anyway).
-            let p = base.wrapping_add(start + i).cast::<i8>();
-            // SAFETY: SSE is part of the x86-64 baseline, and a prefetch never faults
-            // nor reads memory in the abstract machine's sense.
-            unsafe { _mm_prefetch::<HINT>(p) };
-            i += 16; // one 64-byte line
-        }
-        // A row that starts mid-line ends in one more line.
-        if len > 0 && (base.wrapping_add(start) as usize) & 63 != 0 {
-            let p = base.wrapping_add(start + len - 1).cast::<i8>();
-            // SAFETY: as above.
-            unsafe { _mm_prefetch::<HINT>(p) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (buf, start, len);
 }
 
 /// Pools the bags of samples `first..` into the `stride`-long chunks of `out` (one per

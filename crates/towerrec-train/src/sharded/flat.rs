@@ -13,7 +13,13 @@ use crate::error::Result;
 use crate::slots::FeatureSlots;
 use towerrec_comm::Phase;
 use towerrec_core::embedding::Pooling;
+use towerrec_core::simd::{prefetch, prefetch_for_write};
 use towerrec_core::Batch;
+
+/// How many rows ahead the copies between a rank's feature rows (or their gradient)
+/// and a shard's packed rows ask for the feature row's slot: the slots lie a feature
+/// row apart, kilobytes, a stride the hardware's prefetchers do not follow.
+const ROW_PREFETCH: usize = 8;
 
 /// Writes the rows of `block` (`cols` wide) into columns `off..off + cols` of the rows
 /// of `rows` (`width` wide): copied, or added to the partial sums already there
@@ -27,11 +33,15 @@ pub(super) fn place_block(
     cols: usize,
     add: bool,
 ) {
-    for (row, part) in rows
-        .chunks_exact_mut(width.max(1))
-        .zip(block.chunks_exact(cols.max(1)))
-    {
-        let dst = &mut row[off..off + cols];
+    let n = block.len() / cols.max(1);
+    for b in 0..n.min(rows.len() / width.max(1)) {
+        if b + ROW_PREFETCH < n {
+            prefetch_for_write(rows, (b + ROW_PREFETCH) * width + off, cols);
+        }
+        let (dst, part) = (
+            &mut rows[b * width + off..b * width + off + cols],
+            &block[b * cols..(b + 1) * cols],
+        );
         if add {
             dst.iter_mut().zip(part).for_each(|(d, &v)| *d += v);
         } else {
@@ -65,6 +75,10 @@ impl Placement {
         let (width, off, cols) = (self.width, self.off, self.cols);
         if let Some(lengths) = lengths {
             for (b, _) in lengths.iter().enumerate().filter(|(_, &n)| n > 0) {
+                let ahead = b + ROW_PREFETCH;
+                if lengths.get(ahead).is_some_and(|&n| n > 0) {
+                    prefetch_for_write(out, ahead * width + off, cols);
+                }
                 let row = &mut out[b * width + off..b * width + off + cols];
                 add_partial(row, &rows[*cursor..*cursor + cols], &mut written[b]);
                 *cursor += cols;
@@ -262,7 +276,12 @@ impl ShardedEmbeddings {
         let cols = shard.num_columns();
         let scales = self.mean_scales(batch, t);
         let sent = self.router.addressed_lengths(t, s).filter(|_| !every_bag);
+        let rows = grad.len() / width.max(1);
         for (b, row) in grad.chunks_exact(width).enumerate() {
+            let ahead = b + ROW_PREFETCH;
+            if ahead < rows && sent.is_none_or(|lengths| lengths[ahead] > 0) {
+                prefetch(grad, ahead * width + off, cols);
+            }
             if sent.is_some_and(|lengths| lengths[b] == 0) {
                 continue;
             }
