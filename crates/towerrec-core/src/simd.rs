@@ -16,6 +16,12 @@ pub fn has_avx2_fma() -> bool {
     false
 }
 
+/// How many rows ahead a walk over slots that lie a row apart (a rank's feature rows,
+/// kilobytes wide, one slot of each touched) asks for the slot it will reach: the
+/// hardware's prefetchers follow runs of adjacent lines, not such strides. The lookup
+/// kernel writing into feature rows and the sharded runtime's row copies use it.
+pub const ROWS_APART_AHEAD: usize = 8;
+
 /// Asks for the cache lines of `buf[start..start + len]` to be loaded into L1, without
 /// waiting. A hint only: it never faults and never changes a result.
 #[inline(always)]

@@ -17,15 +17,11 @@
 
 use super::Pooling;
 use crate::batch::JaggedView;
-use crate::simd::{prefetch, prefetch_for_write};
+use crate::simd::{prefetch, prefetch_for_write, ROWS_APART_AHEAD};
 
 /// How many ids ahead the lookup prefetches rows. Enough to cover a DRAM latency at
 /// the rate a core sums rows, not so many that prefetched lines are evicted first.
 const LOOKUP_PREFETCH: usize = 12;
-/// How many samples ahead the lookup asks for its output slot when the slots lie a row
-/// apart (pooling straight into a rank's feature rows, kilobytes wide): the hardware's
-/// prefetchers follow runs of adjacent lines, not such strides.
-const STORE_PREFETCH: usize = 8;
 /// How many occurrences ahead the backward prefetches the rows it will update.
 const UPDATE_PREFETCH: usize = 12;
 
@@ -112,8 +108,8 @@ fn pool_samples_body(
     // thread's.
     let limit = ids.start(first + n);
     for i in 0..n {
-        if stride > dim && i + STORE_PREFETCH < n {
-            prefetch_for_write(out, (i + STORE_PREFETCH) * stride + offset, dim);
+        if stride > dim && i + ROWS_APART_AHEAD < n {
+            prefetch_for_write(out, (i + ROWS_APART_AHEAD) * stride + offset, dim);
         }
         let end = ((i + 1) * stride).min(out.len());
         let slot = &mut out[i * stride..end];

@@ -13,13 +13,8 @@ use crate::error::Result;
 use crate::slots::FeatureSlots;
 use towerrec_comm::Phase;
 use towerrec_core::embedding::Pooling;
-use towerrec_core::simd::{prefetch, prefetch_for_write};
+use towerrec_core::simd::{prefetch, prefetch_for_write, ROWS_APART_AHEAD};
 use towerrec_core::Batch;
-
-/// How many rows ahead the copies between a rank's feature rows (or their gradient)
-/// and a shard's packed rows ask for the feature row's slot: the slots lie a feature
-/// row apart, kilobytes, a stride the hardware's prefetchers do not follow.
-const ROW_PREFETCH: usize = 8;
 
 /// Writes the rows of `block` (`cols` wide) into columns `off..off + cols` of the rows
 /// of `rows` (`width` wide): copied, or added to the partial sums already there
@@ -35,8 +30,8 @@ pub(super) fn place_block(
 ) {
     let n = block.len() / cols.max(1);
     for b in 0..n.min(rows.len() / width.max(1)) {
-        if b + ROW_PREFETCH < n {
-            prefetch_for_write(rows, (b + ROW_PREFETCH) * width + off, cols);
+        if b + ROWS_APART_AHEAD < n {
+            prefetch_for_write(rows, (b + ROWS_APART_AHEAD) * width + off, cols);
         }
         let (dst, part) = (
             &mut rows[b * width + off..b * width + off + cols],
@@ -75,7 +70,7 @@ impl Placement {
         let (width, off, cols) = (self.width, self.off, self.cols);
         if let Some(lengths) = lengths {
             for (b, _) in lengths.iter().enumerate().filter(|(_, &n)| n > 0) {
-                let ahead = b + ROW_PREFETCH;
+                let ahead = b + ROWS_APART_AHEAD;
                 if lengths.get(ahead).is_some_and(|&n| n > 0) {
                     prefetch_for_write(out, ahead * width + off, cols);
                 }
@@ -278,7 +273,7 @@ impl ShardedEmbeddings {
         let sent = self.router.addressed_lengths(t, s).filter(|_| !every_bag);
         let rows = grad.len() / width.max(1);
         for (b, row) in grad.chunks_exact(width).enumerate() {
-            let ahead = b + ROW_PREFETCH;
+            let ahead = b + ROWS_APART_AHEAD;
             if ahead < rows && sent.is_none_or(|lengths| lengths[ahead] > 0) {
                 prefetch(grad, ahead * width + off, cols);
             }
