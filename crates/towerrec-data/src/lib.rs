@@ -20,6 +20,7 @@ pub mod record;
 pub mod source;
 pub mod synthetic;
 pub mod text;
+mod zipf;
 
 pub use batcher::{next_batch, read_records};
 pub use binary::{estimated_size, write_binary, BinaryDataset, BinaryStream, BinaryWriter};

@@ -22,9 +22,10 @@
 use crate::error::{Error, Result};
 use crate::hash::{mix2, unit_f64};
 use crate::record::{Record, RecordStream, Schema, SparseFeature};
+use crate::zipf::ZipfRanks;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rand_distr::{Distribution, Poisson, StandardNormal, Zipf};
+use rand_distr::{Distribution, Poisson, StandardNormal};
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::path::PathBuf;
@@ -208,12 +209,38 @@ pub const MAX_IDS_PER_SAMPLE: f64 = (1u64 << 22) as f64;
 #[derive(Debug, Clone)]
 struct TableGen {
     rows: u64,
-    zipf: Option<Zipf<f64>>,
+    zipf: Option<ZipfRanks>,
     pooling: PoolGen,
     /// The rank → row permutation `(a·rank + b) mod rows`, `gcd(a, rows) = 1`.
     perm: (u64, u64),
     /// Hash key of this table's hidden row weights.
     key: u64,
+}
+
+impl TableGen {
+    /// The row at popularity `rank` (0-based) after `rotation` rotations:
+    /// `(a·rank + b + rotation·(rows/3 + 1)) mod rows`.
+    fn row_of_rank(&self, rank: u64, rotation: u64) -> u64 {
+        let (a, b) = self.perm;
+        let rows = u128::from(self.rows);
+        // `a, b, rank < rows`. u128 division is several times dearer than u64's, so the
+        // common cases (no rotation; fewer than 2^32 rows) avoid it.
+        let offset = match rotation {
+            0 => b,
+            _ => ((u128::from(b) + u128::from(rotation) * (rows / 3 + 1)) % rows) as u64,
+        };
+        let scaled = match a.checked_mul(rank) {
+            Some(ar) => ar % self.rows,
+            None => (u128::from(a) * u128::from(rank) % rows) as u64,
+        };
+        // Both terms are below rows ≤ 2^64 − 1, so their sum wraps at most once.
+        let (sum, wrapped) = scaled.overflowing_add(offset);
+        if wrapped || sum >= self.rows {
+            sum.wrapping_sub(self.rows)
+        } else {
+            sum
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -361,7 +388,7 @@ impl SyntheticGenerator {
                 },
             };
             let zipf = if t.zipf_exponent > 0.0 {
-                match Zipf::new(t.rows as f64, t.zipf_exponent) {
+                match ZipfRanks::new(t.rows, t.zipf_exponent) {
                     Ok(z) => Some(z),
                     Err(e) => return bad(&key, format!("zipf: {e}")),
                 }
@@ -520,21 +547,17 @@ impl SyntheticGenerator {
             for _ in 0..n {
                 let row = match &t.zipf {
                     None => rng.random_range(0..t.rows),
-                    Some(z) => {
-                        let rank = (z.sample(&mut rng) as u64).clamp(1, t.rows) - 1;
-                        let (a, b) = t.perm;
-                        let shift = u128::from(rotation) * u128::from(t.rows / 3 + 1);
-                        ((u128::from(a) * u128::from(rank) + u128::from(b) + shift)
-                            % u128::from(t.rows)) as u64
-                    }
+                    Some(z) => t.row_of_rank(z.sample(&mut rng).clamp(1, t.rows) - 1, rotation),
                 };
                 wsum += 2.0 * unit_f64(mix2(t.key, row)) - 1.0;
                 out.push(row);
             }
-            if n > 0 {
-                // Σ/√n rather than the mean keeps a table's share of the signal the same
-                // whatever its pooling factor.
-                sparse_sum += wsum / (n as f64).sqrt();
+            // Σ/√n rather than the mean keeps a table's share of the signal the same
+            // whatever its pooling factor. One id, the common case, skips the division.
+            match n {
+                0 => {}
+                1 => sparse_sum += wsum,
+                _ => sparse_sum += wsum / (n as f64).sqrt(),
             }
         }
         let z = self.sparse_coef * sparse_sum + self.dense_coef * dense_sum;
@@ -710,9 +733,33 @@ mod tests {
         cfg.seed = 5;
         let g = SyntheticGenerator::new(&cfg).unwrap();
         let t = &g.tables[0];
-        let mut seen: Vec<u64> = (0..12u64).map(|r| (t.perm.0 * r + t.perm.1) % 12).collect();
+        let mut seen: Vec<u64> = (0..12u64).map(|r| t.row_of_rank(r, 0)).collect();
         seen.sort_unstable();
         assert_eq!(seen, (0..12).collect::<Vec<_>>());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn row_of_rank_is_the_affine_map_in_wide_arithmetic(
+            rows in proptest::prop_oneof![1u64..100_000, 1u64..=u64::MAX],
+            a in proptest::num::u64::ANY,
+            b in proptest::num::u64::ANY,
+            rank in proptest::num::u64::ANY,
+            rotation in proptest::prop_oneof![proptest::strategy::Just(0u64), 0u64..1_000_000],
+        ) {
+            let (a, b, rank) = (a % rows, b % rows, rank % rows);
+            let t = TableGen {
+                rows,
+                zipf: None,
+                pooling: PoolGen::Fixed(1),
+                perm: (a, b),
+                key: 0,
+            };
+            let wide = |x: u64| u128::from(x);
+            let shift = wide(rotation) * wide(rows / 3 + 1);
+            let expected = ((wide(a) * wide(rank) + wide(b) + shift) % wide(rows)) as u64;
+            proptest::prop_assert_eq!(t.row_of_rank(rank, rotation), expected);
+        }
     }
 
     #[test]
