@@ -9,6 +9,13 @@ pub fn has_avx2_fma() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
 
+/// Whether this CPU runs AVX-512F instructions (cached by the standard library).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub fn has_avx512f() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+}
+
 /// Whether this CPU runs AVX2 and FMA instructions: never off x86_64.
 #[cfg(not(target_arch = "x86_64"))]
 #[inline]

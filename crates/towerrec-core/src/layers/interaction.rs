@@ -11,6 +11,11 @@ use crate::real::Real;
 use rayon::prelude::*;
 use std::marker::PhantomData;
 
+#[cfg(target_arch = "x86_64")]
+mod simd;
+#[cfg(target_arch = "x86_64")]
+use simd::{dot_f32_avx2, dots_upto8_f32_avx2, s_times_x_avx512};
+
 /// Rows are handed to rayon in blocks of at most this many (one scratch allocation per
 /// block); each row is computed alone, so results do not depend on the thread count.
 const MAX_BLOCK_ROWS: usize = 64;
@@ -54,120 +59,6 @@ fn dot<T: Real>(a: &[T], b: &[T]) -> T {
         acc[l] += acc[l + 2];
     }
     (acc[0] + acc[1]) + tail
-}
-
-/// [`dot`] for f32 in AVX2 registers, summing in exactly `dot`'s order (lane `l` holds
-/// elements `l, l+8, …`; then 8 → 4 → 2 → 1).
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
-    use std::arch::x86_64::*;
-    let n = a.len().min(b.len());
-    let full = n / 8 * 8;
-    let mut tail = 0.0f32;
-    for k in full..n {
-        tail += a[k] * b[k];
-    }
-    let mut acc = _mm256_setzero_ps();
-    let mut k = 0;
-    while k < full {
-        // SAFETY: k + 8 <= full <= both lengths.
-        let (x, y) = unsafe {
-            (
-                _mm256_loadu_ps(a.as_ptr().add(k)),
-                _mm256_loadu_ps(b.as_ptr().add(k)),
-            )
-        };
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(x, y));
-        k += 8;
-    }
-    let half = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
-    let quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));
-    let pair = _mm_add_ss(quarter, _mm_shuffle_ps::<0b01>(quarter, quarter));
-    _mm_cvtss_f32(pair) + tail
-}
-
-/// The dots of `a` with each of the `N ≤ 8` vectors of `b` (`N · a.len()` long,
-/// `a.len()` a multiple of 8), bit for bit what [`dot`] gives each pair: every lane
-/// accumulates `mul` then `add` as the portable loop does, and the 8 lanes of each pair
-/// are reduced in [`dot`]'s halving order (lane `l` with `l + 4`, then `l + 2`, then the
-/// last two). One pair's horizontal sum costs as much as its multiplies at dim 64; the
-/// pairs share three transposing steps instead (with `N < 8`, on zeros for the rest).
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dots_f32_avx2<const N: usize>(a: &[f32], b: &[f32], out: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let d = a.len();
-    assert!(N <= 8 && d.is_multiple_of(8) && b.len() == N * d && out.len() >= N);
-    let mut acc = [_mm256_setzero_ps(); 8];
-    let mut k = 0;
-    while k < d {
-        // SAFETY: k + 8 <= d, and t·d + k + 8 <= N·d = b.len().
-        unsafe {
-            let x = _mm256_loadu_ps(a.as_ptr().add(k));
-            for (t, s) in acc[..N].iter_mut().enumerate() {
-                let y = _mm256_loadu_ps(b.as_ptr().add(t * d + k));
-                *s = _mm256_add_ps(*s, _mm256_mul_ps(x, y));
-            }
-        }
-        k += 8;
-    }
-    // Pair t's lanes l and l + 4: [t | t + 4] halves of four sums each.
-    let fold = |p: __m256, q: __m256| {
-        _mm256_add_ps(
-            _mm256_permute2f128_ps::<0x20>(p, q),
-            _mm256_permute2f128_ps::<0x31>(p, q),
-        )
-    };
-    let (r04, r15) = (fold(acc[0], acc[4]), fold(acc[1], acc[5]));
-    let (r26, r37) = (fold(acc[2], acc[6]), fold(acc[3], acc[7]));
-    // Then l with l + 2: [a+c of t, t+1; b+d of t, t+1] per half.
-    let s01 = _mm256_add_ps(_mm256_unpacklo_ps(r04, r15), _mm256_unpackhi_ps(r04, r15));
-    let s23 = _mm256_add_ps(_mm256_unpacklo_ps(r26, r37), _mm256_unpackhi_ps(r26, r37));
-    // Then the last two: (a + c) + (b + d), pairs 0..8 in order.
-    let ac = _mm256_shuffle_ps::<0b01_00_01_00>(s01, s23);
-    let bd = _mm256_shuffle_ps::<0b11_10_11_10>(s01, s23);
-    let mut sums = _mm256_add_ps(ac, bd);
-    if N < 8 {
-        // A row's last partners came from `dot_f32_avx2`, which adds its (here empty)
-        // tail: -0.0 became 0.0 there, and does here.
-        sums = _mm256_add_ps(sums, _mm256_setzero_ps());
-    }
-    let mut all = [0.0f32; 8];
-    // SAFETY: `all` has 8 elements.
-    unsafe { _mm256_storeu_ps(all.as_mut_ptr(), sums) };
-    out[..N].copy_from_slice(&all[..N]);
-}
-
-/// [`dots_f32_avx2`] for the `b.len() / a.len()` (at most 8) vectors of `b`: a row's
-/// partners eight at a time, then its last ones.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dots_upto8_f32_avx2(a: &[f32], b: &[f32], out: &mut [f32]) {
-    // SAFETY (every arm): AVX2 and FMA were checked by the caller.
-    unsafe {
-        match b.len() / a.len() {
-            0 => {}
-            1 => dots_f32_avx2::<1>(a, b, out),
-            2 => dots_f32_avx2::<2>(a, b, out),
-            3 => dots_f32_avx2::<3>(a, b, out),
-            4 => dots_f32_avx2::<4>(a, b, out),
-            5 => dots_f32_avx2::<5>(a, b, out),
-            6 => dots_f32_avx2::<6>(a, b, out),
-            7 => dots_f32_avx2::<7>(a, b, out),
-            8 => dots_f32_avx2::<8>(a, b, out),
-            n => unreachable!("{n} vectors: at most 8 at a time"),
-        }
-    }
 }
 
 /// The DLRM dot interaction; it has no parameters.
@@ -235,17 +126,7 @@ impl<T: Real> DotInteraction<T> {
     #[inline(always)]
     fn backward_row(&self, x: &[T], dy: &[T], dx: &mut [T], scratch: &mut [T]) {
         let (n, d) = (self.num_vectors, self.dim);
-        let s = &mut scratch[..n * n];
-        s.fill(T::zero());
-        let mut k = d;
-        for i in 0..n {
-            for j in 0..self.partners(i) {
-                let g = dy[k];
-                k += 1;
-                s[i * n + j] += g;
-                s[j * n + i] += g;
-            }
-        }
+        let s = self.dot_gradients(dy, scratch);
         match d {
             8 => Self::apply_gradient_fixed::<8>(n, s, x, dx),
             16 => Self::apply_gradient_fixed::<16>(n, s, x, dx),
@@ -266,6 +147,31 @@ impl<T: Real> DotInteraction<T> {
         for (o, &g) in dx[..d].iter_mut().zip(&dy[..d]) {
             *o += g;
         }
+    }
+
+    /// The symmetric `n × n` matrix `S` of one row's dot gradients `dy`, in `scratch`.
+    #[inline(always)]
+    fn dot_gradients<'s>(&self, dy: &[T], scratch: &'s mut [T]) -> &'s [T] {
+        let (n, d) = (self.num_vectors, self.dim);
+        let s = &mut scratch[..n * n];
+        let mut k = d;
+        for i in 0..n {
+            for j in 0..i {
+                // Written as the sum it is: `0 + g` (which turns -0 into +0).
+                let g = T::zero() + dy[k];
+                k += 1;
+                s[i * n + j] = g;
+                s[j * n + i] = g;
+            }
+            // A self-dot's gradient reaches its vector twice.
+            s[i * n + i] = if self.self_interaction {
+                k += 1;
+                (T::zero() + dy[k - 1]) + dy[k - 1]
+            } else {
+                T::zero()
+            };
+        }
+        s
     }
 
     /// `dx = S·x` for a width known at compile time, so that each output vector stays
@@ -371,8 +277,50 @@ impl<T: Real> DotInteraction<T> {
         self.forward_rows(x, y, &mut scratch)
     }
 
+    /// [`Self::backward_rows`] with `S·X` in AVX-512 registers, four output vectors at a
+    /// time, for f32 and dims that are multiples of 16 (else the portable rows). Each
+    /// output value sums `s_ij · x_j` over `j` in order, `mul` then `add`, as
+    /// [`Self::apply_gradient_fixed`] does: the same bits.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn backward_rows_avx512(&self, x: &[T], dy: &[T], dx: &mut [T], scratch: &mut [T]) {
+        use std::any::TypeId;
+        let (n, d) = (self.num_vectors, self.dim);
+        if TypeId::of::<T>() != TypeId::of::<f32>() || !d.is_multiple_of(16) {
+            return self.backward_rows(x, dy, dx, scratch);
+        }
+        let (ni, no) = (self.in_dim(), self.out_dim());
+        for (dxr, (xr, dyr)) in dx
+            .chunks_exact_mut(ni)
+            .zip(x.chunks_exact(ni).zip(dy.chunks_exact(no)))
+        {
+            let s = self.dot_gradients(dyr, scratch);
+            // SAFETY: T is f32, so these are the same slices under their own type.
+            let (s32, x32, dx32) = unsafe {
+                (
+                    std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len()),
+                    std::slice::from_raw_parts(xr.as_ptr().cast::<f32>(), xr.len()),
+                    std::slice::from_raw_parts_mut(dxr.as_mut_ptr().cast::<f32>(), dxr.len()),
+                )
+            };
+            // SAFETY: AVX-512F was checked by the caller; d is a multiple of 16.
+            unsafe { s_times_x_avx512(n, d, s32, x32, dx32) };
+            for (o, &g) in dxr[..d].iter_mut().zip(&dyr[..d]) {
+                *o += g;
+            }
+        }
+    }
+
     fn backward_block(&self, x: &[T], dy: &[T], dx: &mut [T]) {
         let mut scratch = vec![T::zero(); self.scratch_len()];
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::has_avx512f() {
+            // SAFETY: the CPU was just checked for AVX-512F.
+            return unsafe { self.backward_rows_avx512(x, dy, dx, &mut scratch) };
+        }
         #[cfg(target_arch = "x86_64")]
         if crate::simd::has_avx2_fma() {
             // SAFETY: the CPU was just checked for AVX2 and FMA.
@@ -533,8 +481,38 @@ mod tests {
         }
     }
 
-    /// The row kernels (AVX2 where the CPU has it) equal the portable build exactly and a
-    /// naive pair-by-pair sum to rounding.
+    /// `S` written entry by entry holds the bits of the sums `0 + g (+ g)` it stands for,
+    /// signed zeros included.
+    #[test]
+    fn dot_gradients_equal_sums_into_zeros() {
+        for self_interaction in [false, true] {
+            let (n, d) = (6, 2);
+            let layer = DotInteraction::<f32>::new(n, d, self_interaction);
+            let dy: Vec<f32> = (0..layer.out_dim())
+                .map(|k| match k % 4 {
+                    0 => -0.0,
+                    1 => 0.0,
+                    _ => k as f32 * -0.37,
+                })
+                .collect();
+            let mut scratch = vec![f32::NAN; layer.scratch_len()];
+            let s = layer.dot_gradients(&dy, &mut scratch).to_vec();
+            let mut sums = vec![0.0f32; n * n];
+            let mut k = d;
+            for i in 0..n {
+                for j in 0..layer.partners(i) {
+                    sums[i * n + j] += dy[k];
+                    sums[j * n + i] += dy[k];
+                    k += 1;
+                }
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&s), bits(&sums), "self_interaction {self_interaction}");
+        }
+    }
+
+    /// The row kernels (AVX2, and AVX-512 for the backward, where the CPU has them) equal
+    /// the portable build exactly and a naive pair-by-pair sum to rounding.
     #[test]
     fn vectorized_rows_equal_naive_pairs() {
         // n = 27 as in DLRM on Criteo: partners go eight at a time, then the last 0 to 7
@@ -551,6 +529,13 @@ mod tests {
             (true, 16, 8),
             (false, 16, 8),
             (true, 8, 5),
+            // The AVX-512 backward's tiles: 4, 3, 2 and 1 output vectors; 64, 32 and 16
+            // columns (d = 112 takes all three).
+            (false, 48, 6),
+            (true, 80, 3),
+            (false, 112, 2),
+            (true, 32, 1),
+            (false, 64, 4),
         ] {
             let batch = 9;
             let mut layer = DotInteraction::<f32>::new(n, d, self_interaction);
