@@ -28,8 +28,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let batch = generator.batch(b * BATCH..(b + 1) * BATCH)?;
         ms.push(start.elapsed().as_secs_f64() * 1e3);
         batch.sparse.values().iter().for_each(|&v| hash.add(v));
-        batch.dense.iter().for_each(|v| hash.add(v.to_bits().into()));
-        batch.labels.iter().for_each(|v| hash.add(v.to_bits().into()));
+        batch
+            .dense
+            .iter()
+            .for_each(|v| hash.add(v.to_bits().into()));
+        batch
+            .labels
+            .iter()
+            .for_each(|v| hash.add(v.to_bits().into()));
     }
     ms.sort_by(f64::total_cmp);
     println!(
