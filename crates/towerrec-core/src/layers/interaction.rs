@@ -277,21 +277,27 @@ impl<T: Real> DotInteraction<T> {
         self.forward_rows(x, y, &mut scratch)
     }
 
+    /// Whether [`Self::backward_rows_avx512`] takes these rows: f32, dims a multiple of
+    /// 16, on a CPU with AVX-512F.
+    #[cfg(target_arch = "x86_64")]
+    fn avx512_backward_fits(&self) -> bool {
+        std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+            && self.dim.is_multiple_of(16)
+            && crate::simd::has_avx512f()
+    }
+
     /// [`Self::backward_rows`] with `S·X` in AVX-512 registers, four output vectors at a
-    /// time, for f32 and dims that are multiples of 16 (else the portable rows). Each
-    /// output value sums `s_ij · x_j` over `j` in order, `mul` then `add`, as
+    /// time. Each output value sums `s_ij · x_j` over `j` in order, `mul` then `add`, as
     /// [`Self::apply_gradient_fixed`] does: the same bits.
     ///
     /// # Safety
-    /// The CPU must support AVX-512F.
+    /// The CPU must support AVX-512F, and the rows must fit
+    /// ([`Self::avx512_backward_fits`]).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn backward_rows_avx512(&self, x: &[T], dy: &[T], dx: &mut [T], scratch: &mut [T]) {
-        use std::any::TypeId;
         let (n, d) = (self.num_vectors, self.dim);
-        if TypeId::of::<T>() != TypeId::of::<f32>() || !d.is_multiple_of(16) {
-            return self.backward_rows(x, dy, dx, scratch);
-        }
+        assert!(d.is_multiple_of(16) && std::mem::size_of::<T>() == 4);
         let (ni, no) = (self.in_dim(), self.out_dim());
         for (dxr, (xr, dyr)) in dx
             .chunks_exact_mut(ni)
@@ -317,8 +323,8 @@ impl<T: Real> DotInteraction<T> {
     fn backward_block(&self, x: &[T], dy: &[T], dx: &mut [T]) {
         let mut scratch = vec![T::zero(); self.scratch_len()];
         #[cfg(target_arch = "x86_64")]
-        if crate::simd::has_avx512f() {
-            // SAFETY: the CPU was just checked for AVX-512F.
+        if self.avx512_backward_fits() {
+            // SAFETY: the CPU was just checked for AVX-512F, and the rows fit.
             return unsafe { self.backward_rows_avx512(x, dy, dx, &mut scratch) };
         }
         #[cfg(target_arch = "x86_64")]
