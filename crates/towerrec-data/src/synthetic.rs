@@ -552,12 +552,10 @@ impl SyntheticGenerator {
                 wsum += 2.0 * unit_f64(mix2(t.key, row)) - 1.0;
                 out.push(row);
             }
-            // Σ/√n rather than the mean keeps a table's share of the signal the same
-            // whatever its pooling factor. One id, the common case, skips the division.
-            match n {
-                0 => {}
-                1 => sparse_sum += wsum,
-                _ => sparse_sum += wsum / (n as f64).sqrt(),
+            if n > 0 {
+                // Σ/√n rather than the mean keeps a table's share of the signal the same
+                // whatever its pooling factor.
+                sparse_sum += wsum / (n as f64).sqrt();
             }
         }
         let z = self.sparse_coef * sparse_sum + self.dense_coef * dense_sum;
