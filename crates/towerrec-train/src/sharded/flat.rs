@@ -8,6 +8,7 @@
 //! go through [`super::trw`] instead: summed within their host, then across hosts once.
 
 use super::own::add_partial;
+use super::route::bag_of;
 use super::ShardedEmbeddings;
 use crate::error::Result;
 use crate::slots::FeatureSlots;
@@ -55,25 +56,26 @@ struct Placement {
 
 impl Placement {
     /// Places one shard's rows for this rank, read from `rows` at `*cursor` (moved past
-    /// them): a row per bag that read a row-partitioned store (`lengths`: the bags this
-    /// rank sent it), else a row for each of the `b_local` samples; a row-split slot's
-    /// first partial sum is copied and later ones added (`written`).
+    /// them): a row per bag that read a row-partitioned store (`bags`: the bags this
+    /// rank sent it, packed as [`bag_of`] reads them), else a row for each of the
+    /// `b_local` samples; a row-split slot's first partial sum is copied and later ones
+    /// added (`written`).
     fn rows(
         &self,
         out: &mut [f32],
         written: &mut [bool],
-        lengths: Option<&[u64]>,
+        bags: Option<&[u64]>,
         rows: &[f32],
         cursor: &mut usize,
         b_local: usize,
     ) {
         let (width, off, cols) = (self.width, self.off, self.cols);
-        if let Some(lengths) = lengths {
-            for (b, _) in lengths.iter().enumerate().filter(|(_, &n)| n > 0) {
-                let ahead = b + ROWS_APART_AHEAD;
-                if lengths.get(ahead).is_some_and(|&n| n > 0) {
-                    prefetch_for_write(out, ahead * width + off, cols);
+        if let Some(bags) = bags {
+            for (i, &packed) in bags.iter().enumerate() {
+                if let Some(&ahead) = bags.get(i + ROWS_APART_AHEAD) {
+                    prefetch_for_write(out, bag_of(ahead).0 * width + off, cols);
                 }
+                let b = bag_of(packed).0;
                 let row = &mut out[b * width + off..b * width + off + cols];
                 add_partial(row, &rows[*cursor..*cursor + cols], &mut written[b]);
                 *cursor += cols;
@@ -175,8 +177,8 @@ impl ShardedEmbeddings {
                     off: slots.slot(t).offset + self.tables[t].shards[s].columns.0,
                     cols: self.tables[t].shards[s].num_columns(),
                 };
-                let lengths = self.router.addressed_lengths(t, s);
-                place.rows(out, &mut written[t], lengths, rows, cursor, b_local);
+                let bags = self.router.addressed_bags(t, s);
+                place.rows(out, &mut written[t], bags, rows, cursor, b_local);
             }
         }
         self.bufs.vec_recv = recv;
@@ -270,20 +272,31 @@ impl ShardedEmbeddings {
         let off = slots.slot(t).offset + shard.columns.0;
         let cols = shard.num_columns();
         let scales = self.mean_scales(batch, t);
-        let sent = self.router.addressed_lengths(t, s).filter(|_| !every_bag);
         let rows = grad.len() / width.max(1);
-        for (b, row) in grad.chunks_exact(width).enumerate() {
-            let ahead = b + ROWS_APART_AHEAD;
-            if ahead < rows && sent.is_none_or(|lengths| lengths[ahead] > 0) {
-                prefetch(grad, ahead * width + off, cols);
-            }
-            if sent.is_some_and(|lengths| lengths[b] == 0) {
-                continue;
-            }
-            let part = &row[off..off + cols];
+        let push = |out: &mut Vec<f32>, b: usize| {
+            let part = &grad[b * width + off..b * width + off + cols];
             match scales.as_ref().map(|f| f(b)) {
                 Some(scale) if scale != 1.0 => out.extend(part.iter().map(|&g| g * scale)),
                 _ => out.extend_from_slice(part),
+            }
+        };
+        match self.router.addressed_bags(t, s).filter(|_| !every_bag) {
+            // Only the bags that sent the store ids.
+            Some(bags) => {
+                for (i, &packed) in bags.iter().enumerate() {
+                    if let Some(&ahead) = bags.get(i + ROWS_APART_AHEAD) {
+                        prefetch(grad, bag_of(ahead).0 * width + off, cols);
+                    }
+                    push(out, bag_of(packed).0);
+                }
+            }
+            None => {
+                for b in 0..rows {
+                    if b + ROWS_APART_AHEAD < rows {
+                        prefetch(grad, (b + ROWS_APART_AHEAD) * width + off, cols);
+                    }
+                    push(out, b);
+                }
             }
         }
     }

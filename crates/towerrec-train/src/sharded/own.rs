@@ -17,7 +17,7 @@
 //! go the usual way.
 
 use super::lookup::LocalShard;
-use super::route::Router;
+use super::route::{bag_of, Router};
 use super::ShardedEmbeddings;
 use crate::error::Result;
 use crate::slots::FeatureSlots;
@@ -67,16 +67,26 @@ impl OwnSplit {
         }
     }
 
-    /// Sorts the own bags of a store that pooled them into `out`: `own[b]` of bag `b`'s
-    /// `total[b]` ids were its.
-    fn sort(&mut self, own: &[u64], total: impl Fn(usize) -> usize, out: &[f32], width: usize) {
+    /// Sorts the own bags of a store that pooled them into `out`: of the `count` bags,
+    /// those listed in `own` (by sample, as [`bag_of`] reads them) had ids here, bag
+    /// `b` `n` of its `total(b)`; the others none.
+    fn sort(
+        &mut self,
+        count: usize,
+        own: &[u64],
+        total: impl Fn(usize) -> usize,
+        out: &[f32],
+        width: usize,
+    ) {
         self.only_own.clear();
+        self.only_own.resize(count, false);
         self.bags.clear();
         self.partials.clear();
-        for (b, &n) in own.iter().enumerate() {
-            let whole = n > 0 && n as usize == total(b);
-            self.only_own.push(whole);
-            if n > 0 && !whole {
+        for &packed in own {
+            let (b, n) = bag_of(packed);
+            let whole = n as usize == total(b);
+            self.only_own[b] = whole;
+            if !whole {
                 self.bags.push(b);
                 let at = b * width + self.off;
                 self.partials.extend_from_slice(&out[at..at + self.cols]);
@@ -170,9 +180,9 @@ impl OwnPass<'_> {
             split.off = slots.slot(t).offset + l.shard.columns.0;
             split.cols = l.columns();
             l.pool_own_into(own, out, width, split.off)?;
-            if let Some(lengths) = self.router.addressed_lengths(t, s) {
+            if let Some(bags) = self.router.addressed_bags(t, s) {
                 let ids = batch.sparse.feature(t);
-                split.sort(lengths, |b| ids.ids(b).len(), out, width);
+                split.sort(ids.batch_size(), bags, |b| ids.ids(b).len(), out, width);
             }
             progress();
         }
@@ -198,7 +208,8 @@ mod tests {
         // 4 bags of this rank (rank 2 of 4), one column at offset 1 of rows 2 wide: the
         // own store read all of bag 0, part of bags 1 and 3, none of bag 2. Bag 1's sum
         // is 1 in rank order, 0 if this rank's part were added first.
-        let own_ids = [2u64, 1, 0, 1];
+        // Listed as the router lists a store's bags: those with ids here, `b << 32 | n`.
+        let own_ids = [2u64, 1 << 32 | 1, 3 << 32 | 1];
         let total_ids = [2usize, 3, 1, 2];
         let ranks_0_1 = [
             [None, Some(1e8f32), Some(0.5), Some(1e8)],
@@ -214,7 +225,7 @@ mod tests {
             cols: 1,
             ..OwnSplit::default()
         };
-        split.sort(&own_ids, |b| total_ids[b], &out, width);
+        split.sort(4, &own_ids, |b| total_ids[b], &out, width);
         assert_eq!(split.only_own(), &[true, false, false, false]);
         let mut written = split.only_own().to_vec();
         let place = |from: &[Option<f32>], out: &mut [f32], written: &mut [bool]| {

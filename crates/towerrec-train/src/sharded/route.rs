@@ -124,9 +124,7 @@ fn bucket_cached(
         let n = ids.ids(s).len();
         for &route in &routes[at..at + n] {
             let (k, offset) = cache.unpack(route);
-            let bucket = &mut buckets[k];
-            bucket.lengths[s] += 1;
-            bucket.values.push(u64::from(offset));
+            buckets[k].push_addressed(s, u64::from(offset));
         }
         at += n;
     }
@@ -140,11 +138,35 @@ fn route_of(map: &TableAddresses, parts: &[(u32, usize)], row: usize) -> (u32, u
     (k, base + within)
 }
 
-/// One row-wise shard's part of a batch: its ids renumbered from its first row.
+/// One shard's part of a batch: its ids renumbered from its first row (row-wise) or as
+/// offsets in its store (row-partitioned).
 #[derive(Default)]
 struct Bucket {
+    /// Row-wise: one length per sample of the batch.
     lengths: Vec<u64>,
+    /// Row-partitioned: only the bags that read the store, by sample, each as
+    /// `sample << 32 | length` ([`bag_of`]). Most bags read a given store nothing, and
+    /// every stage after the bucketing walks this list, so a step's work grows with
+    /// the ids, not with the stores times the batch.
+    bags: Vec<u64>,
     values: Vec<u64>,
+}
+
+impl Bucket {
+    /// Appends an id (its offset in the store) of sample `s`, which is this bucket's
+    /// last sample or a later one.
+    fn push_addressed(&mut self, s: usize, value: u64) {
+        match self.bags.last_mut() {
+            Some(last) if *last >> 32 == s as u64 => *last += 1,
+            _ => self.bags.push((s as u64) << 32 | 1),
+        }
+        self.values.push(value);
+    }
+}
+
+/// The sample and id count of a packed bag (`sample << 32 | length`).
+pub(super) fn bag_of(packed: u64) -> (usize, u64) {
+    ((packed >> 32) as usize, packed & 0xffff_ffff)
 }
 
 impl Router {
@@ -240,8 +262,11 @@ impl Router {
             let buckets = &mut self.buckets[t];
             for b in buckets.iter_mut() {
                 b.lengths.clear();
-                b.lengths.resize(ids.batch_size(), 0);
+                b.bags.clear();
                 b.values.clear();
+                if matches!(split, Split::Rows(_)) {
+                    b.lengths.resize(ids.batch_size(), 0);
+                }
             }
             if let Split::Addressed {
                 cache: Some(cache), ..
@@ -253,32 +278,31 @@ impl Router {
             for s in 0..ids.batch_size() {
                 for &id in ids.ids(s) {
                     // Ids are checked against the table's rows when the batch is read.
-                    let (k, local) = match split {
+                    match split {
                         Split::Rows(starts) => {
                             // The last shard whose first row is ≤ id.
                             let k = starts.partition_point(|&r0| r0 <= id).saturating_sub(1);
-                            (k, id - starts[k])
+                            let bucket = &mut buckets[k];
+                            bucket.lengths[s] += 1;
+                            bucket.values.push(id - starts[k]);
                         }
                         Split::Addressed { map, parts, .. } => {
                             let (k, offset) = route_of(map, parts, id as usize);
-                            (k as usize, offset as u64)
+                            buckets[k as usize].push_addressed(s, offset as u64);
                         }
                         Split::Whole => unreachable!("skipped above"),
-                    };
-                    let bucket = &mut buckets[k];
-                    bucket.lengths[s] += 1;
-                    bucket.values.push(local);
+                    }
                 }
             }
         }
     }
 
-    /// For a row-partitioned table, how many of each of this rank's bags went to shard
-    /// `s` in the last [`Router::bucket`] (the output of a bag that sent none is not
-    /// exchanged); `None` for other tables.
-    pub(super) fn addressed_lengths(&self, t: usize, s: usize) -> Option<&[u64]> {
+    /// For a row-partitioned table, the bags of this rank that sent shard `s` ids in
+    /// the last [`Router::bucket`], by sample, each `sample << 32 | length` ([`bag_of`];
+    /// the output of a bag that sent none is not exchanged); `None` for other tables.
+    pub(super) fn addressed_bags(&self, t: usize, s: usize) -> Option<&[u64]> {
         match self.splits[t] {
-            Split::Addressed { .. } => Some(&self.buckets[t][s].lengths),
+            Split::Addressed { .. } => Some(&self.buckets[t][s].bags),
             _ => None,
         }
     }
@@ -300,17 +324,17 @@ impl Router {
         if matches!(self.splits[t], Split::Addressed { .. }) {
             // Most bags send a store nothing: only the others, as `sample << 32 | length`.
             let bucket = &self.buckets[t][s];
-            let start = send.len();
-            send.push(0);
-            send.extend(
-                bucket
-                    .lengths
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, &n)| every_bag || n > 0)
-                    .map(|(b, &n)| (b as u64) << 32 | n),
-            );
-            send[start] = (send.len() - start - 1) as u64;
+            if every_bag {
+                send.push(ids.batch_size() as u64);
+                let mut bags = bucket.bags.iter().peekable();
+                for b in 0..ids.batch_size() as u64 {
+                    let bag = bags.next_if(|&&bag| bag >> 32 == b);
+                    send.push(bag.copied().unwrap_or(b << 32));
+                }
+            } else {
+                send.push(bucket.bags.len() as u64);
+                send.extend_from_slice(&bucket.bags);
+            }
             send.extend_from_slice(&bucket.values);
         } else if !matches!(self.splits[t], Split::Whole) {
             let bucket = &self.buckets[t][s];
@@ -395,10 +419,21 @@ mod tests {
             let view = || JaggedView::new(&offsets, &ids).expect("view");
             cached.bucket(|_| view());
             searched.bucket(|_| view());
+            // Each bucket's listed bags, by sample and none empty, as a length per bag.
             let buckets = |r: &Router| -> Vec<(Vec<u64>, Vec<u64>)> {
                 r.buckets[0]
                     .iter()
-                    .map(|b| (b.lengths.clone(), b.values.clone()))
+                    .map(|b| {
+                        let mut per_bag = vec![0u64; lengths.len()];
+                        let mut last = None;
+                        for &packed in &b.bags {
+                            let (sample, n) = bag_of(packed);
+                            assert!(n > 0 && last < Some(sample), "bags by sample, none empty");
+                            last = Some(sample);
+                            per_bag[sample] = n;
+                        }
+                        (per_bag, b.values.clone())
+                    })
                     .collect()
             };
             // What the address map's `locate` says, id by id.
