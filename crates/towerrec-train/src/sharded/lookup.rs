@@ -3,6 +3,7 @@
 //! in global sample order, that the input distribution brought it, and its backward is
 //! the fused optimizer update where the rows live.
 
+use super::route::bag_of;
 use super::store::{Store, Touched};
 use crate::error::Result;
 use std::ops::Range;
@@ -122,9 +123,10 @@ fn unpack_source(recv: &[u64], at: &mut usize, local: &mut [LocalShard], samples
             // Only the bags that read this store: `sample << 32 | length` each.
             let k = recv[*at] as usize;
             for &bag in &recv[*at + 1..*at + 1 + k] {
-                end += (bag & 0xffff_ffff) as usize;
+                let (sample, len) = bag_of(bag);
+                end += len as usize;
                 l.offsets.push(end);
-                l.bag_samples.push((bag >> 32) as u32);
+                l.bag_samples.push(sample as u32);
             }
             *at += 1 + k;
             l.bags_from.push(k);

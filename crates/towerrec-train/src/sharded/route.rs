@@ -157,14 +157,20 @@ impl Bucket {
     /// last sample or a later one.
     fn push_addressed(&mut self, s: usize, value: u64) {
         match self.bags.last_mut() {
-            Some(last) if *last >> 32 == s as u64 => *last += 1,
-            _ => self.bags.push((s as u64) << 32 | 1),
+            Some(last) if bag_of(*last).0 == s => *last += 1,
+            _ => self.bags.push(packed_bag(s, 1)),
         }
         self.values.push(value);
     }
 }
 
-/// The sample and id count of a packed bag (`sample << 32 | length`).
+/// A bag of `len` ids of `sample` packed as `sample << 32 | len`, as stores' buckets
+/// list them and the input distribution sends them.
+fn packed_bag(sample: usize, len: u64) -> u64 {
+    (sample as u64) << 32 | len
+}
+
+/// The sample and id count of a packed bag ([`packed_bag`]).
 pub(super) fn bag_of(packed: u64) -> (usize, u64) {
     ((packed >> 32) as usize, packed & 0xffff_ffff)
 }
@@ -327,9 +333,9 @@ impl Router {
             if every_bag {
                 send.push(ids.batch_size() as u64);
                 let mut bags = bucket.bags.iter().peekable();
-                for b in 0..ids.batch_size() as u64 {
-                    let bag = bags.next_if(|&&bag| bag >> 32 == b);
-                    send.push(bag.copied().unwrap_or(b << 32));
+                for b in 0..ids.batch_size() {
+                    let bag = bags.next_if(|&&bag| bag_of(bag).0 == b);
+                    send.push(bag.copied().unwrap_or(packed_bag(b, 0)));
                 }
             } else {
                 send.push(bucket.bags.len() as u64);
