@@ -201,7 +201,9 @@ impl ShardedEmbeddings {
 
     /// Sends each shard its columns of the gradient `grad` of this rank's feature rows,
     /// leaving in each local shard's `grad` the gradient of the whole global batch. This
-    /// rank's own segment goes straight from `grad` into its shards.
+    /// rank's own segment goes straight from `grad` into its shards while the exchange
+    /// runs (it needs nothing from the other ranks); the earlier ranks' segments, which
+    /// come before it, are written over a zeroed placeholder when they arrive.
     pub(super) fn flat_output_grad(
         &mut self,
         batch: &Batch,
@@ -222,38 +224,72 @@ impl ShardedEmbeddings {
             *count = send.len() - before;
         }
         let mut recv = std::mem::take(&mut self.bufs.vec_recv);
-        let exchanged = self
-            .comm
-            .all_to_all_v_into(&send, &counts, &mut recv, Phase::OutputDist);
+        let mut local = std::mem::take(&mut self.local);
+        // Where each store's segment from each rank starts in its `grad`.
+        let mut starts: Vec<usize> = vec![0; local.len()];
+        let segment = |l: &super::lookup::LocalShard, src: usize| {
+            l.bags_from().get(src).copied().unwrap_or(self.samples[src]) * l.columns()
+        };
+        for (l, start) in local.iter().zip(&mut starts) {
+            *start = (0..me).map(|src| segment(l, src)).sum();
+        }
+        let this = &*self;
+        let exchanged = this.comm.all_to_all_v_during(
+            &send,
+            &counts,
+            &mut recv,
+            Phase::OutputDist,
+            |progress| this.push_own_grad_rows(&mut local, &starts, batch, grad, slots, progress),
+        );
         self.bufs.vec_send = send;
         exchanged?;
-        let mut local = std::mem::take(&mut self.local);
-        for l in &mut local {
-            l.grad.clear();
-        }
-        let own: Vec<(usize, usize)> = self.router.held_by(me).collect();
+        starts.fill(0);
         let mut at = 0;
-        for (src, &n) in self.samples.iter().enumerate() {
-            for (k, l) in local.iter_mut().enumerate() {
+        for src in (0..p).filter(|&src| src != me) {
+            for (l, start) in local.iter_mut().zip(&mut starts) {
                 if self.hierarchical(l.table) {
                     continue;
                 }
-                if src == me {
-                    // This rank's own store holds every bag of its slice when it pooled
-                    // them into the rank's rows.
-                    let (t, s) = own[k];
-                    self.push_grad_rows(&mut l.grad, batch, grad, slots, (t, s, self.direct[k]));
-                    continue;
+                let len = segment(l, src);
+                let rows = &recv[at..at + len];
+                if src < me {
+                    l.grad[*start..*start + len].copy_from_slice(rows);
+                    *start += len;
+                } else {
+                    l.grad.extend_from_slice(rows);
                 }
-                let rows = l.bags_from().get(src).copied().unwrap_or(n);
-                let len = rows * l.columns();
-                l.grad.extend_from_slice(&recv[at..at + len]);
                 at += len;
             }
         }
         self.local = local;
         self.bufs.vec_recv = recv;
         self.trw_output_grad(batch, grad, slots)
+    }
+
+    /// This rank's own segment of every local store's gradient (after `before[k]` zeroed
+    /// values, the earlier ranks' segments of store `k`), during the gradient exchange.
+    fn push_own_grad_rows(
+        &self,
+        local: &mut [super::lookup::LocalShard],
+        before: &[usize],
+        batch: &Batch,
+        grad: &[f32],
+        slots: &FeatureSlots,
+        progress: &mut dyn FnMut(),
+    ) {
+        let own = self.router.held_by(self.comm.rank());
+        for (k, (l, (t, s))) in local.iter_mut().zip(own).enumerate() {
+            l.grad.clear();
+            if self.hierarchical(l.table) {
+                continue;
+            }
+            debug_assert_eq!(l.table, t, "local shards in wire order");
+            l.grad.resize(before[k], 0.0);
+            // This rank's own store holds every bag of its slice when it pooled them
+            // into the rank's rows.
+            self.push_grad_rows(&mut l.grad, batch, grad, slots, (t, s, self.direct[k]));
+            progress();
+        }
     }
 
     /// Appends to `out` shard `s` of table `t`'s columns of the gradient `grad`, for
