@@ -99,15 +99,17 @@ impl LocalShard {
         let mut own = Vec::with_capacity(values.len());
         // Each shared row's reads are summed in sample order, as one process sums them
         // (reads of one row within one bag add the same gradient).
+        let mut reads = Vec::with_capacity(values.len());
         for b in 0..offsets.len() - 1 {
-            let g = &grad[b * cols..(b + 1) * cols];
             for &v in &values[offsets[b]..offsets[b + 1]] {
-                if !store.add_if_shared(v as usize, g) {
-                    own.push(v);
+                match store.sum_place(v as usize) {
+                    Some(at) => reads.push((b as u32, at)),
+                    None => own.push(v),
                 }
             }
             own_offsets.push(own.len());
         }
+        store.add_reads(&reads, grad, cols);
         let (rows, grads) = store.take_shared_sums(cols);
         let view = JaggedView::new(&own_offsets, &own)?;
         let grad = std::mem::take(&mut self.grad);

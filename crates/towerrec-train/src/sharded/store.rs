@@ -3,6 +3,7 @@
 //! sparse AllReduce. The stages (`lookup`, `partitioned`) both use it.
 
 use std::ops::Range;
+use towerrec_core::simd::{prefetch, prefetch_for_write, ROWS_APART_AHEAD};
 
 /// What a row-partitioned table's store on this rank needs beyond a shard's.
 pub(super) struct Store {
@@ -76,25 +77,39 @@ impl Store {
         }
     }
 
-    /// Adds `grad` (one read's gradient) to the sum of the shared row at `offset` if it
-    /// is one (then `true`). A row's first read of the step starts its sum from zero, as
-    /// adding to a zeroed sum does, bit for bit.
-    pub(super) fn add_if_shared(&mut self, offset: usize, grad: &[f32]) -> bool {
+    /// The place among this step's sums of the shared row at `offset`, if it is one; a
+    /// row's first read of the step gives it the next place. [`Store::add_reads`] then
+    /// adds the reads' gradients.
+    pub(super) fn sum_place(&mut self, offset: usize) -> Option<u32> {
         if self.shared_bits[offset / 64] >> (offset % 64) & 1 == 0 {
-            return false;
+            return None;
         }
-        let slot = self.slots[offset];
-        let cols = grad.len();
-        let mut at = self.at[slot as usize] as usize;
-        if at == NOT_SHARED as usize {
-            at = self.hit.len();
-            self.at[slot as usize] = at as u32;
-            self.hit.push(slot);
-            self.sums.resize((at + 1) * cols, 0.0);
+        let slot = self.slots[offset] as usize;
+        if self.at[slot] == NOT_SHARED {
+            self.at[slot] = self.hit.len() as u32;
+            self.hit.push(slot as u32);
         }
-        let sum = &mut self.sums[at * cols..(at + 1) * cols];
-        sum.iter_mut().zip(grad).for_each(|(s, &x)| *s += x);
-        true
+        Some(self.at[slot])
+    }
+
+    /// Adds to the sums the gradients of `reads`, `(row of grad, place)` pairs from
+    /// [`Store::sum_place`], in order: each sum starts from zero and takes its reads in
+    /// the order given. Apart from the choice of places, done first, every read is
+    /// independent of the next, so the rows a few reads ahead are fetched while one is
+    /// added (a sum's place and a read's gradient row are both far from the last).
+    pub(super) fn add_reads(&mut self, reads: &[(u32, u32)], grad: &[f32], cols: usize) {
+        self.sums.clear();
+        self.sums.resize(self.hit.len() * cols, 0.0);
+        for (i, &(row, at)) in reads.iter().enumerate() {
+            if let Some(&(row, at)) = reads.get(i + ROWS_APART_AHEAD) {
+                prefetch(grad, row as usize * cols, cols);
+                prefetch_for_write(&self.sums, at as usize * cols, cols);
+            }
+            let (row, at) = (row as usize, at as usize);
+            let g = &grad[row * cols..(row + 1) * cols];
+            let sum = &mut self.sums[at * cols..(at + 1) * cols];
+            sum.iter_mut().zip(g).for_each(|(s, &x)| *s += x);
+        }
     }
 
     /// The shared rows read since the last call, in offset order, as `(table rows,
@@ -135,6 +150,24 @@ mod tests {
         Store::new((0..60).map(|o| 100 + 3 * o).collect(), vec![2..5, 9..59])
     }
 
+    /// Sums one step's `reads` (`(offset, gradient)`, each gradient its own row of the
+    /// step's gradient) as the backward does; whether each read was of a shared row.
+    fn sum_reads<const N: usize>(s: &mut Store, reads: &[(usize, [f32; N])]) -> Vec<bool> {
+        let grad: Vec<f32> = reads.iter().flat_map(|(_, g)| *g).collect();
+        let mut places = Vec::new();
+        let shared = reads
+            .iter()
+            .enumerate()
+            .map(|(i, &(offset, _))| {
+                let at = s.sum_place(offset);
+                places.extend(at.map(|at| (i as u32, at)));
+                at.is_some()
+            })
+            .collect();
+        s.add_reads(&places, &grad, N);
+        shared
+    }
+
     #[test]
     fn sums_each_shared_row_in_read_order_from_zero() {
         let mut s = store();
@@ -146,7 +179,7 @@ mod tests {
             (3, [-1.0, 0.25]),
             (10, [-1e8, 3.0]),
         ];
-        let shared: Vec<bool> = reads.iter().map(|(o, g)| s.add_if_shared(*o, g)).collect();
+        let shared = sum_reads(&mut s, &reads);
         assert_eq!(shared, [true, false, true, true, true, true]);
         let (rows, sums) = s.take_shared_sums(2);
         // Offset order (3 before 10), as table rows.
@@ -175,7 +208,7 @@ mod tests {
     #[test]
     fn a_read_of_negative_zero_sums_as_added_to_zero() {
         let mut s = store();
-        assert!(s.add_if_shared(4, &[-0.0]));
+        assert_eq!(sum_reads(&mut s, &[(4, [-0.0])]), [true]);
         let (_, sums) = s.take_shared_sums(1);
         assert_eq!(sums[0].to_bits(), (0.0f32 + -0.0f32).to_bits());
     }
@@ -183,19 +216,51 @@ mod tests {
     #[test]
     fn each_take_returns_only_the_reads_since_the_last() {
         let mut s = store();
-        for o in [18, 2, 9, 12, 16, 4, 3, 11] {
-            assert!(s.add_if_shared(o, &[o as f32]));
-        }
+        let reads = [18, 2, 9, 12, 16, 4, 3, 11].map(|o| (o, [o as f32]));
+        assert_eq!(sum_reads(&mut s, &reads), [true; 8]);
         let (rows, sums) = s.take_shared_sums(1);
         let offsets = [2, 3, 4, 9, 11, 12, 16, 18];
         assert_eq!(rows, offsets.map(|o| 100 + 3 * o as u64));
         assert_eq!(sums, offsets.map(|o| o as f32));
-        s.add_if_shared(15, &[1.0]);
-        s.add_if_shared(2, &[2.0]);
-        s.add_if_shared(15, &[1.0]);
+        sum_reads(&mut s, &[(15, [1.0]), (2, [2.0]), (15, [1.0])]);
         let (rows, sums) = s.take_shared_sums(1);
         assert_eq!(rows, [106, 145]);
         assert_eq!(sums, [2.0, 2.0]);
         assert_eq!(s.take_shared_sums(1), (vec![], vec![]));
+    }
+
+    #[test]
+    fn many_reads_sum_as_one_pass_in_read_order() {
+        // Enough reads for the gradient rows and sums fetched ahead to matter.
+        let mut s = store();
+        let reads: Vec<(usize, [f32; 3])> = (0..500u32)
+            .map(|i| {
+                let offset = (i * 37 + i * i) % 60;
+                let x = (i as f32).sin() * 10f32.powi(i as i32 % 9 - 4);
+                (offset as usize, [x, -x * 0.5, 1.0 / (1.0 + i as f32)])
+            })
+            .collect();
+        let shared = sum_reads(&mut s, &reads);
+        let mut want: std::collections::BTreeMap<usize, [f32; 3]> = Default::default();
+        for ((offset, g), is_shared) in reads.iter().zip(&shared) {
+            assert_eq!(
+                *is_shared,
+                (2..5).contains(offset) || (9..59).contains(offset)
+            );
+            if *is_shared {
+                let sum = want.entry(*offset).or_insert([0.0; 3]);
+                sum.iter_mut().zip(g).for_each(|(s, &x)| *s += x);
+            }
+        }
+        let (rows, sums) = s.take_shared_sums(3);
+        assert_eq!(
+            rows,
+            want.keys().map(|&o| 100 + 3 * o as u64).collect::<Vec<_>>()
+        );
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&sums),
+            bits(&want.values().flatten().copied().collect::<Vec<_>>())
+        );
     }
 }
