@@ -38,7 +38,8 @@ KINDS = [
         "page_fault", "clear_page", "handle_mm", "alloc_pages", "folio", "do_anonymous",
         "zap", "unmap", "mmap", "rmqueue", "lru", "follow_page"]),
     ("memmove, memset", ["memmove", "memset", "memcpy"]),
-    ("dense layers", ["gemm", "Interaction", "dots", "dot_f32", "mlp", "relu", "sigmoid", "Mlp"]),
+    ("dense layers", [
+        "gemm", "Interaction", "interaction::", "dots", "dot_f32", "mlp", "relu", "sigmoid", "Mlp"]),
     ("synthetic reader", [
         "__ieee754_pow", "pow@", "log1p", "chacha", "floor", "SyntheticGenerator", "rand::",
         "rand_distr", "exp_fma"]),
