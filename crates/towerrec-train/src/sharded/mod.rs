@@ -463,13 +463,13 @@ impl ShardedEmbeddings {
         let dims: Vec<usize> = self.tables.iter().map(|t| t.dim).collect();
         let sync = self.shared.as_mut().expect("called with shared rows");
         let comm = self.sptt.as_ref().map_or(&self.comm, Sptt::group);
-        let sums = sync.sum(comm, touched, &dims)?;
-        for (t, rows, grads) in sums {
-            if let Some(l) = self.local.iter_mut().find(|l| l.table == t) {
-                l.apply_shared(&rows, &grads, lr)?;
+        let local = &mut self.local;
+        sync.sum(comm, touched, &dims, |t, rows, grads| {
+            match local.iter_mut().find(|l| l.table == t) {
+                Some(l) => l.apply_shared(rows, grads, lr),
+                None => Ok(()),
             }
-        }
-        Ok(())
+        })
     }
 }
 

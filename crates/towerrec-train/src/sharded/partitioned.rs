@@ -123,17 +123,26 @@ impl LocalShard {
     pub(super) fn apply_shared(&mut self, rows: &[u64], grads: &[f32], lr: f32) -> Result<()> {
         let cols = self.columns();
         let store = self.store().expect("a row-partitioned store");
-        let mut mine = Vec::new();
-        let mut mine_grads = Vec::new();
+        let mut mine = Vec::with_capacity(rows.len());
+        let mut picked = Vec::with_capacity(rows.len());
         // Both sorted by row: one merge.
         let mut held = store.shared_by_row().iter().peekable();
         for (i, &row) in rows.iter().enumerate() {
             while held.next_if(|&&(r, _)| r < row).is_some() {}
             if let Some(&(_, offset)) = held.next_if(|&&(r, _)| r == row) {
                 mine.push(offset as u64);
-                mine_grads.extend_from_slice(&grads[i * cols..(i + 1) * cols]);
+                picked.push(i);
             }
         }
+        if mine.len() == rows.len() {
+            // The common case: this store holds a copy of every row summed.
+            return Ok(self.bag.apply_row_grads(&mine, grads, lr)?);
+        }
+        let mine_grads: Vec<f32> = picked
+            .iter()
+            .flat_map(|&i| &grads[i * cols..(i + 1) * cols])
+            .copied()
+            .collect();
         self.bag.apply_row_grads(&mine, &mine_grads, lr)?;
         Ok(())
     }
@@ -161,32 +170,40 @@ impl SharedSync {
         }
     }
 
-    /// Every shared row's gradient summed over the ranks, `(table, rows, sums)`, from
-    /// this rank's `touched` rows (each row's sum over the ranks in rank order, or as
-    /// the all-reduce orders it: the same bits on every rank).
+    /// Every shared row's gradient summed over the ranks, from this rank's `touched`
+    /// rows (each row's sum over the ranks in rank order, or as the all-reduce orders
+    /// it: the same bits on every rank), handed to `apply(table, rows, sums)` table by
+    /// table.
     pub(super) fn sum(
         &mut self,
         comm: &Comm,
         touched: &Touched,
         dims: &[usize],
-    ) -> Result<Touched> {
+        mut apply: impl FnMut(usize, &[u64], &[f32]) -> Result<()>,
+    ) -> Result<()> {
         match self.mode {
-            ReplicaSync::AllGather => gather_sums(comm, touched, dims),
+            ReplicaSync::AllGather => {
+                for (t, rows, sums) in gather_sums(comm, touched, dims)? {
+                    apply(t, &rows, &sums)?;
+                }
+                Ok(())
+            }
             ReplicaSync::Sparse => {
                 let union = touched_union(comm, touched)?;
-                self.reduce(comm, &union, touched, dims, false)
+                self.reduce(comm, &union, touched, dims, false, apply)
             }
             ReplicaSync::Dense => {
                 let rows = std::mem::take(&mut self.shared);
-                let sums = self.reduce(comm, &rows, touched, dims, true);
+                let done = self.reduce(comm, &rows, touched, dims, true, apply);
                 self.shared = rows;
-                sums
+                done
             }
         }
     }
 
     /// All-reduces the gradients of `rows` (per table, sorted), this rank's from
-    /// `touched` and zero elsewhere; `skip_zero` leaves out rows whose sum is zero.
+    /// `touched` and zero elsewhere, and hands each table's to `apply`; `skip_zero`
+    /// leaves out rows whose sum is zero.
     fn reduce(
         &mut self,
         comm: &Comm,
@@ -194,7 +211,8 @@ impl SharedSync {
         touched: &Touched,
         dims: &[usize],
         skip_zero: bool,
-    ) -> Result<Touched> {
+        mut apply: impl FnMut(usize, &[u64], &[f32]) -> Result<()>,
+    ) -> Result<()> {
         let mut starts = Vec::with_capacity(rows.len());
         let mut len = 0;
         for (t, r) in rows {
@@ -226,25 +244,24 @@ impl SharedSync {
             .as_mut()
             .expect("built above")
             .all_reduce(&mut buf, Phase::SparseGradSync)?;
-        let sums = rows
-            .iter()
-            .zip(starts)
-            .map(|((t, r), start)| {
-                let dim = dims[*t];
-                let mut keys = Vec::with_capacity(r.len());
-                let mut sums = Vec::with_capacity(r.len() * dim);
-                for (j, &row) in r.iter().enumerate() {
-                    let g = &buf[start + j * dim..start + (j + 1) * dim];
-                    if !(skip_zero && g.iter().all(|&x| x == 0.0)) {
-                        keys.push(row);
-                        sums.extend_from_slice(g);
-                    }
+        let applied = rows.iter().zip(starts).try_for_each(|((t, r), start)| {
+            let dim = dims[*t];
+            let all = &buf[start..start + r.len() * dim];
+            if !skip_zero {
+                return apply(*t, r, all);
+            }
+            let mut keys = Vec::with_capacity(r.len());
+            let mut sums = Vec::with_capacity(all.len());
+            for (&row, g) in r.iter().zip(all.chunks_exact(dim)) {
+                if !g.iter().all(|&x| x == 0.0) {
+                    keys.push(row);
+                    sums.extend_from_slice(g);
                 }
-                (*t, keys, sums)
-            })
-            .collect();
+            }
+            apply(*t, &keys, &sums)
+        });
         self.buf = buf;
-        Ok(sums)
+        applied
     }
 }
 
