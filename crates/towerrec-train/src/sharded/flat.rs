@@ -225,36 +225,38 @@ impl ShardedEmbeddings {
         }
         let mut recv = std::mem::take(&mut self.bufs.vec_recv);
         let mut local = std::mem::take(&mut self.local);
-        // Where each store's segment from each rank starts in its `grad`.
-        let mut starts: Vec<usize> = vec![0; local.len()];
+        // The length of store `l`'s segment from rank `src` in its `grad`, and of the
+        // segments of the ranks before this one.
         let segment = |l: &super::lookup::LocalShard, src: usize| {
             l.bags_from().get(src).copied().unwrap_or(self.samples[src]) * l.columns()
         };
-        for (l, start) in local.iter().zip(&mut starts) {
-            *start = (0..me).map(|src| segment(l, src)).sum();
-        }
+        let before: Vec<usize> = local
+            .iter()
+            .map(|l| (0..me).map(|src| segment(l, src)).sum())
+            .collect();
         let this = &*self;
         let exchanged = this.comm.all_to_all_v_during(
             &send,
             &counts,
             &mut recv,
             Phase::OutputDist,
-            |progress| this.push_own_grad_rows(&mut local, &starts, batch, grad, slots, progress),
+            |progress| this.push_own_grad_rows(&mut local, &before, batch, grad, slots, progress),
         );
         self.bufs.vec_send = send;
         exchanged?;
-        starts.fill(0);
+        // Where the next earlier rank's segment goes in each store's placeholder.
+        let mut cursors = vec![0usize; local.len()];
         let mut at = 0;
         for src in (0..p).filter(|&src| src != me) {
-            for (l, start) in local.iter_mut().zip(&mut starts) {
+            for (l, cursor) in local.iter_mut().zip(&mut cursors) {
                 if self.hierarchical(l.table) {
                     continue;
                 }
                 let len = segment(l, src);
                 let rows = &recv[at..at + len];
                 if src < me {
-                    l.grad[*start..*start + len].copy_from_slice(rows);
-                    *start += len;
+                    l.grad[*cursor..*cursor + len].copy_from_slice(rows);
+                    *cursor += len;
                 } else {
                     l.grad.extend_from_slice(rows);
                 }

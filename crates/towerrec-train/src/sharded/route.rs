@@ -157,7 +157,7 @@ impl Bucket {
     /// last sample or a later one.
     fn push_addressed(&mut self, s: usize, value: u64) {
         match self.bags.last_mut() {
-            Some(last) if bag_of(*last).0 == s => *last += 1,
+            Some(last) if bag_of(*last).0 == s => *last = packed_bag(s, bag_of(*last).1 + 1),
             _ => self.bags.push(packed_bag(s, 1)),
         }
         self.values.push(value);
