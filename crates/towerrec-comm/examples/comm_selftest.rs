@@ -11,19 +11,23 @@
 //!
 //! `--bench-mib N` then times an AlltoAll in which every rank sends `N` MiB to every
 //! other rank (`--bench-reps R` times) and prints each host's cross-host send rate.
+//! `--bench-allreduce-kib K` times the hierarchical AllReduce of `K` KiB of f32 (`R`
+//! calls, each after a barrier) and prints the slowest rank's median milliseconds per
+//! call.
 
 use std::process::ExitCode;
 use std::time::Instant;
-use towerrec_comm::{run_in_process, selftest, Comm, Phase, Topology};
+use towerrec_comm::{run_in_process, selftest, Comm, HierarchicalAllReduce, Phase, Topology};
 
 const USAGE: &str = "usage: comm_selftest [--backend inprocess|mpi] [--hosts H] \
-[--ranks-per-host L] [--bench-mib N] [--bench-reps R]";
+[--ranks-per-host L] [--bench-mib N] [--bench-allreduce-kib K] [--bench-reps R]";
 
 struct Args {
     mpi: bool,
     hosts: usize,
     ranks_per_host: usize,
     bench_mib: usize,
+    bench_allreduce_kib: usize,
     bench_reps: usize,
 }
 
@@ -33,6 +37,7 @@ fn parse_args() -> Result<Args, String> {
         hosts: 2,
         ranks_per_host: 2,
         bench_mib: 0,
+        bench_allreduce_kib: 0,
         bench_reps: 3,
     };
     let mut it = std::env::args().skip(1);
@@ -59,6 +64,7 @@ fn parse_args() -> Result<Args, String> {
             "--hosts" => a.hosts = number()?,
             "--ranks-per-host" => a.ranks_per_host = number()?,
             "--bench-mib" => a.bench_mib = number()?,
+            "--bench-allreduce-kib" => a.bench_allreduce_kib = number()?,
             "--bench-reps" => a.bench_reps = number()?.max(1),
             other => return Err(format!("unknown option {other}\n{USAGE}")),
         }
@@ -72,7 +78,39 @@ fn run_rank(comm: &Comm, args: &Args) -> towerrec_comm::Result<Vec<String>> {
     if args.bench_mib > 0 {
         lines.extend(bench(comm, args.bench_mib, args.bench_reps)?);
     }
+    if args.bench_allreduce_kib > 0 {
+        lines.extend(bench_all_reduce(
+            comm,
+            args.bench_allreduce_kib,
+            args.bench_reps,
+        )?);
+    }
     Ok(lines)
+}
+
+/// The hierarchical AllReduce of `kib` KiB of f32, `reps` calls each started together
+/// (after a barrier); returns, on rank 0, the slowest rank's median time per call.
+fn bench_all_reduce(comm: &Comm, kib: usize, reps: usize) -> towerrec_comm::Result<Vec<String>> {
+    let mut reducer = HierarchicalAllReduce::new(comm)?;
+    let mut buf = vec![1.0f32; (kib << 10) / 4];
+    reducer.all_reduce(&mut buf, Phase::Control)?; // warm-up
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        comm.barrier()?;
+        let t0 = Instant::now();
+        reducer.all_reduce(&mut buf, Phase::Control)?;
+        times.push(t0.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    let (medians, _) = comm.all_gather(&[times[times.len() / 2]], Phase::Control)?;
+    if comm.rank() != 0 {
+        return Ok(Vec::new());
+    }
+    let slowest = medians.iter().copied().fold(0.0, f64::max);
+    Ok(vec![format!(
+        "bench all_reduce {kib} KiB x {reps}: median {:.3} ms a call (slowest rank)",
+        slowest * 1e3
+    )])
 }
 
 /// Every rank sends `mib` MiB to every other rank, `reps` times; returns, on rank 0,
