@@ -6,9 +6,13 @@
 # RATE. Needs root, OpenMPI and a release build with --features mpi.
 #   scripts/oper-speed.sh [ROUNDS=3] [RATE=1gbit]
 # CONFIG (environment; default bench/oper/speed.toml) is the model; the profile is
-# its training data's. Train samples/s is the run's steady-state figure, inference the
-# final evaluation's (the scorer on every rank). One line per run, then per plan the
-# median of each and its ratio to the best baseline's median.
+# its training data's. Train samples/s is the run's steady-state figure
+# (`steady_train_samples_per_sec`: every step but the first, whose time includes the
+# data reader's start and the first touch of the buffers), with the whole run's
+# (`train_samples_per_sec`) beside it; inference is the final evaluation's (the scorer
+# on every rank). One line per run (plan, round, steady train, inference, cross-host
+# MB, whole-run train), then per plan the median of each and its ratio to the best
+# baseline's median.
 # The first line names the machine's CPU: the ratios depend on it (docs/OPER.md, "On an
 # Intel Xeon").
 # TORCHREC=1 adds TorchRec's plan of the same tables as a fourth baseline
@@ -57,7 +61,10 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 b = {p["phase"]: p for p in s["cluster"]["bytes_per_step"]}
 cross = sum(b[p]["cross_host"] for p in ["input_dist", "output_dist", "sparse_grad_sync"]) / 1e6
-line = f'{sys.argv[2]}\t{sys.argv[3]}\t{s["train_samples_per_sec"]:.0f}\t{s["eval_samples_per_sec"]:.0f}\t{cross:.2f}'
+steady = s["steady_train_samples_per_sec"]
+if steady is None:
+    sys.exit("the run has no step after its first: raise train.max_steps")
+line = f'{sys.argv[2]}\t{sys.argv[3]}\t{steady:.0f}\t{s["eval_samples_per_sec"]:.0f}\t{cross:.2f}\t{s["train_samples_per_sec"]:.0f}'
 print(line.replace("\t", "  "))
 open(sys.argv[4], "a").write(line + "\n")
 PY
@@ -68,18 +75,18 @@ python3 - "$results" <<'PY'
 import sys, statistics as st
 rows = [l.split("\t") for l in open(sys.argv[1]).read().split("\n") if l]
 plans = list(dict.fromkeys(r[0] for r in rows))
-med = {p: (st.median(float(r[2]) for r in rows if r[0] == p), st.median(float(r[3]) for r in rows if r[0] == p),
-           st.median(float(r[4]) for r in rows if r[0] == p)) for p in plans}
+med = {p: [st.median(float(r[c]) for r in rows if r[0] == p) for c in range(2, 6)] for p in plans}
 base = [p for p in plans if not p.startswith("oper")]
 best_train = max(med[p][0] for p in base)
 best_infer = max(med[p][1] for p in base)
-print("| plan | train samples/s (median) | vs best baseline | inference samples/s (median) | vs best baseline | cross-host MB/step (embeddings + sparse sync) |")
-print("|---|---:|---:|---:|---:|---:|")
+best_whole = max(med[p][3] for p in base)
+print("| plan | train samples/s (median, steady) | vs best baseline | train, whole run | vs best baseline | inference samples/s (median) | vs best baseline | cross-host MB/step (embeddings + sparse sync) |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for p in plans:
-    t, i, c = med[p]
-    print(f"| {p} | {t:,.0f} | {t / best_train:.2f} | {i:,.0f} | {i / best_infer:.2f} | {c:.2f} |")
+    t, i, c, w = med[p]
+    print(f"| {p} | {t:,.0f} | {t / best_train:.2f} | {w:,.0f} | {w / best_whole:.2f} | {i:,.0f} | {i / best_infer:.2f} | {c:.2f} |")
 rounds = sorted({int(r[1]) for r in rows})
-for p, col, what in [("oper-training", 2, "train"), ("oper-inference", 3, "infer")]:
+for p, col, what in [("oper-training", 2, "train"), ("oper-training", 5, "train (whole run)"), ("oper-inference", 3, "infer")]:
     ratios = []
     for n in rounds:
         got = {r[0]: float(r[col]) for r in rows if int(r[1]) == n}

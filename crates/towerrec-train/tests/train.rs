@@ -61,6 +61,10 @@ fn dlrm_learns_synthetic_signal() {
     let auc = s.auc.expect("both classes present");
     assert!(auc > 0.70, "DLRM eval AUC {auc}");
     assert_eq!(s.steps, 2 * 20_000u64.div_ceil(128));
+    let steady = s
+        .steady_train_samples_per_sec
+        .expect("steps after each pass's first");
+    assert!(steady.is_finite() && steady > 0.0, "steady rate {steady}");
     for f in [
         "summary.json",
         "metrics.jsonl",
@@ -76,6 +80,7 @@ fn dlrm_learns_synthetic_signal() {
         "logloss",
         "ne",
         "train_samples_per_sec",
+        "steady_train_samples_per_sec",
         "steps",
         "model",
         "params",
@@ -99,6 +104,20 @@ fn dlrm_learns_synthetic_signal() {
         .filter_map(|l| l.get("loss")?.as_f64())
         .collect();
     assert!(losses.last().unwrap() < losses.first().unwrap());
+    std::fs::remove_dir_all(out).ok();
+}
+
+#[test]
+fn a_one_step_run_has_no_steady_rate() {
+    let cfg = config(DLRM, r#"{ kind = "sgd" }"#, "max_steps = 1");
+    let out = tmp("one-step");
+    let s = run(&cfg, &out, false, None);
+    assert_eq!(s.steps, 1);
+    assert!(s.train_samples_per_sec > 0.0);
+    assert_eq!(s.steady_train_samples_per_sec, None);
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert!(summary["steady_train_samples_per_sec"].is_null());
     std::fs::remove_dir_all(out).ok();
 }
 

@@ -340,8 +340,12 @@ fn train_on(
     if let Some(c) = &summary.cluster {
         print_cluster(c);
     }
+    let steady = summary
+        .steady_train_samples_per_sec
+        .map(|s| format!(" ({s:.0} after each pass's first step)"))
+        .unwrap_or_default();
     println!(
-        "final eval: auc {auc} logloss {:.5} ne {:.5} | {} steps, {:.0} train samples/s, {:.1}s | run in {}",
+        "final eval: auc {auc} logloss {:.5} ne {:.5} | {} steps, {:.0} train samples/s{steady}, {:.1}s | run in {}",
         summary.logloss,
         summary.ne,
         summary.steps,

@@ -78,6 +78,11 @@ pub struct Summary {
     pub logloss: f64,
     pub ne: f64,
     pub train_samples_per_sec: f64,
+    /// Train samples per second over every step but the first of each pass, whose
+    /// time includes the start of the data reader (its first batches), the buffers'
+    /// first touch and the collectives' set-up; `None` when no other step ran. Short
+    /// benchmark runs compare this one.
+    pub steady_train_samples_per_sec: Option<f64>,
     pub steps: u64,
     pub model: ModelKind,
     /// Trainable parameters: `dense_params + embedding_params`.

@@ -104,6 +104,8 @@ struct Run<'a> {
     window: Window,
     train_time: f64,
     samples_run: u64,
+    /// The part of `train_time` and `samples_run` in the first step of each pass.
+    first_steps: (f64, u64),
     skipped_train: u64,
     skipped_eval: u64,
     last_eval: Option<EvalReport>,
@@ -191,6 +193,7 @@ pub fn train_model(
         window: Window::new(),
         train_time: 0.0,
         samples_run: 0,
+        first_steps: (0.0, 0),
         skipped_train: 0,
         skipped_eval: 0,
         last_eval: None,
@@ -270,6 +273,7 @@ impl Run<'_> {
             logloss: report.as_ref().map_or(f64::NAN, |r| r.logloss),
             ne: report.as_ref().map_or(f64::NAN, |r| r.ne),
             train_samples_per_sec: self.samples_run as f64 / self.train_time.max(1e-9),
+            steady_train_samples_per_sec: self.steady_rate(),
             steps: self.progress.step,
             model: self.model.kind(),
             params,
@@ -340,7 +344,15 @@ impl Run<'_> {
         let (dense_lr, sparse_lr) = (cfg.optimizer.dense_lr, cfg.optimizer.sparse_lr);
         let max_steps = cfg.train.max_steps.unwrap_or(u64::MAX);
         let (mut logits, mut grad) = (Vec::new(), Vec::new());
+        // The steps' time starts once every rank is ready: what a rank spent waiting for
+        // the others to finish setting up is not training time.
+        if let Some(comm) = self.model.comm() {
+            comm.barrier()?;
+        }
         let mut step_start = Instant::now();
+        // Its time includes the reader's start (and the buffers' first touch, the
+        // collectives' set-up): the steady rate leaves it out.
+        let mut first_of_pass = true;
         while let Some(batch) = reader.next() {
             let fed = batch?;
             let factor = cfg.optimizer.schedule.factor(self.progress.step);
@@ -361,8 +373,14 @@ impl Run<'_> {
             self.progress.samples += b;
             self.inject_failure()?;
             crate::inject::stall_if_asked(self.stall_at, &self.model, self.progress.step);
+            let took = step_start.elapsed().as_secs_f64();
             self.samples_run += b;
-            self.train_time += step_start.elapsed().as_secs_f64();
+            self.train_time += took;
+            if first_of_pass {
+                self.first_steps.0 += took;
+                self.first_steps.1 += b;
+                first_of_pass = false;
+            }
             self.window.loss += loss;
             self.window.steps += 1;
             self.window.samples += b;
@@ -376,6 +394,13 @@ impl Run<'_> {
             step_start = Instant::now();
         }
         Ok(PassEnd::Data)
+    }
+
+    /// Train samples per second over the steps after the first of each pass, if any.
+    fn steady_rate(&self) -> Option<f64> {
+        let samples = self.samples_run - self.first_steps.1;
+        let secs = self.train_time - self.first_steps.0;
+        (samples > 0).then(|| samples as f64 / secs.max(1e-9))
     }
 
     fn inject_failure(&self) -> Result<()> {
