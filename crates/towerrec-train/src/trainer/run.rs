@@ -350,8 +350,8 @@ impl Run<'_> {
             comm.barrier()?;
         }
         let mut step_start = Instant::now();
-        // Its time includes the reader's start (and the buffers' first touch, the
-        // collectives' set-up): the steady rate leaves it out.
+        // The pass's first step waits for the reader's start (and pays the buffers'
+        // first touch, the collectives' set-up): the steady rate leaves it out.
         let mut first_of_pass = true;
         while let Some(batch) = reader.next() {
             let fed = batch?;
