@@ -6,6 +6,7 @@
 //!   and DMT's tower modules ([`layers::tower`]).
 //! - [`embedding`]: embedding-bag tables whose backward is fused with the optimizer update.
 //! - [`fsio`]: atomic output files, and the check that an output is not an input.
+//! - [`huge_alloc`]: a global allocator that puts large allocations on 2 MiB pages.
 //! - [`probe`]: the machine's limits (copy and random-gather bandwidth, GEMM throughput).
 //! - [`loss`], [`optim`], [`metrics`]: BCE with logits, dense optimizers and schedules,
 //!   AUC / log loss / normalized entropy.
@@ -17,6 +18,7 @@ pub mod embedding;
 pub mod error;
 pub mod fsio;
 pub mod gradcheck;
+pub mod huge_alloc;
 pub mod layer;
 pub mod layers;
 pub mod loss;

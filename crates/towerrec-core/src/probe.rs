@@ -62,7 +62,7 @@ pub enum Pages {
 }
 
 /// How a [`HugePageBuf`]'s memory was obtained (and how it is given back).
-enum Backing {
+pub(crate) enum Backing {
     /// Nothing allocated (no elements, or zero-sized elements).
     None,
     /// `std::alloc` with this layout.
@@ -248,7 +248,7 @@ impl<T: Copy> HugePageBuf<T> {
 /// the pointer, how to free it, and whether huge pages were accepted; `None` if the
 /// system refuses the mapping.
 #[cfg(target_os = "linux")]
-fn map_aligned(bytes: usize, pages: Pages) -> Option<(NonNull<u8>, Backing, bool)> {
+pub(crate) fn map_aligned(bytes: usize, pages: Pages) -> Option<(NonNull<u8>, Backing, bool)> {
     let len = bytes.checked_next_multiple_of(HUGE_PAGE_BYTES)?;
     let over = len.checked_add(HUGE_PAGE_BYTES)?;
     // SAFETY: a fresh private anonymous mapping; no existing memory is affected.

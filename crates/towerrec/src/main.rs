@@ -16,6 +16,11 @@ mod train_cmd;
 
 use clap::{Parser, Subcommand};
 
+/// Batch-sized buffers on 2 MiB pages (see the module for why).
+#[global_allocator]
+static ALLOC: towerrec_core::huge_alloc::LargeOnHugePages =
+    towerrec_core::huge_alloc::LargeOnHugePages;
+
 /// towerrec: train, evaluate and prepare data for recommendation models (DLRM, DCN-v2).
 #[derive(Parser)]
 #[command(name = "towerrec", version, about, long_about = None)]
