@@ -45,7 +45,9 @@ fn map_large(_layout: Layout) -> *mut u8 {
 /// `ptr` must come from `map_large(layout)` and not have been unmapped.
 #[cfg(target_os = "linux")]
 unsafe fn unmap_large(ptr: *mut u8, layout: Layout) {
-    let len = layout.size().next_multiple_of(crate::probe::HUGE_PAGE_BYTES);
+    let len = layout
+        .size()
+        .next_multiple_of(crate::probe::HUGE_PAGE_BYTES);
     // SAFETY: the caller's obligation; `map_aligned` mapped exactly `len` bytes here.
     unsafe { libc::munmap(ptr.cast(), len) };
 }
@@ -116,7 +118,12 @@ mod tests {
     #[test]
     fn blocks_hold_their_bytes_across_the_threshold() {
         let a = LargeOnHugePages;
-        for (from, to) in [(64, 4 << 20), (4 << 20, 9 << 20), (9 << 20, 100), (3 << 20, 5 << 20)] {
+        for (from, to) in [
+            (64, 4 << 20),
+            (4 << 20, 9 << 20),
+            (9 << 20, 100),
+            (3 << 20, 5 << 20),
+        ] {
             let layout = Layout::from_size_align(from, 8).unwrap();
             // SAFETY: non-zero sizes; every block is freed with the layout it has.
             unsafe {
