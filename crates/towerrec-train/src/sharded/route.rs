@@ -85,12 +85,13 @@ pub(super) struct Router {
     routes: HugePageBuf<u32>,
 }
 
-/// Where a row-partitioned table's routes lie among all tables' (from `start`, one
-/// per row): every row's `(shard, offset)` packed in 32 bits (the shard above `shift`
+/// Where a row-partitioned table's routes lie among all tables' (`rows` from
+/// `start`, one per row): every row's `(shard, offset)` packed in 32 bits (the shard above `shift`
 /// bits of offset), half the bytes of a pair, so more of a large table's routes stay
 /// in the caches nearest the core while ids are bucketed.
 struct RouteCache {
     start: usize,
+    rows: usize,
     shift: u32,
 }
 
@@ -114,12 +115,13 @@ impl RouteCache {
             }
             all.push(k << shift | offset as u32);
         }
-        Some(Self { start, shift })
+        Some(Self { start, rows, shift })
     }
 
-    /// This table's routes among all tables' `all`.
+    /// This table's routes among all tables' `all` (an id past its rows panics, as
+    /// it did with a table of its own, rather than read the next table's).
     fn of<'a>(&self, all: &'a [u32]) -> &'a [u32] {
-        &all[self.start..]
+        &all[self.start..self.start + self.rows]
     }
 
     /// The shard index and offset of a packed route.
@@ -398,6 +400,7 @@ mod tests {
             let mut all = vec![u32::MAX; 3];
             let cache = RouteCache::build(&mut all, ROWS, shards, route).expect("fits");
             assert_eq!(all.len(), 3 + ROWS);
+            assert_eq!(cache.of(&all).len(), ROWS);
             for r in 0..ROWS {
                 let (k, offset) = route(r);
                 assert_eq!(cache.unpack(cache.of(&all)[r]), (k as usize, offset as u32));
