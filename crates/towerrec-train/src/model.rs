@@ -35,6 +35,8 @@ use towerrec_core::{Batch, Layer, ParamMut};
 use towerrec_data::Schema;
 use towerrec_plan::Plan;
 
+mod halves;
+
 /// The feature-interaction part: what sits between the embeddings and the top MLP.
 enum Interaction {
     Dot {
@@ -74,6 +76,8 @@ pub struct Model {
     top_in: Vec<f32>,
     top_in_grad: Vec<f32>,
     grad_sync: GradSync,
+    /// Whether steps run in halves (`cluster.overlap_halves`), and their scratch.
+    halves: halves::Halves,
     times: PhaseTimes,
 }
 
@@ -232,6 +236,7 @@ impl Model {
             top_in: Vec::new(),
             top_in_grad: Vec::new(),
             grad_sync: GradSync::default(),
+            halves: halves::Halves::default(),
             times: PhaseTimes::default(),
         };
         let sizes: Vec<usize> = model.dense_params().iter().map(|p| p.value.len()).collect();
@@ -345,12 +350,10 @@ impl Model {
             embeddings,
             interaction,
             top,
-            dense_optimizer,
             features,
             features_grad,
             top_in,
             top_in_grad,
-            grad_sync,
             times,
             ..
         } = self;
@@ -408,6 +411,22 @@ impl Model {
                 times.embedding_backward_update += t_emb;
             }
         }
+        self.sync_dense_and_update(dense_lr)
+    }
+
+    /// Sums the dense gradients over the ranks (a DMT model's modules over their tower
+    /// groups) and applies the dense optimizer: the end of every step.
+    fn sync_dense_and_update(&mut self, dense_lr: f32) -> Result<()> {
+        let Model {
+            towers,
+            embeddings,
+            interaction,
+            top,
+            dense_optimizer,
+            grad_sync,
+            times,
+            ..
+        } = self;
         let mut mark = Instant::now();
         let (comm, domain) = match embeddings {
             Embeddings::Sharded(s) => {
@@ -582,8 +601,10 @@ impl Model {
         }
     }
 
-    /// The run-time choices of `[cluster]`: dense sync, replica sync and tower chunks.
+    /// The run-time choices of `[cluster]`: dense sync, replica sync, tower chunks and
+    /// steps in halves.
     pub fn apply_cluster_config(&mut self, cluster: &ClusterConfig) {
+        self.set_overlap_halves(cluster.overlap_halves);
         self.set_dense_sync(cluster.dense_sync);
         self.set_replica_sync(cluster.replica_sync);
         self.set_tower_chunks(cluster.tower_chunks);

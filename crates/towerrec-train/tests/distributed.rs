@@ -83,6 +83,8 @@ fn batches(cfg: &Config) -> Vec<Batch> {
 
 /// Losses, dense parameters and whole tables after training.
 struct Outcome {
+    /// Whether the steps ran in halves.
+    in_halves: bool,
     losses: Vec<f64>,
     dense: Vec<Vec<f32>>,
     tables: Vec<WholeTable>,
@@ -125,6 +127,7 @@ fn single(cfg: &Config, batches: &[Batch]) -> Outcome {
         "training moved the tables by only {moved}"
     );
     Outcome {
+        in_halves: false,
         losses,
         dense,
         tables,
@@ -132,6 +135,17 @@ fn single(cfg: &Config, batches: &[Batch]) -> Outcome {
 }
 
 fn cluster(cfg: &Config, batches: &[Batch], topology: Topology, plan: &Plan) -> Outcome {
+    cluster_with(cfg, batches, topology, plan, false)
+}
+
+/// [`cluster`], with steps in halves or not.
+fn cluster_with(
+    cfg: &Config,
+    batches: &[Batch],
+    topology: Topology,
+    plan: &Plan,
+    halves: bool,
+) -> Outcome {
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
     plan.validate(&table_specs(cfg, &s), topology, None)
         .unwrap_or_else(|e| panic!("plan does not validate: {e}\n{}", plan.to_json_pretty()));
@@ -139,9 +153,12 @@ fn cluster(cfg: &Config, batches: &[Batch], topology: Topology, plan: &Plan) -> 
         let mut model =
             Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, plan)?;
         model.set_replica_sync(cfg.cluster.replica_sync);
+        model.set_overlap_halves(halves);
+        let in_halves = model.steps_in_halves();
         let (losses, dense) = run(&mut model, cfg, batches);
         let tables = model.whole_tables()?;
         Ok(tables.map(|tables| Outcome {
+            in_halves,
             losses,
             dense,
             tables,
@@ -353,6 +370,32 @@ fn check_all(cfg: &Config) {
         }
     }
     println!("largest difference over all plans and topologies: {worst:e}");
+}
+
+/// Steps in halves (`cluster.overlap_halves`) train as one process does, on every plan
+/// and topology; the uneven batches include slices of one sample and none, whose first
+/// half is empty. Plans that cannot split (table-row-wise across hosts) run whole.
+#[test]
+fn steps_in_halves_match_single_process() {
+    for cfg in [config("adam", "mean"), config("sgd", "sum")] {
+        let batches = batches(&cfg);
+        let want = single(&cfg, &batches);
+        let mut split = 0;
+        for (hosts, ranks) in TOPOLOGIES {
+            let topology = Topology::new(hosts, ranks).unwrap();
+            for (name, plan) in every_plan(&cfg, topology) {
+                let got = cluster_with(&cfg, &batches, topology, &plan, true);
+                let d = compare(&format!("{name} on {topology} in halves"), &want, &got);
+                println!("{name:>15} on {topology} in halves: max |Δparam| = {d:e}");
+                // Table-row-wise tables across hosts (alone or in the mixed plan) sum in
+                // two steps, which do not split.
+                let two_step = hosts > 1 && matches!(name, "table_row_wise" | "mixed");
+                assert_eq!(got.in_halves, !two_step, "{name} on {topology}: in halves");
+                split += usize::from(got.in_halves);
+            }
+        }
+        assert!(split >= 30, "only {split} runs in halves");
+    }
 }
 
 #[test]

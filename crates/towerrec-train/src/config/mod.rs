@@ -163,11 +163,21 @@ pub struct ClusterConfig {
     /// "Chunks"); 1: the whole step at once.
     #[serde(default = "default_tower_chunks")]
     pub tower_chunks: usize,
+    /// Run each training step's embedding exchanges in two halves of every rank's
+    /// samples, the dense layers of one half during the other half's exchange
+    /// (docs/OPER.md, "A step in halves"); plans with towers or table-row-wise tables
+    /// across hosts run whole steps. Default on.
+    #[serde(default = "default_overlap_halves")]
+    pub overlap_halves: bool,
 }
 
 /// The default of `cluster.tower_chunks`, chosen by measurement (docs/DMT.md, "Eleventh
 /// and twelfth measurements").
 pub const DEFAULT_TOWER_CHUNKS: usize = 4;
+
+fn default_overlap_halves() -> bool {
+    true
+}
 
 fn default_tower_chunks() -> usize {
     DEFAULT_TOWER_CHUNKS
@@ -243,6 +253,7 @@ impl Default for ClusterConfig {
             replica_sync: ReplicaSync::default(),
             drift: None,
             tower_chunks: default_tower_chunks(),
+            overlap_halves: default_overlap_halves(),
         }
     }
 }

@@ -9,7 +9,7 @@
 
 use super::own::add_partial;
 use super::route::bag_of;
-use super::ShardedEmbeddings;
+use super::{Part, ShardedEmbeddings};
 use crate::error::Result;
 use crate::slots::FeatureSlots;
 use towerrec_comm::Phase;
@@ -56,9 +56,9 @@ struct Placement {
 
 impl Placement {
     /// Places one shard's rows for this rank, read from `rows` at `*cursor` (moved past
-    /// them): a row per bag that read a row-partitioned store (`bags`: the bags this
-    /// rank sent it, packed as [`bag_of`] reads them), else a row for each of the
-    /// `b_local` samples; a row-split slot's first partial sum is copied and later ones
+    /// them): a row per bag that read a row-partitioned store (`bags`: the bags of
+    /// `samples` this rank sent it, packed as [`bag_of`] reads them), else a row for
+    /// each of `samples`; a row-split slot's first partial sum is copied and later ones
     /// added (`written`).
     fn rows(
         &self,
@@ -67,7 +67,7 @@ impl Placement {
         bags: Option<&[u64]>,
         rows: &[f32],
         cursor: &mut usize,
-        b_local: usize,
+        samples: std::ops::Range<usize>,
     ) {
         let (width, off, cols) = (self.width, self.off, self.cols);
         if let Some(bags) = bags {
@@ -83,8 +83,11 @@ impl Placement {
             return;
         }
         // A whole, column or row shard sends a row for every sample.
-        let block = &rows[*cursor..*cursor + b_local * cols];
-        *cursor += b_local * cols;
+        let n = samples.len();
+        let block = &rows[*cursor..*cursor + n * cols];
+        *cursor += n * cols;
+        let out = &mut out[samples.start * width..samples.end * width];
+        let written = written.get_mut(samples).unwrap_or_default();
         place_block(out, width, off, block, cols, written.first() == Some(&true));
         written.fill(true);
     }
@@ -102,33 +105,23 @@ impl ShardedEmbeddings {
         out: &mut [f32],
         slots: &FeatureSlots,
     ) -> Result<()> {
-        let (p, me) = (self.comm.size(), self.comm.rank());
-        let b_local = batch.batch_size();
-        let mut send = std::mem::take(&mut self.bufs.vec_send);
-        send.clear();
-        let mut counts = vec![0usize; p];
-        // Where each local shard's rows for the next owner start; for this rank, where
-        // they start in its `pooled`.
-        let mut firsts = vec![0usize; self.local.len()];
-        let mut own_firsts = vec![0usize; self.local.len()];
-        for (owner, &n) in self.samples.iter().enumerate() {
-            let before = send.len();
-            for ((l, first), own) in self.local.iter().zip(&mut firsts).zip(&mut own_firsts) {
-                if self.hierarchical(l.table) {
-                    continue;
-                }
-                let cols = l.columns();
-                // A row-partitioned store holds only the bags that read it.
-                let rows = l.bags_from().get(owner).copied().unwrap_or(n);
-                if owner == me {
-                    *own = *first * cols;
-                } else {
-                    send.extend_from_slice(&l.pooled[*first * cols..(*first + rows) * cols]);
-                }
-                *first += rows;
-            }
-            counts[owner] = send.len() - before;
-        }
+        self.output_part_with_own_pass(batch, out, slots, Part::Whole)?;
+        let width = slots.width();
+        self.trw_output_dist(&mut out[..batch.batch_size() * width], slots)?;
+        self.scale_mean_row_split(batch, out, slots, Part::Whole);
+        Ok(())
+    }
+
+    /// The output exchange of `part` (whole or first half) with the own pass during
+    /// it, and the part's rows placed; the own pass pools every own bag, of both halves.
+    pub(super) fn output_part_with_own_pass(
+        &mut self,
+        batch: &Batch,
+        out: &mut [f32],
+        slots: &FeatureSlots,
+        part: Part,
+    ) -> Result<()> {
+        let (send, counts, own_firsts) = self.pack_rows(part);
         let mut recv = std::mem::take(&mut self.bufs.vec_recv);
         let mut own_split = std::mem::take(&mut self.bufs.own_split);
         let (comm, pass) = self.own_pass(&mut own_split);
@@ -137,12 +130,79 @@ impl ShardedEmbeddings {
                 pass.run(batch, out, slots, progress)
             });
         self.bufs.vec_send = send;
-        exchanged?.1?;
-        let width = slots.width();
-        let out = &mut out[..b_local * width];
-        // A row-split table's slot takes its first partial sum as it comes and adds the
-        // rest in arrival order (what adding them to zero gives); a slot no shard wrote
-        // (a bag no store served) is zeroed after.
+        self.bufs.own_split = own_split;
+        let placed = exchanged.map_err(Into::into).and_then(|(_, pass)| pass);
+        if placed.is_ok() {
+            self.start_written(batch.batch_size());
+            self.place_part(out, slots, part, &recv, own_firsts, batch.batch_size());
+        }
+        self.bufs.vec_recv = recv;
+        placed
+    }
+
+    /// The second half's output exchange, with `work` run during it on the first half's
+    /// finished feature rows; then the second half's rows placed. Returns what `work`
+    /// returns.
+    pub(super) fn output_second_half<R>(
+        &mut self,
+        batch: &Batch,
+        out: &mut [f32],
+        slots: &FeatureSlots,
+        work: impl FnOnce(&[f32], &mut dyn FnMut()) -> R,
+    ) -> Result<R> {
+        let b_local = batch.batch_size();
+        let (send, counts, own_firsts) = self.pack_rows(Part::Second);
+        let mut recv = std::mem::take(&mut self.bufs.vec_recv);
+        let first = &out[..Part::First.range(b_local).end * slots.width()];
+        let exchanged = self.comm.all_to_all_v_during(
+            &send,
+            &counts,
+            &mut recv,
+            Phase::OutputDist,
+            |progress| work(first, progress),
+        );
+        self.bufs.vec_send = send;
+        let placed = exchanged.map(|(_, done)| {
+            self.place_part(out, slots, Part::Second, &recv, own_firsts, b_local);
+            self.scale_mean_row_split(batch, out, slots, Part::Second);
+            done
+        });
+        self.bufs.vec_recv = recv;
+        Ok(placed?)
+    }
+
+    /// The send buffer of `part`'s output exchange (to each owner, every local shard's
+    /// pooled rows of the owner's samples in the part), its counts, and where each local
+    /// shard's rows of this rank's own part start in its `pooled`.
+    fn pack_rows(&mut self, part: Part) -> (Vec<f32>, Vec<usize>, Vec<usize>) {
+        let (p, me) = (self.comm.size(), self.comm.rank());
+        let mut send = std::mem::take(&mut self.bufs.vec_send);
+        send.clear();
+        let mut counts = vec![0usize; p];
+        let mut own_firsts = vec![0usize; self.local.len()];
+        for (owner, count) in counts.iter_mut().enumerate() {
+            let before = send.len();
+            for (l, own) in self.local.iter().zip(&mut own_firsts) {
+                if self.hierarchical(l.table) {
+                    continue;
+                }
+                let cols = l.columns();
+                // A row-partitioned store holds only the bags that read it.
+                let rows = l.part_of_source(owner, &self.samples, part);
+                if owner == me {
+                    *own = rows.start * cols;
+                } else {
+                    send.extend_from_slice(&l.pooled[rows.start * cols..rows.end * cols]);
+                }
+            }
+            *count = send.len() - before;
+        }
+        (send, counts, own_firsts)
+    }
+
+    /// Which of this rank's rows hold a partial sum per row-split table, before a
+    /// forward's first placement: the rows the own pass finished.
+    fn start_written(&mut self, b_local: usize) {
         let mut written = std::mem::take(&mut self.bufs.written);
         written.resize(self.tables.len(), Vec::new());
         for (t, w) in written.iter_mut().enumerate() {
@@ -151,11 +211,34 @@ impl ShardedEmbeddings {
                 w.resize(b_local, false);
             }
         }
-        for (k, split) in own_split.iter().enumerate() {
+        for (k, split) in self.bufs.own_split.iter().enumerate() {
             if self.direct[k] && !written[self.local[k].table].is_empty() {
                 written[self.local[k].table].copy_from_slice(split.only_own());
             }
         }
+        self.bufs.written = written;
+    }
+
+    /// Places the rows of `part` of this rank's samples from `recv` (every other rank's,
+    /// in rank order) and from its own shards (`own_firsts`, where each one's rows of the
+    /// part start in its `pooled`), then zeroes every slot of the part that no shard
+    /// wrote (a bag no store served).
+    fn place_part(
+        &mut self,
+        out: &mut [f32],
+        slots: &FeatureSlots,
+        part: Part,
+        recv: &[f32],
+        mut own_firsts: Vec<usize>,
+        b_local: usize,
+    ) {
+        let (p, me) = (self.comm.size(), self.comm.rank());
+        let width = slots.width();
+        let range = part.range(b_local);
+        let out = &mut out[..b_local * width];
+        // A row-split table's slot takes its first partial sum as it comes and adds the
+        // rest in arrival order (what adding them to zero gives).
+        let mut written = std::mem::take(&mut self.bufs.written);
         let mut at = 0;
         for src in 0..p {
             for (k, (t, s)) in self.router.held_by(src).enumerate() {
@@ -165,38 +248,38 @@ impl ShardedEmbeddings {
                 let (rows, cursor) = if src == me {
                     debug_assert_eq!(self.local[k].table, t, "local shards in wire order");
                     if self.direct[k] {
-                        own_split[k].place(out, width, &mut written[t]);
+                        self.bufs.own_split[k].place(out, width, &mut written[t], &range);
                         continue;
                     }
-                    (&self.local[k].pooled, &mut own_firsts[k])
+                    (&self.local[k].pooled[..], &mut own_firsts[k])
                 } else {
-                    (&recv, &mut at)
+                    (recv, &mut at)
                 };
                 let place = Placement {
                     width,
                     off: slots.slot(t).offset + self.tables[t].shards[s].columns.0,
                     cols: self.tables[t].shards[s].num_columns(),
                 };
-                let bags = self.router.addressed_bags(t, s);
-                place.rows(out, &mut written[t], bags, rows, cursor, b_local);
+                let bags = self
+                    .router
+                    .addressed_bags(t, s)
+                    .map(|bags| part.bags_in(bags, b_local));
+                place.rows(out, &mut written[t], bags, rows, cursor, range.clone());
             }
         }
-        self.bufs.vec_recv = recv;
-        self.bufs.own_split = own_split;
         for (t, written) in written.iter().enumerate() {
-            let range = slots.slot(t).range();
+            let cols = slots.slot(t).range();
             for (row, _) in out
                 .chunks_exact_mut(width)
                 .zip(written)
+                .skip(range.start)
+                .take(range.len())
                 .filter(|(_, &w)| !w)
             {
-                row[range.clone()].fill(0.0);
+                row[cols.clone()].fill(0.0);
             }
         }
         self.bufs.written = written;
-        self.trw_output_dist(out, slots)?;
-        self.scale_mean_row_split(batch, out, slots);
-        Ok(())
     }
 
     /// Sends each shard its columns of the gradient `grad` of this rank's feature rows,
@@ -210,6 +293,74 @@ impl ShardedEmbeddings {
         grad: &[f32],
         slots: &FeatureSlots,
     ) -> Result<()> {
+        let (send, counts) = self.pack_grad_rows(batch, grad, slots, Part::Whole);
+        let mut recv = std::mem::take(&mut self.bufs.vec_recv);
+        let received =
+            self.grad_part_with_own_rows(batch, grad, slots, (&send, &counts), &mut recv);
+        self.bufs.vec_send = send;
+        let assembled = received.map(|local| self.assemble_grads(local, &[(&recv, Part::Whole)]));
+        self.bufs.vec_recv = recv;
+        assembled?;
+        self.trw_output_grad(batch, grad, slots)
+    }
+
+    /// The gradient exchange in two halves of this rank's samples: the first half's
+    /// rows of `grad` are final, and `work` runs during its exchange to fill the second
+    /// half's; then the second half's exchange, with this rank's own segment pushed
+    /// during it, and every local shard's gradient assembled as
+    /// [`ShardedEmbeddings::flat_output_grad`] leaves it, the same values in the same
+    /// order. Returns what `work` returns.
+    pub(super) fn output_grad_in_halves<R>(
+        &mut self,
+        batch: &Batch,
+        grad: &mut [f32],
+        slots: &FeatureSlots,
+        work: impl FnOnce(&mut [f32], &mut dyn FnMut()) -> R,
+    ) -> Result<R> {
+        let width = slots.width();
+        let grad = &mut grad[..batch.batch_size() * width];
+        let (send, counts) = self.pack_grad_rows(batch, grad, slots, Part::First);
+        let mut first = std::mem::take(&mut self.bufs.vec_recv_first);
+        let split = Part::First.range(batch.batch_size()).end * width;
+        let second = &mut grad[split..];
+        let exchanged = self.comm.all_to_all_v_during(
+            &send,
+            &counts,
+            &mut first,
+            Phase::OutputDist,
+            |progress| work(second, progress),
+        );
+        self.bufs.vec_send = send;
+        let done = match exchanged {
+            Ok((_, done)) => done,
+            Err(e) => {
+                self.bufs.vec_recv_first = first;
+                return Err(e.into());
+            }
+        };
+        let grad = &*grad;
+        let (send, counts) = self.pack_grad_rows(batch, grad, slots, Part::Second);
+        let mut recv = std::mem::take(&mut self.bufs.vec_recv);
+        let received =
+            self.grad_part_with_own_rows(batch, grad, slots, (&send, &counts), &mut recv);
+        self.bufs.vec_send = send;
+        let assembled = received.map(|local| {
+            self.assemble_grads(local, &[(&first, Part::First), (&recv, Part::Second)])
+        });
+        self.bufs.vec_recv = recv;
+        self.bufs.vec_recv_first = first;
+        assembled.map(|()| done)
+    }
+
+    /// The send buffer of `part`'s gradient exchange (to each other rank, its shards'
+    /// columns of `grad` for this rank's bags of the part) and its counts.
+    fn pack_grad_rows(
+        &mut self,
+        batch: &Batch,
+        grad: &[f32],
+        slots: &FeatureSlots,
+        part: Part,
+    ) -> (Vec<f32>, Vec<usize>) {
         let (p, me) = (self.comm.size(), self.comm.rank());
         let mut send = std::mem::take(&mut self.bufs.vec_send);
         send.clear();
@@ -218,54 +369,84 @@ impl ShardedEmbeddings {
             let before = send.len();
             for (t, s) in self.router.held_by(dest) {
                 if !self.hierarchical(t) {
-                    self.push_grad_rows(&mut send, batch, grad, slots, (t, s, false));
+                    self.push_grad_rows(&mut send, batch, grad, slots, (t, s, false), part);
                 }
             }
             *count = send.len() - before;
         }
-        let mut recv = std::mem::take(&mut self.bufs.vec_recv);
+        (send, counts)
+    }
+
+    /// The gradient exchange of `send` (whole or second half) into `recv`, with this
+    /// rank's own segment of every local store pushed during it; returns the local
+    /// shards, taken out for the push (their `grad` now holds zeros for the earlier
+    /// ranks' segments, then this rank's).
+    fn grad_part_with_own_rows(
+        &mut self,
+        batch: &Batch,
+        grad: &[f32],
+        slots: &FeatureSlots,
+        (send, counts): (&[f32], &[usize]),
+        recv: &mut Vec<f32>,
+    ) -> Result<Vec<super::lookup::LocalShard>> {
+        let me = self.comm.rank();
         let mut local = std::mem::take(&mut self.local);
-        // The length of store `l`'s segment from rank `src` in its `grad`, and of the
-        // segments of the ranks before this one.
-        let segment = |l: &super::lookup::LocalShard, src: usize| {
-            l.bags_from().get(src).copied().unwrap_or(self.samples[src]) * l.columns()
-        };
+        // The length of the earlier ranks' segments in each store's `grad`.
         let before: Vec<usize> = local
             .iter()
-            .map(|l| (0..me).map(|src| segment(l, src)).sum())
+            .map(|l| (0..me).map(|src| self.segment(l, src, Part::Whole)).sum())
             .collect();
         let this = &*self;
-        let exchanged = this.comm.all_to_all_v_during(
-            &send,
-            &counts,
-            &mut recv,
-            Phase::OutputDist,
-            |progress| this.push_own_grad_rows(&mut local, &before, batch, grad, slots, progress),
-        );
-        self.bufs.vec_send = send;
-        exchanged?;
-        // Where the next earlier rank's segment goes in each store's placeholder.
+        let exchanged =
+            this.comm
+                .all_to_all_v_during(send, counts, recv, Phase::OutputDist, |progress| {
+                    this.push_own_grad_rows(&mut local, &before, batch, grad, slots, progress)
+                });
+        match exchanged {
+            Ok(_) => Ok(local),
+            Err(e) => {
+                self.local = local;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The length of store `l`'s segment of `part` of rank `src`'s samples in its `grad`.
+    fn segment(&self, l: &super::lookup::LocalShard, src: usize, part: Part) -> usize {
+        l.part_of_source(src, &self.samples, part).len() * l.columns()
+    }
+
+    /// Puts back the local shards `local`, each with its gradient completed from the
+    /// received `parts` (each a buffer of every other rank's segments of one part of
+    /// its samples, in rank order): the earlier ranks' segments over the zeroed
+    /// placeholder, the later ranks' after this rank's own.
+    fn assemble_grads(
+        &mut self,
+        mut local: Vec<super::lookup::LocalShard>,
+        parts: &[(&Vec<f32>, Part)],
+    ) {
+        let (p, me) = (self.comm.size(), self.comm.rank());
         let mut cursors = vec![0usize; local.len()];
-        let mut at = 0;
+        let mut at = vec![0usize; parts.len()];
         for src in (0..p).filter(|&src| src != me) {
             for (l, cursor) in local.iter_mut().zip(&mut cursors) {
                 if self.hierarchical(l.table) {
                     continue;
                 }
-                let len = segment(l, src);
-                let rows = &recv[at..at + len];
-                if src < me {
-                    l.grad[*cursor..*cursor + len].copy_from_slice(rows);
-                    *cursor += len;
-                } else {
-                    l.grad.extend_from_slice(rows);
+                for ((recv, part), at) in parts.iter().zip(&mut at) {
+                    let len = self.segment(l, src, *part);
+                    let rows = &recv[*at..*at + len];
+                    if src < me {
+                        l.grad[*cursor..*cursor + len].copy_from_slice(rows);
+                        *cursor += len;
+                    } else {
+                        l.grad.extend_from_slice(rows);
+                    }
+                    *at += len;
                 }
-                at += len;
             }
         }
         self.local = local;
-        self.bufs.vec_recv = recv;
-        self.trw_output_grad(batch, grad, slots)
     }
 
     /// This rank's own segment of every local store's gradient (after `before[k]` zeroed
@@ -289,7 +470,14 @@ impl ShardedEmbeddings {
             l.grad.resize(before[k], 0.0);
             // This rank's own store holds every bag of its slice when it pooled them
             // into the rank's rows.
-            self.push_grad_rows(&mut l.grad, batch, grad, slots, (t, s, self.direct[k]));
+            self.push_grad_rows(
+                &mut l.grad,
+                batch,
+                grad,
+                slots,
+                (t, s, self.direct[k]),
+                Part::Whole,
+            );
             progress();
         }
     }
@@ -304,13 +492,14 @@ impl ShardedEmbeddings {
         grad: &[f32],
         slots: &FeatureSlots,
         (t, s, every_bag): (usize, usize, bool),
+        part: Part,
     ) {
         let width = slots.width();
         let shard = &self.tables[t].shards[s];
         let off = slots.slot(t).offset + shard.columns.0;
         let cols = shard.num_columns();
         let scales = self.mean_scales(batch, t);
-        let rows = grad.len() / width.max(1);
+        let b_local = batch.batch_size();
         let push = |out: &mut Vec<f32>, b: usize| {
             let part = &grad[b * width + off..b * width + off + cols];
             match scales.as_ref().map(|f| f(b)) {
@@ -321,6 +510,7 @@ impl ShardedEmbeddings {
         match self.router.addressed_bags(t, s).filter(|_| !every_bag) {
             // Only the bags that sent the store ids.
             Some(bags) => {
+                let bags = part.bags_in(bags, b_local);
                 for (i, &packed) in bags.iter().enumerate() {
                     if let Some(&ahead) = bags.get(i + ROWS_APART_AHEAD) {
                         prefetch(grad, bag_of(ahead).0 * width + off, cols);
@@ -329,8 +519,9 @@ impl ShardedEmbeddings {
                 }
             }
             None => {
-                for b in 0..rows {
-                    if b + ROWS_APART_AHEAD < rows {
+                let rows = part.range(b_local);
+                for b in rows.clone() {
+                    if b + ROWS_APART_AHEAD < rows.end {
                         prefetch(grad, (b + ROWS_APART_AHEAD) * width + off, cols);
                     }
                     push(out, b);
@@ -339,19 +530,23 @@ impl ShardedEmbeddings {
         }
     }
 
-    /// Divides the summed slots of mean-pooled row-split tables by each bag's length.
+    /// Divides the summed slots of mean-pooled row-split tables by each bag's length, for
+    /// the samples of `part`.
     pub(super) fn scale_mean_row_split(
         &self,
         batch: &Batch,
         out: &mut [f32],
         slots: &FeatureSlots,
+        part: Part,
     ) {
+        let samples = part.range(batch.batch_size());
         for t in 0..self.tables.len() {
             let Some(scale) = self.mean_scales(batch, t) else {
                 continue;
             };
             let range = slots.slot(t).range();
-            for (b, row) in out.chunks_exact_mut(slots.width()).enumerate() {
+            let rows = out.chunks_exact_mut(slots.width()).enumerate();
+            for (b, row) in rows.skip(samples.start).take(samples.len()) {
                 let s = scale(b);
                 if s != 1.0 {
                     row[range.clone()].iter_mut().for_each(|v| *v *= s);

@@ -5,6 +5,7 @@
 
 use super::route::bag_of;
 use super::store::{Store, Touched};
+use super::Part;
 use crate::error::Result;
 use std::ops::Range;
 use towerrec_core::batch::JaggedView;
@@ -164,6 +165,20 @@ impl LocalShard {
         };
         let first: usize = counts[..src].iter().sum();
         first..first + counts[src]
+    }
+
+    /// The bags that source `src` sent in the last forward for the samples of `part` of
+    /// its slice (a store's bags are in sample order within each source).
+    pub(super) fn part_of_source(&self, src: usize, samples: &[usize], part: Part) -> Range<usize> {
+        let bags = self.bags_of_source(src, samples);
+        let want = part.range(samples[src]);
+        if self.store.is_none() {
+            return bags.start + want.start..bags.start + want.end;
+        }
+        let of = &self.bag_samples[bags.clone()];
+        let first = of.partition_point(|&s| (s as usize) < want.start);
+        let end = of.partition_point(|&s| (s as usize) < want.end);
+        bags.start + first..bags.start + end
     }
 
     /// Pools the bags it received except those of `own` into `pooled`, whose rows for

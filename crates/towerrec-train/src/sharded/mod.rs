@@ -22,6 +22,7 @@
 //! [`whole`] gathers and loads whole tables for checkpoints.
 
 mod flat;
+mod halves;
 mod lookup;
 mod own;
 mod partitioned;
@@ -79,6 +80,38 @@ impl TableState {
     }
 }
 
+/// Which samples of each rank's slice an output exchange carries, both ways: all of
+/// them, or the first or second half (a slice of `n` samples splits at `n / 2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part {
+    Whole,
+    First,
+    Second,
+}
+
+impl Part {
+    /// The samples of a slice of `n` that the part holds.
+    pub(crate) fn range(self, n: usize) -> std::ops::Range<usize> {
+        match self {
+            Part::Whole => 0..n,
+            Part::First => 0..n / 2,
+            Part::Second => n / 2..n,
+        }
+    }
+
+    /// The bags of `bags` (packed as [`route::bag_of`] reads them, in sample order) whose
+    /// samples the part of a slice of `n` holds.
+    fn bags_in(self, bags: &[u64], n: usize) -> &[u64] {
+        if self == Part::Whole {
+            return bags;
+        }
+        let want = self.range(n);
+        let first = bags.partition_point(|&p| route::bag_of(p).0 < want.start);
+        let end = bags.partition_point(|&p| route::bag_of(p).0 < want.end);
+        &bags[first..end]
+    }
+}
+
 /// Exchange buffers, kept to reuse their memory from step to step.
 #[derive(Default)]
 struct Buffers {
@@ -88,6 +121,8 @@ struct Buffers {
     ids_own: Vec<u64>,
     vec_send: Vec<f32>,
     vec_recv: Vec<f32>,
+    /// The first half's gradient rows, when the exchange runs in halves.
+    vec_recv_first: Vec<f32>,
     /// Per table, which of this rank's rows hold a partial sum (flat output).
     written: Vec<Vec<bool>>,
     /// Per local shard that pools into the rows, its bags with partial sums elsewhere.
@@ -428,14 +463,7 @@ impl ShardedEmbeddings {
         } else {
             self.flat_output_grad(batch, grad, slots)?;
         }
-        let touched = lookup::update(&mut self.local, lr)?;
-        if self.shared.is_some() {
-            self.sync_shared_rows(&touched, lr)?;
-        }
-        if !self.replicas.is_empty() {
-            self.sync_replicas(batch, grad, slots, lr)?;
-        }
-        Ok(())
+        self.update_after_exchange(batch, grad, slots, lr)
     }
 }
 

@@ -54,11 +54,20 @@ impl OwnSplit {
         &self.only_own
     }
 
-    /// Adds the kept partial sums at this rank's turn: copied into a slot no partial sum
-    /// reached yet, else added (`written`, updated).
-    pub(super) fn place(&self, out: &mut [f32], width: usize, written: &mut [bool]) {
+    /// Adds the kept partial sums of the bags of `samples` at this rank's turn: copied
+    /// into a slot no partial sum reached yet, else added (`written`, updated).
+    pub(super) fn place(
+        &self,
+        out: &mut [f32],
+        width: usize,
+        written: &mut [bool],
+        samples: &std::ops::Range<usize>,
+    ) {
         let (off, cols) = (self.off, self.cols);
-        for (&b, part) in self.bags.iter().zip(self.partials.chunks_exact(cols)) {
+        let first = self.bags.partition_point(|&b| b < samples.start);
+        let end = self.bags.partition_point(|&b| b < samples.end);
+        let partials = self.partials[first * cols..end * cols].chunks_exact(cols.max(1));
+        for (&b, part) in self.bags[first..end].iter().zip(partials) {
             add_partial(
                 &mut out[b * width + off..b * width + off + cols],
                 part,
@@ -242,7 +251,7 @@ mod tests {
         for from in &ranks_0_1 {
             place(from, &mut out, &mut written);
         }
-        split.place(&mut out, width, &mut written);
+        split.place(&mut out, width, &mut written, &(0..4));
         place(&rank_3, &mut out, &mut written);
         for b in 0..4 {
             let parts = [ranks_0_1[0][b], ranks_0_1[1][b], own[b], rank_3[b]];

@@ -159,10 +159,15 @@ pub fn train_step_on_slice(
     logits: &mut Vec<f32>,
     grad: &mut Vec<f32>,
 ) -> Result<f64> {
-    model.forward(batch, logits)?;
-    grad.resize(logits.len(), 0.0);
     let n = global_size.max(1);
-    let loss_sum = bce_with_logits_sum(logits, &batch.labels, Some(grad));
+    let halves = model.steps_in_halves();
+    let loss_sum = if halves {
+        model.forward_backward_in_halves(batch, n, logits, grad)?
+    } else {
+        model.forward(batch, logits)?;
+        grad.resize(logits.len(), 0.0);
+        bce_with_logits_sum(logits, &batch.labels, Some(grad))
+    };
     if !loss_sum.is_finite() {
         // Before the update: the parameters stay as they were, to be named.
         return Err(Error::NonFinite {
@@ -170,6 +175,10 @@ pub fn train_step_on_slice(
             place: "a training step".into(),
             culprit: non_finite_culprit(model, Some(batch)),
         });
+    }
+    if halves {
+        model.update_in_halves(batch, dense_lr, sparse_lr)?;
+        return Ok(loss_sum / n as f64);
     }
     let scale = 1.0 / n as f32;
     grad.iter_mut().for_each(|g| *g *= scale);

@@ -1,0 +1,80 @@
+//! A step's output exchanges in two halves of each rank's samples, so that the dense
+//! layers of one half run while the other half's rows cross the link (the micro-batch
+//! overlap that OPER §5 and DMT §3 leave to the runtime; docs/OPER.md, "A step in
+//! halves").
+//!
+//! Only the exchanges split: the ids are routed, the rows pooled and the stores updated
+//! once for the whole step, as in [`ShardedEmbeddings::forward`] and
+//! [`ShardedEmbeddings::backward_update`]. Each half's rows and gradient rows are the
+//! same values in the same places, so the tables train bit for bit as without halves;
+//! only the dense gradients, summed over two halves, round differently.
+
+use super::{lookup, Part, ShardedEmbeddings};
+use crate::error::Result;
+use crate::slots::FeatureSlots;
+use towerrec_core::Batch;
+
+impl ShardedEmbeddings {
+    /// Whether this plan's steps can run in halves: the flat output path (no towers,
+    /// no table-row-wise tables summed in two steps across hosts).
+    pub fn splits_in_halves(&self) -> bool {
+        self.sptt.is_none() && self.trw.is_none()
+    }
+
+    /// [`ShardedEmbeddings::forward`] with the output exchange in two halves: the first
+    /// half's rows are finished (own pass during its exchange), then `work` runs on
+    /// them (`B/2 × width`, with a function to call now and then) while the second
+    /// half's rows are exchanged; returns what `work` returns, once every row is in
+    /// `out`.
+    pub fn forward_in_halves<R>(
+        &mut self,
+        batch: &Batch,
+        out: &mut [f32],
+        slots: &FeatureSlots,
+        work: impl FnOnce(&[f32], &mut dyn FnMut()) -> R,
+    ) -> Result<R> {
+        debug_assert!(self.splits_in_halves(), "checked by the caller");
+        self.input_dist(batch)?;
+        self.pool_flat()?;
+        self.output_part_with_own_pass(batch, out, slots, Part::First)?;
+        self.scale_mean_row_split(batch, out, slots, Part::First);
+        self.replicas_forward(batch, out, slots)?;
+        self.output_second_half(batch, out, slots, work)
+    }
+
+    /// The gradient exchange of the last [`ShardedEmbeddings::forward_in_halves`] in two
+    /// halves: `grad`'s first half of rows is final, and `work` fills the second half
+    /// (`B/2 × width` rows, with a function to call now and then) during the first
+    /// half's exchange. Returns what `work` returns; the tables are not updated yet
+    /// ([`ShardedEmbeddings::update_after_exchange`]).
+    pub fn exchange_grads_in_halves<R>(
+        &mut self,
+        batch: &Batch,
+        grad: &mut [f32],
+        slots: &FeatureSlots,
+        work: impl FnOnce(&mut [f32], &mut dyn FnMut()) -> R,
+    ) -> Result<R> {
+        debug_assert!(self.splits_in_halves(), "checked by the caller");
+        self.output_grad_in_halves(batch, grad, slots, work)
+    }
+
+    /// Updates every shard and replica from the gradient the exchange left (`grad`: this
+    /// rank's feature-row gradient, which data-parallel replicas read) and syncs the
+    /// rows with copies on several ranks.
+    pub fn update_after_exchange(
+        &mut self,
+        batch: &Batch,
+        grad: &[f32],
+        slots: &FeatureSlots,
+        lr: f32,
+    ) -> Result<()> {
+        let touched = lookup::update(&mut self.local, lr)?;
+        if self.shared.is_some() {
+            self.sync_shared_rows(&touched, lr)?;
+        }
+        if !self.replicas.is_empty() {
+            self.sync_replicas(batch, grad, slots, lr)?;
+        }
+        Ok(())
+    }
+}
