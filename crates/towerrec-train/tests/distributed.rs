@@ -28,10 +28,16 @@ const STEPS: usize = 20;
 const TOL: f32 = 1e-5;
 
 fn config(sparse_opt: &str, pooling: &str) -> Config {
+    config_of("dlrm", sparse_opt, pooling)
+}
+
+/// [`config`] for a model `kind` (DLRM or DCN).
+fn config_of(kind: &str, sparse_opt: &str, pooling: &str) -> Config {
     let text = format!(
         r#"
 [model]
-kind = "dlrm"
+kind = "{kind}"
+cross_layers = 2
 embedding_dim = 8
 bottom_mlp = [16, 8]
 top_mlp = [16, 1]
@@ -373,11 +379,12 @@ fn check_all(cfg: &Config) {
 }
 
 /// Steps in halves (`cluster.overlap_halves`) train as one process does, on every plan
-/// and topology; the uneven batches include slices of one sample and none, whose first
+/// and topology, for DLRM (the bottom MLP around the exchanges) and DCN (the CrossNet's
+/// gradients summed over the halves); the uneven batches include slices of one sample and none, whose first
 /// half is empty. Plans that cannot split (table-row-wise across hosts) run whole.
 #[test]
 fn steps_in_halves_match_single_process() {
-    for cfg in [config("adam", "mean"), config("sgd", "sum")] {
+    for cfg in [config("adam", "mean"), config_of("dcn", "sgd", "sum")] {
         let batches = batches(&cfg);
         let want = single(&cfg, &batches);
         let mut split = 0;

@@ -378,6 +378,7 @@ fn mpi_equals_in_process_on_2x2() {
         ("row-wise plan", Some(&row_wise)),
         ("table-row-wise plan", Some(&table_row_wise)),
         ("oper plan", Some(&oper)),
+        ("oper plan, whole steps", Some(&oper)),
         ("oper plan in towers", Some(&oper_towers)),
         ("tower plan", Some(&towers)),
         ("row-wise towers of 2 hosts", Some(&wide)),
@@ -399,6 +400,9 @@ fn mpi_equals_in_process_on_2x2() {
                 "model.bottom_mlp=[64,8]",
                 "cluster.tower_chunks=3",
             ],
+            // Steps in halves are the default on the flat path (every plan above but
+            // the table-row-wise and tower ones); this one runs whole steps.
+            "oper plan, whole steps" => &["cluster.overlap_halves=false"],
             "row-wise towers of 2 hosts" => &[
                 "model.pooling=\"mean\"",
                 "data.tables=[{rows=20000,zipf_exponent=1.05,pooling={mean=3.0},count=26}]",
