@@ -19,9 +19,12 @@
 //!    with copies on several ranks are synchronized by a sparse AllReduce (with towers,
 //!    within the tower group that holds every copy).
 //!
-//! [`whole`] gathers and loads whole tables for checkpoints.
+//! A training step on the flat path may run its output and gradient exchanges in two
+//! halves of the samples, the dense layers of one half during the other's exchange
+//! ([`halves`]). [`whole`] gathers and loads whole tables for checkpoints.
 
 mod flat;
+mod flat_grad;
 mod halves;
 mod lookup;
 mod own;
