@@ -99,9 +99,7 @@ impl Front<'_> {
                 times.bottom = t_bottom;
                 let start = Instant::now();
                 for (rows, out) in features.iter_mut().zip(bottom_outs.iter()) {
-                    for (row, o) in rows.chunks_exact_mut(width).zip(out.chunks_exact(dim)) {
-                        row[..dim].copy_from_slice(o);
-                    }
+                    put_dense_columns(rows, width, out, dim);
                 }
                 times.interaction = start.elapsed().as_secs_f64();
             }
@@ -111,12 +109,7 @@ impl Front<'_> {
                 times.embedding = t_emb;
                 let start = Instant::now();
                 for (rows, batch) in features.iter_mut().zip(batches) {
-                    for (row, dense) in rows
-                        .chunks_exact_mut(width)
-                        .zip(batch.dense.chunks_exact(nd.max(1)))
-                    {
-                        row[..nd].copy_from_slice(&dense[..nd]);
-                    }
+                    put_dense_columns(rows, width, &batch.dense, nd);
                 }
                 times.interaction = start.elapsed().as_secs_f64();
             }
@@ -154,6 +147,17 @@ impl Back<'_> {
         self.top.forward(self.top_in, logits, b);
         times.top = start.elapsed().as_secs_f64();
         times
+    }
+}
+
+/// Copies each `cols`-wide row of `dense` (DLRM's bottom-MLP output, or DCN's dense
+/// features) into the first `cols` columns of the feature rows `rows` (`width` wide).
+pub(crate) fn put_dense_columns(rows: &mut [f32], width: usize, dense: &[f32], cols: usize) {
+    for (row, d) in rows
+        .chunks_exact_mut(width)
+        .zip(dense.chunks_exact(cols.max(1)))
+    {
+        row[..cols].copy_from_slice(&d[..cols]);
     }
 }
 

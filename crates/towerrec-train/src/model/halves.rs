@@ -13,7 +13,7 @@
 
 use super::{Embeddings, Interaction, Model};
 use crate::error::Result;
-use crate::stages::resize;
+use crate::stages::{put_dense_columns, resize};
 use crate::times::{lap, PhaseTimes};
 use std::time::Instant;
 use towerrec_core::layers::mlp::Mlp;
@@ -285,17 +285,10 @@ impl Model {
                 let dim = self.dim;
                 resize(bottom_out, b * dim);
                 bottom.forward(&batch.dense, bottom_out, b);
-                let rows = self.features.chunks_exact_mut(width);
-                for (row, o) in rows.zip(bottom_out.chunks_exact(dim)) {
-                    row[..dim].copy_from_slice(o);
-                }
+                put_dense_columns(&mut self.features, width, bottom_out, dim);
             }
             Interaction::Cross(_) => {
-                let nd = self.num_dense;
-                let rows = self.features.chunks_exact_mut(width);
-                for (row, dense) in rows.zip(batch.dense.chunks_exact(nd.max(1))) {
-                    row[..nd].copy_from_slice(&dense[..nd]);
-                }
+                put_dense_columns(&mut self.features, width, &batch.dense, self.num_dense);
             }
         }
         self.times.bottom_forward += mark.elapsed().as_secs_f64();
