@@ -5,11 +5,11 @@
 //! half's gradient rows leave ([`crate::sharded`]'s `halves`; docs/OPER.md, "A step in
 //! halves").
 //!
-//! The tables see the same rows and gradient rows as in a whole step and update once,
-//! bit for bit as without halves. The dense layers' parameter gradients are summed over
-//! the two halves (each layer's backward overwrites them, so the first half's are kept
-//! aside): the same sum, rounded differently. The bottom MLP runs once on the whole
-//! slice, before the exchanges and after them.
+//! The tables see their rows and gradient rows where a whole step puts them and update
+//! once a step. The dense layers' parameter gradients are summed over the two halves
+//! (each layer's backward overwrites them, so the first half's are kept aside): the
+//! same sum, rounded differently. The bottom MLP runs once on the whole slice, before
+//! the exchanges and after them.
 
 use super::{Embeddings, Interaction, Model};
 use crate::error::Result;
@@ -145,8 +145,10 @@ impl Model {
             && matches!(&self.embeddings, Embeddings::Sharded(s) if s.splits_in_halves())
     }
 
-    /// Runs steps in halves where the plan allows ([`Model::steps_in_halves`]). Every
-    /// rank must choose the same, before the first step.
+    /// Runs steps in halves where the plan allows ([`Model::steps_in_halves`]); a model
+    /// is built with whole steps, and the trainer sets this from
+    /// `cluster.overlap_halves` (default on). Every rank must choose the same, before
+    /// the first step.
     pub fn set_overlap_halves(&mut self, on: bool) {
         self.halves.on = on;
     }

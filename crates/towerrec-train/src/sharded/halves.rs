@@ -5,9 +5,11 @@
 //!
 //! Only the exchanges split: the ids are routed, the rows pooled and the stores updated
 //! once for the whole step, as in [`ShardedEmbeddings::forward`] and
-//! [`ShardedEmbeddings::backward_update`]. Each half's rows and gradient rows are the
-//! same values in the same places, so the tables train bit for bit as without halves;
-//! only the dense gradients, summed over two halves, round differently.
+//! [`ShardedEmbeddings::backward_update`]. Each half's rows and gradient rows land
+//! where a whole step puts them, and partial sums add in the same rank order, so from
+//! the same gradient the tables update as a whole step does. The dense gradients,
+//! summed over two halves, round differently, so a run in halves and one of whole steps
+//! drift apart within rounding.
 
 use super::{lookup, Part, ShardedEmbeddings};
 use crate::error::Result;
