@@ -34,13 +34,16 @@ impl ShardedEmbeddings {
         self.trw_output_grad(batch, grad, slots)
     }
 
-    /// The gradient exchange in two halves of this rank's samples: the first half's
-    /// rows of `grad` are final, and `work` runs during its exchange to fill the second
-    /// half's; then the second half's exchange, with this rank's own segment pushed
-    /// during it, and every local shard's gradient assembled as
+    /// The gradient exchange of the last [`ShardedEmbeddings::forward_in_halves`] in two
+    /// halves of this rank's samples: `grad`'s first half of rows is final, and `work`
+    /// fills the second half's (with a function to call now and then) during the first
+    /// half's exchange; then the second half's exchange, with this rank's own segment
+    /// pushed during it, and every local shard's gradient assembled as
     /// [`ShardedEmbeddings::flat_output_grad`] leaves it, the same values in the same
-    /// order. Returns what `work` returns.
-    pub(super) fn output_grad_in_halves<R>(
+    /// order. Returns what `work` returns; the tables are not updated yet
+    /// ([`ShardedEmbeddings::update_after_exchange`]). Only where
+    /// [`ShardedEmbeddings::splits_in_halves`].
+    pub fn exchange_grads_in_halves<R>(
         &mut self,
         batch: &Batch,
         grad: &mut [f32],
@@ -49,6 +52,7 @@ impl ShardedEmbeddings {
     ) -> Result<R> {
         let width = slots.width();
         let grad = &mut grad[..batch.batch_size() * width];
+        debug_assert!(self.splits_in_halves(), "checked by the caller");
         let (send, counts) = self.pack_grad_rows(batch, grad, slots, Part::First);
         let mut first = std::mem::take(&mut self.bufs.vec_recv_first);
         let split = Part::First.range(batch.batch_size()).end * width;

@@ -44,22 +44,6 @@ impl ShardedEmbeddings {
         self.output_second_half(batch, out, slots, work)
     }
 
-    /// The gradient exchange of the last [`ShardedEmbeddings::forward_in_halves`] in two
-    /// halves: `grad`'s first half of rows is final, and `work` fills the second half
-    /// (`B/2 × width` rows, with a function to call now and then) during the first
-    /// half's exchange. Returns what `work` returns; the tables are not updated yet
-    /// ([`ShardedEmbeddings::update_after_exchange`]).
-    pub fn exchange_grads_in_halves<R>(
-        &mut self,
-        batch: &Batch,
-        grad: &mut [f32],
-        slots: &FeatureSlots,
-        work: impl FnOnce(&mut [f32], &mut dyn FnMut()) -> R,
-    ) -> Result<R> {
-        debug_assert!(self.splits_in_halves(), "checked by the caller");
-        self.output_grad_in_halves(batch, grad, slots, work)
-    }
-
     /// Updates every shard and replica from the gradient the exchange left (`grad`: this
     /// rank's feature-row gradient, which data-parallel replicas read) and syncs the
     /// rows with copies on several ranks.
