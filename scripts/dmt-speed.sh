@@ -8,9 +8,13 @@
 # DLRM one with c = 1, p = 0 and D = embedding_dim / compression. VARIANTS (environment)
 # runs a subset, e.g. VARIANTS="flat flat-greedy dmt-c2"; flat is always among them.
 # BIN (environment) names the binary (default target/release/towerrec).
-# Prints one line per run: variant, train samples/s (steady state: the run's figure),
-# and the cross-host bytes per step (summed over the ranks) of the embedding phases
-# and of the dense sync; then per variant the median samples/s and its ratio to flat.
+# Prints one line per run: variant, train samples/s (the steady figure, every step but
+# the first: `steady_train_samples_per_sec`; the whole run's beside it), and the
+# cross-host bytes per step (summed over the ranks) of the embedding phases and of the
+# dense sync; then per variant the median steady samples/s and its ratio to flat.
+# Plans without towers (flat, flat-greedy) run their steps in halves, the runtime's
+# default (`cluster.overlap_halves`); EXTRA_ARGS (environment) is added to every run,
+# e.g. EXTRA_ARGS="--set cluster.overlap_halves=false" for whole steps.
 # --predict: every round first runs `towerrec calibrate` on the same emulated cluster
 # and `towerrec simulate` on its file, and prints the round's predicted step times
 # before that round's runs; the summary adds predicted / measured per variant.
@@ -72,7 +76,7 @@ print(f"round {r} predicted step: " + ", ".join(f"{v} {s * 1e3:.1f} ms" for v, s
     for v in $variants; do
         run="$out/run-$v-$r"
         # shellcheck disable=SC2086
-        cluster "$bin" train --backend mpi --config "$cfg" ${args[$v]} --quiet --out "$run" \
+        cluster "$bin" train --backend mpi --config "$cfg" ${args[$v]} ${EXTRA_ARGS:-} --quiet --out "$run" \
             >"$out/log" 2>&1 || { cat "$out/log"; exit 1; }
         python3 - "$run/summary.json" "$v" "$r" "$results" <<'PY'
 import json, sys
@@ -80,10 +84,12 @@ s = json.load(open(sys.argv[1]))
 b = {p["phase"]: p for p in s["cluster"]["bytes_per_step"]}
 emb = sum(b[p]["cross_host"] for p in ["output_dist", "tower_intra", "tower_peer"]) / 1e6
 dense = b["dense_grad_sync"]["cross_host"] / 1e6
-sps = s["train_samples_per_sec"]
+sps = s["steady_train_samples_per_sec"]
+if sps is None:
+    sys.exit("the run has no step after its first: raise train.max_steps")
 with open(sys.argv[4], "a") as f:
     f.write(f"{sys.argv[3]}\tmeasured\t{sys.argv[2]}\t{sps}\n")
-print(f"{sys.argv[2]:8} round {sys.argv[3]}: {sps:8.0f} samples/s  "
+print(f"{sys.argv[2]:8} round {sys.argv[3]}: {sps:8.0f} samples/s (whole run {s['train_samples_per_sec']:.0f})  "
       f"cross-host MB per step (all ranks): embeddings {emb:.2f}, dense sync {dense:.2f}  auc {s['auc']:.4f}")
 PY
     done
