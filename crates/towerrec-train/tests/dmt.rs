@@ -156,7 +156,21 @@ fn dmt_on_a_cluster_is_dmt_in_one_process() {
         ("dlrm", PER_FEATURE_TOWERS),
         ("dcn", DCN_TOWERS),
     ] {
-        assert_cluster_matches_one_process(kind, towers, None);
+        assert_cluster_matches_one_process(kind, towers, None, false);
+    }
+}
+
+/// Steps in halves (`cluster.overlap_halves`): with the maps before step d, SPTT's
+/// chunks are cut from the halves of every slice (any chunk count; 7 leaves parts
+/// empty, and the uneven batches give slices whose first half is empty) and train as
+/// one process does; towers whose modules run between steps e and f run whole steps.
+#[test]
+fn dmt_in_halves_is_dmt_in_one_process() {
+    for chunks in [None, Some(1), Some(3), Some(7)] {
+        assert_cluster_matches_one_process("dlrm", PER_FEATURE_TOWERS, chunks, true);
+    }
+    for (kind, towers) in [("dlrm", DLRM_TOWERS), ("dcn", DCN_TOWERS)] {
+        assert_cluster_matches_one_process(kind, towers, None, true);
     }
 }
 
@@ -165,13 +179,19 @@ fn any_chunk_count_of_the_exchange_is_dmt_in_one_process() {
     // Per-feature modules run before step d, where the exchange is cut into chunks of
     // samples; 7 chunks leave some ranks' parts empty in the uneven batches.
     for chunks in [1, 3, 7] {
-        assert_cluster_matches_one_process("dlrm", PER_FEATURE_TOWERS, Some(chunks));
+        assert_cluster_matches_one_process("dlrm", PER_FEATURE_TOWERS, Some(chunks), false);
     }
 }
 
 /// Trains `kind` with `towers` on 2 hosts × 2 ranks (SPTT's exchange in `chunks`, or
-/// the default) and in one process, and compares losses and dense parameters.
-fn assert_cluster_matches_one_process(kind: &str, towers: &str, chunks: Option<usize>) {
+/// the default; steps in halves where they can split if `halves`) and in one process,
+/// and compares losses and dense parameters.
+fn assert_cluster_matches_one_process(
+    kind: &str,
+    towers: &str,
+    chunks: Option<usize>,
+    halves: bool,
+) {
     let cfg = config(kind, towers);
     let b = common::uneven_batches(&cfg, STEPS);
     let (want_l, want_d) = single(&cfg, &b);
@@ -189,10 +209,15 @@ fn assert_cluster_matches_one_process(kind: &str, towers: &str, chunks: Option<u
         if let Some(c) = chunks {
             model.set_tower_chunks(c);
         }
-        Ok(train(&mut model, &cfg, &b))
+        model.set_overlap_halves(halves);
+        let split = model.steps_in_halves();
+        Ok((train(&mut model, &cfg, &b), split))
     })
     .unwrap_or_else(|e| panic!("{e}"));
-    for (rank, (got_l, got_d)) in outs.iter().enumerate() {
+    // Only the maps before step d split.
+    let splits = halves && towers == PER_FEATURE_TOWERS;
+    for (rank, ((got_l, got_d), split)) in outs.iter().enumerate() {
+        assert_eq!(*split, splits, "{kind} rank {rank}: in halves");
         for (w, g) in want_l.iter().zip(got_l) {
             assert!(
                 (w - g).abs() <= 1e-6 * w.abs().max(1.0),

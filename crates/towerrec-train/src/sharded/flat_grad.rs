@@ -34,16 +34,12 @@ impl ShardedEmbeddings {
         self.trw_output_grad(batch, grad, slots)
     }
 
-    /// The gradient exchange of the last [`ShardedEmbeddings::forward_in_halves`] in two
-    /// halves of this rank's samples: `grad`'s first half of rows is final, and `work`
-    /// fills the second half's (with a function to call now and then) during the first
-    /// half's exchange; then the second half's exchange, with this rank's own segment
-    /// pushed during it, and every local shard's gradient assembled as
-    /// [`ShardedEmbeddings::flat_output_grad`] leaves it, the same values in the same
-    /// order. Returns what `work` returns; the tables are not updated yet
-    /// ([`ShardedEmbeddings::update_after_exchange`]). Only where
-    /// [`ShardedEmbeddings::splits_in_halves`].
-    pub fn exchange_grads_in_halves<R>(
+    /// [`ShardedEmbeddings::exchange_grads_in_halves`] on the flat path: the first
+    /// half's exchange while `work` fills the second half's gradient rows, then the
+    /// second half's exchange, with this rank's own segment pushed during it, and every
+    /// local shard's gradient assembled as [`ShardedEmbeddings::flat_output_grad`] leaves
+    /// it, the same values in the same order.
+    pub(super) fn flat_grads_in_halves<R>(
         &mut self,
         batch: &Batch,
         grad: &mut [f32],

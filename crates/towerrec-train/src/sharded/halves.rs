@@ -10,17 +10,23 @@
 //! the same gradient the tables update as a whole step does. The dense gradients,
 //! summed over two halves, round differently, so a run in halves and one of whole steps
 //! drift apart within rounding.
+//!
+//! With DMT's towers, where the per-feature maps run before step d, SPTT's chunks are
+//! cut from the two halves instead (`sptt`'s pipeline): the dense layers of the first
+//! half run during the last chunk's step f, the second half's during the first chunk's
+//! step f back.
 
-use super::{lookup, Part, ShardedEmbeddings};
+use super::{lookup, Part, ShardedEmbeddings, Sptt};
 use crate::error::Result;
 use crate::slots::FeatureSlots;
 use towerrec_core::Batch;
 
 impl ShardedEmbeddings {
-    /// Whether this plan's steps can run in halves: the flat output path (no towers,
-    /// no table-row-wise tables summed in two steps across hosts).
+    /// Whether this plan's steps can run in halves: the flat output path (without
+    /// table-row-wise tables summed in two steps across hosts), or towers whose maps
+    /// run before SPTT's step d.
     pub fn splits_in_halves(&self) -> bool {
-        self.sptt.is_none() && self.trw.is_none()
+        self.trw.is_none() && self.sptt.as_ref().is_none_or(Sptt::splits_in_halves)
     }
 
     /// [`ShardedEmbeddings::forward`] with the output exchange in two halves: the first
@@ -37,11 +43,41 @@ impl ShardedEmbeddings {
     ) -> Result<R> {
         debug_assert!(self.splits_in_halves(), "checked by the caller");
         self.input_dist(batch)?;
+        if self.sptt.is_some() {
+            lookup::pool(&mut self.local)?;
+            // Replicas fill their own slots, which SPTT's rows leave alone.
+            self.replicas_forward(batch, out, slots)?;
+            let rows = batch.batch_size() * slots.width();
+            return self.sptt_forward_in_halves(&mut out[..rows], slots, work);
+        }
         self.pool_flat()?;
         self.output_part_with_own_pass(batch, out, slots, Part::First)?;
         self.scale_mean_row_split(batch, out, slots, Part::First);
         self.replicas_forward(batch, out, slots)?;
         self.output_second_half(batch, out, slots, work)
+    }
+
+    /// The gradient exchange of the last [`ShardedEmbeddings::forward_in_halves`] in two
+    /// halves of this rank's samples: `grad`'s first half of rows is final, and `work`
+    /// fills the second half's (with a function to call now and then) during the first
+    /// half's exchange. Leaves every local shard's gradient as
+    /// [`ShardedEmbeddings::backward_update`]'s exchange does and returns what `work`
+    /// returns; the tables are not updated yet
+    /// ([`ShardedEmbeddings::update_after_exchange`]). Only where
+    /// [`ShardedEmbeddings::splits_in_halves`].
+    pub fn exchange_grads_in_halves<R>(
+        &mut self,
+        batch: &Batch,
+        grad: &mut [f32],
+        slots: &FeatureSlots,
+        work: impl FnOnce(&mut [f32], &mut dyn FnMut()) -> R,
+    ) -> Result<R> {
+        debug_assert!(self.splits_in_halves(), "checked by the caller");
+        if self.sptt.is_some() {
+            let rows = batch.batch_size() * slots.width();
+            return self.sptt_grads_in_halves(&mut grad[..rows], slots, work);
+        }
+        self.flat_grads_in_halves(batch, grad, slots, work)
     }
 
     /// Updates every shard and replica from the gradient the exchange left (`grad`: this

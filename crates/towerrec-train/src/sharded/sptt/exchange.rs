@@ -25,6 +25,41 @@ impl ShardedEmbeddings {
         result
     }
 
+    /// [`ShardedEmbeddings::forward_in_halves`]'s exchange through SPTT's chunks
+    /// ([`Sptt::pipelined_forward_in_halves`]), after the lookups.
+    pub(in crate::sharded) fn sptt_forward_in_halves<R>(
+        &mut self,
+        out: &mut [f32],
+        slots: &FeatureSlots,
+        work: impl FnOnce(&[f32], &mut dyn FnMut()) -> R,
+    ) -> Result<R> {
+        let Some(mut sp) = self.sptt.take() else {
+            return Err(Error::Plan("no towers".into()));
+        };
+        let (local, router, samples) = (&self.local, &self.router, &self.samples);
+        let result = sp.pipelined_forward_in_halves(local, router, samples, out, slots, work);
+        self.sptt = Some(sp);
+        result
+    }
+
+    /// [`ShardedEmbeddings::exchange_grads_in_halves`] through SPTT's chunks
+    /// ([`Sptt::pipelined_backward_in_halves`]): `grad` is this rank's rows' gradient.
+    pub(in crate::sharded) fn sptt_grads_in_halves<R>(
+        &mut self,
+        grad: &mut [f32],
+        slots: &FeatureSlots,
+        work: impl FnOnce(&mut [f32], &mut dyn FnMut()) -> R,
+    ) -> Result<R> {
+        let Some(mut sp) = self.sptt.take() else {
+            return Err(Error::Plan("no towers".into()));
+        };
+        let (router, samples) = (&self.router, &self.samples);
+        let local = &mut self.local;
+        let result = sp.pipelined_backward_in_halves(local, router, samples, grad, slots, work);
+        self.sptt = Some(sp);
+        result
+    }
+
     fn sptt_forward(
         &mut self,
         sp: &mut Sptt,

@@ -36,6 +36,7 @@ mod early;
 mod exchange;
 mod modules;
 mod pipeline;
+mod pipeline_back;
 mod stores;
 
 pub(crate) use modules::TowerDomain;

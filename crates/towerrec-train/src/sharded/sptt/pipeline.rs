@@ -10,7 +10,11 @@
 //! maps chunk `k + 1` and runs its step d, so the cross-host link carries one chunk while
 //! the host works on the next. The backward receives chunk 0's gradient through step f, then
 //! receives chunk `k + 1`'s while it sends chunk `k`'s back through step d and runs its
-//! maps' backward. One chunk is the exchange of [`super::exchange`], steps c–f once.
+//! maps' backward ([`super::pipeline_back`]). One chunk is the exchange of
+//! [`super::exchange`], steps c–f once.
+//!
+//! A step in halves (`cluster.overlap_halves`) cuts the chunks from the two halves of
+//! every slice and runs the first half's dense layers during the last chunk's step f.
 //!
 //! What each sample's row holds is the same for every chunk count; the maps' weight
 //! gradients are summed over the chunks' parts, so their order of summation (not their
@@ -25,7 +29,6 @@ use crate::sharded::route::Router;
 use crate::slots::{FeatureSlots, Slot};
 use crate::towers::ModelTowers;
 use towerrec_comm::{even_split, Comm, Phase};
-use towerrec_core::layers::linear::Linear;
 use towerrec_core::Layer;
 
 /// Per world rank, its part of chunk `k` of `chunks`: (first sample, counted from the
@@ -40,28 +43,49 @@ fn chunk_parts(samples: &[usize], k: usize, chunks: usize) -> Vec<(usize, usize)
         .collect()
 }
 
+/// Per world rank, its part of chunk `k` when the step runs in halves: chunks
+/// `0..per_half` cut the first half of every slice (`n / 2` samples, as
+/// [`crate::sharded::Part`] splits), the next `per_half` the second.
+fn chunk_parts_in_halves(samples: &[usize], k: usize, per_half: usize) -> Vec<(usize, usize)> {
+    samples
+        .iter()
+        .map(|&n| {
+            let (start, len) = if k < per_half {
+                (0, n / 2)
+            } else {
+                (n / 2, n - n / 2)
+            };
+            let sizes = even_split(len, per_half);
+            let within = k % per_half;
+            (start + sizes[..within].iter().sum::<usize>(), sizes[within])
+        })
+        .collect()
+}
+
 /// What every stage of one step reads: the layout of the step and this rank's place.
-struct Layout {
-    rank_of: Vec<Vec<usize>>,
+pub(super) struct Layout {
+    pub(super) rank_of: Vec<Vec<usize>>,
     my_group: usize,
     my_index: usize,
     /// First global sample of each world rank's slice.
     firsts: Vec<usize>,
-    /// Per chunk, per world rank: its part ([`chunk_parts`]).
-    parts: Vec<Vec<(usize, usize)>>,
+    /// Per chunk, per world rank: its part ([`chunk_parts`], [`chunk_parts_in_halves`]).
+    pub(super) parts: Vec<Vec<(usize, usize)>>,
+    /// This rank's samples.
+    mine: usize,
     /// Per group index `j`: the tables the group-mate of index `j` holds, in its order.
-    held: Vec<Vec<usize>>,
+    pub(super) held: Vec<Vec<usize>>,
     /// The table of each local shard.
-    tables: Vec<usize>,
+    pub(super) tables: Vec<usize>,
     /// Width of this rank's group rows (its towers' outputs).
-    width: usize,
+    pub(super) width: usize,
     /// Per group: where its step-f columns go in a feature row, and their count.
-    placed: Vec<(Vec<(Slot, usize)>, usize)>,
+    pub(super) placed: Vec<(Vec<(Slot, usize)>, usize)>,
 }
 
 impl Layout {
     /// Per group, the group rows of its peer's samples of chunk `k`: (first row, count).
-    fn peer_rows(&self, k: usize) -> Vec<(usize, usize)> {
+    pub(super) fn peer_rows(&self, k: usize) -> Vec<(usize, usize)> {
         let mut at = 0;
         self.rank_of
             .iter()
@@ -74,33 +98,38 @@ impl Layout {
     }
 
     /// Global rows of world rank `w`'s part of chunk `k`.
-    fn global_rows(&self, k: usize, w: usize) -> std::ops::Range<usize> {
+    pub(super) fn global_rows(&self, k: usize, w: usize) -> std::ops::Range<usize> {
         let (first, n) = self.parts[k][w];
         let f = self.firsts[w] + first;
         f..f + n
     }
 
     /// Chunk `k`'s samples of every world rank that has some, as global row ranges.
-    fn chunk_rows(&self, k: usize) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+    pub(super) fn chunk_rows(&self, k: usize) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
         (0..self.parts[k].len())
             .map(move |w| self.global_rows(k, w))
             .filter(|r| !r.is_empty())
     }
 
-    fn me(&self) -> usize {
+    pub(super) fn me(&self) -> usize {
         self.rank_of[self.my_group][self.my_index]
+    }
+
+    /// This rank's rows in the first half of a step in halves.
+    pub(super) fn first_half_rows(&self) -> usize {
+        self.mine / 2
     }
 }
 
 /// The buffers of the chunks: group rows (or their gradient) and step f's payloads.
 #[derive(Default)]
 pub(super) struct ChunkBufs {
-    rows: Vec<Vec<f32>>,
+    pub(super) rows: Vec<Vec<f32>>,
     /// Per chunk, what step f brings (forward) or sends (backward).
-    peer: Vec<Vec<f32>>,
+    pub(super) peer: Vec<Vec<f32>>,
     /// The maps' parameter gradients summed per tower, and how many parts added to each.
-    sums: Vec<Vec<Vec<f32>>>,
-    seen: Vec<usize>,
+    pub(super) sums: Vec<Vec<Vec<f32>>>,
+    pub(super) seen: Vec<usize>,
 }
 
 impl ChunkBufs {
@@ -111,15 +140,24 @@ impl ChunkBufs {
 }
 
 /// The mutable state one chunk's stage works on besides its own buffers.
-struct Work<'a> {
-    early: &'a mut Early,
-    maps: &'a mut ModelTowers,
-    group: &'a Comm,
-    send: &'a mut Vec<f32>,
-    recv: &'a mut Vec<f32>,
+pub(super) struct Work<'a> {
+    pub(super) early: &'a mut Early,
+    pub(super) maps: &'a mut ModelTowers,
+    pub(super) group: &'a Comm,
+    pub(super) send: &'a mut Vec<f32>,
+    pub(super) recv: &'a mut Vec<f32>,
 }
 
+/// The type of the work a forward in whole steps does not run during its last step f.
+type NoWork = fn(&[f32], &mut dyn FnMut());
+
 impl Sptt {
+    /// Whether a step can run in halves: where the maps run before step d, whose
+    /// chunks can be cut from the halves of every slice.
+    pub(in crate::sharded) fn splits_in_halves(&self) -> bool {
+        self.early.is_some()
+    }
+
     /// The forward with the maps before step d: this rank's feature rows in `out`.
     pub(super) fn pipelined_forward(
         &mut self,
@@ -129,7 +167,39 @@ impl Sptt {
         out: &mut [f32],
         slots: &FeatureSlots,
     ) -> Result<()> {
-        let lay = self.layout(local, router, samples, slots);
+        self.forward_chunks(local, router, samples, out, slots, None::<NoWork>)
+            .map(drop)
+    }
+
+    /// [`Sptt::pipelined_forward`] with the chunks cut from the halves of every slice
+    /// (the first half of the chunks carries the first half of each rank's samples):
+    /// `work` runs on this rank's finished first-half rows (`n / 2` rows of `out`) while
+    /// the last chunk's step f runs, and its result is returned.
+    pub(super) fn pipelined_forward_in_halves<R>(
+        &mut self,
+        local: &[LocalShard],
+        router: &Router,
+        samples: &[usize],
+        out: &mut [f32],
+        slots: &FeatureSlots,
+        work: impl FnOnce(&[f32], &mut dyn FnMut()) -> R,
+    ) -> Result<R> {
+        let done = self.forward_chunks(local, router, samples, out, slots, Some(work))?;
+        Ok(done.expect("the last chunk's step f runs the work"))
+    }
+
+    /// The forward in chunks, in halves when `during_last` is given (run during the last
+    /// chunk's step f on the first half's rows).
+    fn forward_chunks<R>(
+        &mut self,
+        local: &[LocalShard],
+        router: &Router,
+        samples: &[usize],
+        out: &mut [f32],
+        slots: &FeatureSlots,
+        mut during_last: Option<impl FnOnce(&[f32], &mut dyn FnMut()) -> R>,
+    ) -> Result<Option<R>> {
+        let lay = self.layout(local, router, samples, slots, during_last.is_some());
         let chunks = lay.parts.len();
         let (mut work, bufs, peers) = self.chunk_parts(chunks)?;
         for (li, l) in local.iter().enumerate() {
@@ -143,11 +213,13 @@ impl Sptt {
             let rows = lay.peer_rows(k);
             rows.iter().map(|&(_, n)| n * lay.width).collect()
         };
+        let mut result = None;
         for k in 0..chunks {
             let (done, next) = bufs.rows.split_at_mut(k + 1);
             let into = &mut bufs.peer[k];
-            match next.first_mut() {
-                Some(next_rows) => {
+            match (next.first_mut(), during_last.take()) {
+                (Some(next_rows), last) => {
+                    during_last = last;
                     let (_, laid) = peers.all_to_all_v_during(
                         &done[k],
                         &counts_of(k),
@@ -159,80 +231,32 @@ impl Sptt {
                     )?;
                     laid?;
                 }
-                None => {
+                (None, Some(last)) => {
+                    let first = &out[..lay.first_half_rows() * slots.width()];
+                    let (_, r) = peers.all_to_all_v_during(
+                        &done[k],
+                        &counts_of(k),
+                        into,
+                        Phase::TowerPeer,
+                        |progress| last(first, progress),
+                    )?;
+                    result = Some(r);
+                }
+                (None, None) => {
                     peers.all_to_all_v_into(&done[k], &counts_of(k), into, Phase::TowerPeer)?;
                 }
             }
             place_chunk(&lay, k, &bufs.peer[k], slots.width(), out);
         }
-        Ok(())
-    }
-
-    /// The reverse of [`Sptt::pipelined_forward`] from the gradient of its output:
-    /// leaves in each local shard's `grad` the gradient of the whole global batch, and
-    /// in the maps their parameter gradients.
-    pub(super) fn pipelined_backward(
-        &mut self,
-        local: &mut [LocalShard],
-        router: &Router,
-        samples: &[usize],
-        grad: &[f32],
-        slots: &FeatureSlots,
-    ) -> Result<()> {
-        let lay = self.layout(local, router, samples, slots);
-        let chunks = lay.parts.len();
-        let (mut work, bufs, peers) = self.chunk_parts(chunks)?;
-        let counts: Vec<Vec<usize>> = (0..chunks)
-            .map(|k| chunk_grads(&lay, k, grad, slots.width(), &mut bufs.peer[k]))
-            .collect();
-        work.maps.zero_grads();
-        bufs.seen.clear();
-        bufs.seen.resize(work.maps.tower_count(), 0);
-        let global: usize = samples.iter().sum();
-        let early = &mut *work.early;
-        for (li, l) in local.iter_mut().enumerate() {
-            early.douts[li].resize(global * early.of_table[l.table].2, 0.0);
-            // The maps write every value of the vectors' gradient, chunk by chunk.
-            l.grad.resize(l.pooled.len(), 0.0);
-        }
-        let sends = &bufs.peer;
-        peers.all_to_all_v_into(&sends[0], &counts[0], &mut bufs.rows[0], Phase::TowerPeer)?;
-        for k in 0..chunks {
-            let (done, next) = bufs.rows.split_at_mut(k + 1);
-            let (sums, seen) = (&mut bufs.sums, &mut bufs.seen);
-            let mut back = |progress: &mut dyn FnMut()| -> Result<()> {
-                send_back(&lay, &mut work, k, &done[k])?;
-                maps_backward(&lay, local, &mut work, k, (sums, seen), progress);
-                Ok(())
-            };
-            match next.first_mut() {
-                Some(next_rows) => {
-                    let (_, r) = peers.all_to_all_v_during(
-                        &sends[k + 1],
-                        &counts[k + 1],
-                        next_rows,
-                        Phase::TowerPeer,
-                        back,
-                    )?;
-                    r?;
-                }
-                None => back(&mut || {})?,
-            }
-        }
-        for (tower, &n) in bufs.seen.iter().enumerate() {
-            if n > 0 {
-                let map = work.maps.per_feature_map(tower);
-                for (p, sum) in map.params().into_iter().zip(&bufs.sums[tower]) {
-                    p.grad.copy_from_slice(sum);
-                }
-            }
-        }
-        Ok(())
+        Ok(result)
     }
 
     /// What the chunks' stages change, apart: the maps and their buffers, the buffers of
     /// `chunks` chunks, and the peer group.
-    fn chunk_parts(&mut self, chunks: usize) -> Result<(Work<'_>, &mut ChunkBufs, &Comm)> {
+    pub(super) fn chunk_parts(
+        &mut self,
+        chunks: usize,
+    ) -> Result<(Work<'_>, &mut ChunkBufs, &Comm)> {
         let (Some(early), Some(maps)) = (&mut self.early, &mut self.modules) else {
             return Err(Error::Plan("no per-feature maps".into()));
         };
@@ -247,14 +271,29 @@ impl Sptt {
         Ok((work, &mut self.chunk_bufs, &self.peers))
     }
 
-    fn layout(
+    /// The step's layout, its chunks cut from the halves of every slice if `halves`
+    /// (`chunks` rounded up to even, at least 2).
+    pub(super) fn layout(
         &self,
         local: &[LocalShard],
         router: &Router,
         samples: &[usize],
         slots: &FeatureSlots,
+        halves: bool,
     ) -> Layout {
-        let chunks = self.chunks.max(1);
+        let per_half = self.chunks.div_ceil(2).max(1);
+        let chunks = if halves {
+            2 * per_half
+        } else {
+            self.chunks.max(1)
+        };
+        let part = |k| {
+            if halves {
+                chunk_parts_in_halves(samples, k, per_half)
+            } else {
+                chunk_parts(samples, k, chunks)
+            }
+        };
         let held = self.rank_of[self.my_group]
             .iter()
             .map(|&w| router.held_by(w).map(|(t, _)| t).collect())
@@ -264,9 +303,8 @@ impl Sptt {
             my_group: self.my_group,
             my_index: self.my_index,
             firsts: firsts(samples),
-            parts: (0..chunks)
-                .map(|k| chunk_parts(samples, k, chunks))
-                .collect(),
+            parts: (0..chunks).map(part).collect(),
+            mine: samples[self.rank_of[self.my_group][self.my_index]],
             held,
             tables: local.iter().map(|l| l.table).collect(),
             width: self.sent_width(self.my_group),
@@ -295,35 +333,6 @@ fn place_chunk(lay: &Layout, k: usize, from_peers: &[f32], out_width: usize, out
             }
         }
     }
-}
-
-/// Step f reversed, chunk `k`'s payload in `send`: each group's columns of this rank's
-/// rows of the chunk (of `grad`, `width` columns a row); returns the count for each
-/// group.
-fn chunk_grads(
-    lay: &Layout,
-    k: usize,
-    grad: &[f32],
-    width: usize,
-    send: &mut Vec<f32>,
-) -> Vec<usize> {
-    let (first, n) = lay.parts[k][lay.me()];
-    let rows = &grad[first * width..(first + n) * width];
-    send.clear();
-    let counts = lay
-        .placed
-        .iter()
-        .map(|(placed, _)| {
-            let before = send.len();
-            for row in rows.chunks_exact(width) {
-                for (slot, _) in placed {
-                    send.extend_from_slice(&row[slot.range()]);
-                }
-            }
-            send.len() - before
-        })
-        .collect();
-    counts
 }
 
 /// Chunk `k`'s forward up to step f: its pooled vectors through their maps, step d,
@@ -386,96 +395,4 @@ fn map_and_lay_out(
         }
     }
     Ok(())
-}
-
-/// Steps e, d, c reversed for chunk `k`: from the gradient of its group rows `rows`,
-/// every local shard's map-output gradient of the chunk's samples (in `douts`).
-fn send_back(lay: &Layout, work: &mut Work, k: usize, rows: &[f32]) -> Result<()> {
-    let early = &mut *work.early;
-    let peer_rows = lay.peer_rows(k);
-    let send = &mut *work.send;
-    send.clear();
-    let mut counts = vec![0; work.group.size()];
-    for (j, held) in lay.held.iter().enumerate() {
-        let before = send.len();
-        for &t in held {
-            let (_, off, cols) = early.of_table[t];
-            for &(first, n) in &peer_rows {
-                let block = &rows[first * lay.width..(first + n) * lay.width];
-                for row in block.chunks_exact(lay.width.max(1)) {
-                    send.extend_from_slice(&row[off..off + cols]);
-                }
-            }
-        }
-        counts[j] = send.len() - before;
-    }
-    let recv = &mut *work.recv;
-    work.group
-        .all_to_all_v_into(send, &counts, recv, Phase::TowerIntra)?;
-    let mut at = 0;
-    for j in 0..lay.held.len() {
-        for (dout, &t) in early.douts.iter_mut().zip(&lay.tables) {
-            let w = early.of_table[t].2;
-            for g in &lay.rank_of {
-                let r = lay.global_rows(k, g[j]);
-                let n = r.len() * w;
-                dout[r.start * w..r.end * w].copy_from_slice(&recv[at..at + n]);
-                at += n;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Chunk `k`'s maps' backward: each local shard's vectors' gradient of the chunk's
-/// samples into its `grad`, and the maps' parameter gradients added to `sums` (per
-/// tower; `seen` counts the parts added); `progress` is called after each shard.
-fn maps_backward(
-    lay: &Layout,
-    local: &mut [LocalShard],
-    work: &mut Work,
-    k: usize,
-    (sums, seen): (&mut Vec<Vec<Vec<f32>>>, &mut [usize]),
-    progress: &mut dyn FnMut(),
-) {
-    let early = &*work.early;
-    sums.resize_with(seen.len(), Vec::new);
-    for (li, l) in local.iter_mut().enumerate() {
-        let (tower, _, w) = early.of_table[l.table];
-        let cols = l.columns();
-        let map = work.maps.per_feature_map(tower);
-        for r in lay.chunk_rows(k) {
-            let (x, dx) = (
-                &l.pooled[r.start * cols..r.end * cols],
-                &mut l.grad[r.start * cols..r.end * cols],
-            );
-            let (y, dy) = (
-                &early.outs[li][r.start * w..r.end * w],
-                &early.douts[li][r.start * w..r.end * w],
-            );
-            map.backward(x, y, dy, Some(dx), r.len());
-            add_grads(&mut sums[tower], map, seen[tower] == 0);
-            seen[tower] += 1;
-        }
-        progress();
-    }
-}
-
-/// Adds the parameter gradients `map`'s last backward wrote to `sums` (sets them when
-/// `first`).
-fn add_grads(sums: &mut Vec<Vec<f32>>, map: &mut Linear<f32>, first: bool) {
-    let grads = map.params();
-    if first {
-        sums.resize(grads.len(), Vec::new());
-        for (sum, p) in sums.iter_mut().zip(&grads) {
-            sum.clear();
-            sum.extend_from_slice(p.grad);
-        }
-    } else {
-        for (sum, p) in sums.iter_mut().zip(&grads) {
-            sum.iter_mut()
-                .zip(p.grad.iter())
-                .for_each(|(s, &g)| *s += g);
-        }
-    }
 }
