@@ -21,7 +21,7 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 b = {p["phase"]: p for p in s["cluster"]["bytes_per_step"]}
 d = b["dense_grad_sync"]
-print(f"{sys.argv[2]:13} round {sys.argv[3]}: {s['train_samples_per_sec']:7.0f} samples/s  "
+print(f"{sys.argv[2]:13} round {sys.argv[3]}: {s['steady_train_samples_per_sec']:7.0f} samples/s (steady)  "
       f"dense sync MB per step (all ranks): intra {d['intra_host']/1e6:.2f}, cross {d['cross_host']/1e6:.2f}")
 PY
     done

@@ -40,7 +40,7 @@ c = s["cluster"]
 ms = max(dict((k, v) for k, v in c["collective_ms_per_step_by_rank"])["sparse_grad_sync"])
 b = {p["phase"]: p for p in c["bytes_per_step"]}["sparse_grad_sync"]
 mb = (b["intra_host"] + b["cross_host"]) / 1e6
-line = f'{sys.argv[2]}\t{sys.argv[3]}\t{ms:.2f}\t{mb:.3f}\t{b["cross_host"] / 1e6:.3f}\t{s["train_samples_per_sec"]:.0f}'
+line = f'{sys.argv[2]}\t{sys.argv[3]}\t{ms:.2f}\t{mb:.3f}\t{b["cross_host"] / 1e6:.3f}\t{s["steady_train_samples_per_sec"]:.0f}'
 print(line.replace("\t", "  "))
 open(sys.argv[4], "a").write(line + "\n")
 PY
@@ -50,7 +50,7 @@ done
 python3 - "$results" <<'PY'
 import sys, statistics as st
 rows = [l.split("\t") for l in open(sys.argv[1]).read().split("\n") if l]
-print("| plan | replica_sync | sync ms/step (median) | dense / this | MB/step | cross-host MB/step | train samples/s |")
+print("| plan | replica_sync | sync ms/step (median) | dense / this | MB/step | cross-host MB/step | steady train samples/s |")
 print("|---|---|---:|---:|---:|---:|---:|")
 for plan in dict.fromkeys(r[0] for r in rows):
     med = {m: [st.median(float(r[i]) for r in rows if r[0] == plan and r[1] == m) for i in range(2, 6)]

@@ -56,11 +56,11 @@ cells = []
 for ph in ["input_dist", "output_dist", "tower_intra", "tower_peer", "sparse_grad_sync", "dense_grad_sync"]:
     p = b.get(ph, {"intra_host": 0, "cross_host": 0})
     cells.append(f"{p['intra_host'] / 1e6:.3f} / {p['cross_host'] / 1e6:.3f}")
-print(f"| {sys.argv[2]} | " + " | ".join(cells) + f" | {s['train_samples_per_sec']:.0f} |")
+print(f"| {sys.argv[2]} | " + " | ".join(cells) + f" | {s['steady_train_samples_per_sec']:.0f} |")
 PY
 }
 echo "bytes per step, all ranks, MB within / across hosts ($steps steps in-process, $cfg, extra memory $extra):"
-echo "| plan | input_dist | output_dist | tower_intra | tower_peer | sparse_grad_sync | dense_grad_sync | samples/s (in-process) |"
+echo "| plan | input_dist | output_dist | tower_intra | tower_peer | sparse_grad_sync | dense_grad_sync | steady samples/s (in-process) |"
 echo "|---|---|---|---|---|---|---|---:|"
 extra_args() { # VARIANT
     if [[ $1 == dmt-c4-* ]]; then printf '%s\n' "${dmt[@]}"; fi
@@ -74,7 +74,7 @@ for v in "${variants[@]}"; do
 done
 ((rounds > 0)) || exit 0
 echo
-echo "emulated cluster, 1 Gbit/s between hosts, $rounds rounds alternated (train samples/s):"
+echo "emulated cluster, 1 Gbit/s between hosts, $rounds rounds alternated (steady train samples/s: every step but the first):"
 for r in $(seq "$rounds"); do
     line="round $r:"
     for v in "${variants[@]}"; do
@@ -85,7 +85,7 @@ for r in $(seq "$rounds"); do
             "$bin" train --backend mpi --config "$cfg" $(args "$v") "${more[@]}" \
             --set train.max_steps="$steps" --set train.eval_every=0 --quiet --out "$run" \
             >"$out/log" 2>&1 || { cat "$out/log"; exit 1; }
-        sps=$(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['train_samples_per_sec']))" "$run/summary.json")
+        sps=$(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['steady_train_samples_per_sec']))" "$run/summary.json")
         line="$line $v $sps"
         echo "$r $v $sps" >>"$out/speed.tsv"
     done
