@@ -17,29 +17,33 @@ impl ShardedEmbeddings {
         out: &mut [f32],
         slots: &FeatureSlots,
     ) -> Result<()> {
+        self.with_sptt(|this, sp| this.sptt_forward(sp, batch, out, slots))
+    }
+
+    /// Runs `f` with SPTT taken out of `self` (so both can be borrowed), then puts it
+    /// back; an error without towers.
+    fn with_sptt<R>(&mut self, f: impl FnOnce(&mut Self, &mut Sptt) -> Result<R>) -> Result<R> {
         let Some(mut sp) = self.sptt.take() else {
             return Err(Error::Plan("no towers".into()));
         };
-        let result = self.sptt_forward(&mut sp, batch, out, slots);
+        let result = f(self, &mut sp);
         self.sptt = Some(sp);
         result
     }
 
     /// [`ShardedEmbeddings::forward_in_halves`]'s exchange through SPTT's chunks
-    /// ([`Sptt::pipelined_forward_in_halves`]), after the lookups.
+    /// ([`Sptt::pipelined_forward_with`] and its work), after the lookups.
     pub(in crate::sharded) fn sptt_forward_in_halves<R>(
         &mut self,
         out: &mut [f32],
         slots: &FeatureSlots,
         work: impl FnOnce(&[f32], &mut dyn FnMut()) -> R,
     ) -> Result<R> {
-        let Some(mut sp) = self.sptt.take() else {
-            return Err(Error::Plan("no towers".into()));
-        };
-        let (local, router, samples) = (&self.local, &self.router, &self.samples);
-        let result = sp.pipelined_forward_in_halves(local, router, samples, out, slots, work);
-        self.sptt = Some(sp);
-        result
+        self.with_sptt(|this, sp| {
+            let (local, router, samples) = (&this.local, &this.router, &this.samples);
+            let done = sp.pipelined_forward_with(local, router, samples, out, slots, Some(work))?;
+            Ok(done.expect("the last chunk's step f runs the work"))
+        })
     }
 
     /// [`ShardedEmbeddings::exchange_grads_in_halves`] through SPTT's chunks
@@ -50,14 +54,10 @@ impl ShardedEmbeddings {
         slots: &FeatureSlots,
         work: impl FnOnce(&mut [f32], &mut dyn FnMut()) -> R,
     ) -> Result<R> {
-        let Some(mut sp) = self.sptt.take() else {
-            return Err(Error::Plan("no towers".into()));
-        };
-        let (router, samples) = (&self.router, &self.samples);
-        let local = &mut self.local;
-        let result = sp.pipelined_backward_in_halves(local, router, samples, grad, slots, work);
-        self.sptt = Some(sp);
-        result
+        self.with_sptt(|this, sp| {
+            let (router, samples) = (&this.router, &this.samples);
+            sp.pipelined_backward_in_halves(&mut this.local, router, samples, grad, slots, work)
+        })
     }
 
     fn sptt_forward(
@@ -177,12 +177,7 @@ impl ShardedEmbeddings {
         grad: &[f32],
         slots: &FeatureSlots,
     ) -> Result<()> {
-        let Some(mut sp) = self.sptt.take() else {
-            return Err(Error::Plan("no towers".into()));
-        };
-        let result = self.sptt_backward(&mut sp, grad, slots);
-        self.sptt = Some(sp);
-        result
+        self.with_sptt(|this, sp| this.sptt_backward(sp, grad, slots))
     }
 
     fn sptt_backward(&mut self, sp: &mut Sptt, grad: &[f32], slots: &FeatureSlots) -> Result<()> {

@@ -167,30 +167,16 @@ impl Sptt {
         out: &mut [f32],
         slots: &FeatureSlots,
     ) -> Result<()> {
-        self.forward_chunks(local, router, samples, out, slots, None::<NoWork>)
+        self.pipelined_forward_with(local, router, samples, out, slots, None::<NoWork>)
             .map(drop)
     }
 
-    /// [`Sptt::pipelined_forward`] with the chunks cut from the halves of every slice
-    /// (the first half of the chunks carries the first half of each rank's samples):
-    /// `work` runs on this rank's finished first-half rows (`n / 2` rows of `out`) while
-    /// the last chunk's step f runs, and its result is returned.
-    pub(super) fn pipelined_forward_in_halves<R>(
-        &mut self,
-        local: &[LocalShard],
-        router: &Router,
-        samples: &[usize],
-        out: &mut [f32],
-        slots: &FeatureSlots,
-        work: impl FnOnce(&[f32], &mut dyn FnMut()) -> R,
-    ) -> Result<R> {
-        let done = self.forward_chunks(local, router, samples, out, slots, Some(work))?;
-        Ok(done.expect("the last chunk's step f runs the work"))
-    }
-
-    /// The forward in chunks, in halves when `during_last` is given (run during the last
-    /// chunk's step f on the first half's rows).
-    fn forward_chunks<R>(
+    /// [`Sptt::pipelined_forward`], in halves when `during_last` is given: the chunks
+    /// are cut from the halves of every slice (the first half of the chunks carries the
+    /// first half of each rank's samples), and `during_last` runs on this rank's
+    /// finished first-half rows (`n / 2` rows of `out`) while the last chunk's step f
+    /// runs; its result is returned.
+    pub(super) fn pipelined_forward_with<R>(
         &mut self,
         local: &[LocalShard],
         router: &Router,

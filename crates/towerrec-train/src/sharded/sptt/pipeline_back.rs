@@ -41,9 +41,10 @@ impl Sptt {
         chunks_backward(&lay, local, &mut work, bufs, peers, &counts)
     }
 
-    /// [`Sptt::pipelined_backward`] of [`Sptt::pipelined_forward_in_halves`], from a
-    /// gradient whose first half (`n / 2` rows of `grad`) is ready: `work` writes the
-    /// second half's while the first chunk's step f runs, and its result is returned.
+    /// [`Sptt::pipelined_backward`] of a forward in halves
+    /// ([`Sptt::pipelined_forward_with`]), from a gradient whose first half (`n / 2` rows
+    /// of `grad`) is ready: `work_on_second` writes the second half's while the first
+    /// chunk's step f runs, and its result is returned.
     pub(super) fn pipelined_backward_in_halves<R>(
         &mut self,
         local: &mut [LocalShard],
