@@ -71,8 +71,6 @@ pub(super) struct Layout {
     firsts: Vec<usize>,
     /// Per chunk, per world rank: its part ([`chunk_parts`], [`chunk_parts_in_halves`]).
     pub(super) parts: Vec<Vec<(usize, usize)>>,
-    /// This rank's samples.
-    mine: usize,
     /// Per group index `j`: the tables the group-mate of index `j` holds, in its order.
     pub(super) held: Vec<Vec<usize>>,
     /// The table of each local shard.
@@ -115,9 +113,12 @@ impl Layout {
         self.rank_of[self.my_group][self.my_index]
     }
 
-    /// This rank's rows in the first half of a step in halves.
+    /// This rank's rows in the first half of a step in halves: those of the first half
+    /// of the chunks ([`chunk_parts_in_halves`]).
     pub(super) fn first_half_rows(&self) -> usize {
-        self.mine / 2
+        let me = self.me();
+        let half = &self.parts[..self.parts.len() / 2];
+        half.iter().map(|part| part[me].1).sum()
     }
 }
 
@@ -203,9 +204,8 @@ impl Sptt {
         for k in 0..chunks {
             let (done, next) = bufs.rows.split_at_mut(k + 1);
             let into = &mut bufs.peer[k];
-            match (next.first_mut(), during_last.take()) {
-                (Some(next_rows), last) => {
-                    during_last = last;
+            match next.first_mut() {
+                Some(next_rows) => {
                     let (_, laid) = peers.all_to_all_v_during(
                         &done[k],
                         &counts_of(k),
@@ -217,20 +217,23 @@ impl Sptt {
                     )?;
                     laid?;
                 }
-                (None, Some(last)) => {
-                    let first = &out[..lay.first_half_rows() * slots.width()];
-                    let (_, r) = peers.all_to_all_v_during(
-                        &done[k],
-                        &counts_of(k),
-                        into,
-                        Phase::TowerPeer,
-                        |progress| last(first, progress),
-                    )?;
-                    result = Some(r);
-                }
-                (None, None) => {
-                    peers.all_to_all_v_into(&done[k], &counts_of(k), into, Phase::TowerPeer)?;
-                }
+                // The last chunk's step f: the work, if any, on the first half's rows.
+                None => match during_last.take() {
+                    Some(last) => {
+                        let first = &out[..lay.first_half_rows() * slots.width()];
+                        let (_, r) = peers.all_to_all_v_during(
+                            &done[k],
+                            &counts_of(k),
+                            into,
+                            Phase::TowerPeer,
+                            |progress| last(first, progress),
+                        )?;
+                        result = Some(r);
+                    }
+                    None => {
+                        peers.all_to_all_v_into(&done[k], &counts_of(k), into, Phase::TowerPeer)?;
+                    }
+                },
             }
             place_chunk(&lay, k, &bufs.peer[k], slots.width(), out);
         }
@@ -290,7 +293,6 @@ impl Sptt {
             my_index: self.my_index,
             firsts: firsts(samples),
             parts: (0..chunks).map(part).collect(),
-            mine: samples[self.rank_of[self.my_group][self.my_index]],
             held,
             tables: local.iter().map(|l| l.table).collect(),
             width: self.sent_width(self.my_group),
