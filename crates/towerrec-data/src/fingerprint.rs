@@ -1,22 +1,23 @@
 //! Fingerprints of data files, so that a resumed run can tell whether its data changed
 //! since the checkpoint: the size, the modification time and a hash of the content
-//! (xxh3), whole for files up to [`WHOLE_HASH_LIMIT`] and of sampled blocks beyond.
+//! (xxh3), whole for files up to a limit the run sets (`train.fingerprint_whole_mib`,
+//! default [`DEFAULT_WHOLE_LIMIT`]) and of sampled blocks beyond.
 //!
 //! The size and the hash decide; a changed modification time alone (a copy, a `touch`)
 //! is not a change. Sampling keeps a fingerprint of a terabyte file to a few
 //! milliseconds, at the price of missing an edit that keeps the size and falls between
-//! the blocks.
+//! the blocks; a file hashed whole is checked whole again ([`FileFingerprint::again`]).
+//! The cost of hashing whole is measured in docs/RELIABILITY.md ("Resume checks").
 
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
-use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 use xxhash_rust::xxh3::Xxh3;
 
-/// Files up to this size are hashed whole.
-pub const WHOLE_HASH_LIMIT: u64 = 64 << 20;
+/// Files up to this size are hashed whole unless the run sets another limit: 1 GiB.
+pub const DEFAULT_WHOLE_LIMIT: u64 = 1 << 30;
 /// Larger files: this many blocks, evenly spaced from the first to the last byte.
 const SAMPLED_BLOCKS: u64 = 64;
 const BLOCK: u64 = 64 << 10;
@@ -37,10 +38,22 @@ pub struct FileFingerprint {
 }
 
 impl FileFingerprint {
-    /// Fingerprints the file at `path`.
-    pub fn of(path: &Path) -> Result<Self> {
+    /// Fingerprints the file at `path`: its content hashed whole if it has at most
+    /// `whole_limit` bytes, else sampled.
+    pub fn of(path: &Path, whole_limit: u64) -> Result<Self> {
+        Self::taken(path, |size| size > whole_limit)
+    }
+
+    /// The fingerprint of the file at `path` now, taken as this one was (whole or
+    /// sampled), to compare with it.
+    pub fn again(&self, path: &Path) -> Result<Self> {
+        let sampled = self.sampled;
+        Self::taken(path, |_| sampled)
+    }
+
+    fn taken(path: &Path, sample: impl FnOnce(u64) -> bool) -> Result<Self> {
         let io = |e| Error::io(path, e);
-        let mut file = File::open(path).map_err(io)?;
+        let mut file = crate::datafile::open(path)?;
         let meta = file.metadata().map_err(io)?;
         let size = meta.len();
         let modified_ns = meta
@@ -50,7 +63,8 @@ impl FileFingerprint {
             .and_then(|d| u64::try_from(d.as_nanos()).ok());
         let mut hasher = Xxh3::new();
         hasher.update(&size.to_le_bytes());
-        let sampled = size > WHOLE_HASH_LIMIT;
+        // Too small to sample: whole.
+        let sampled = size >= SAMPLED_BLOCKS * BLOCK && sample(size);
         let mut buf = vec![0u8; BLOCK as usize];
         if sampled {
             let last = size - BLOCK;
@@ -61,6 +75,7 @@ impl FileFingerprint {
                 hasher.update(&buf);
             }
         } else {
+            let mut buf = vec![0u8; 1 << 20];
             loop {
                 let n = file.read(&mut buf).map_err(io)?;
                 if n == 0 {
@@ -103,37 +118,54 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let a = dir.join("a.txt");
         std::fs::write(&a, "1\t2\t3\n").unwrap();
-        let before = FileFingerprint::of(&a).unwrap();
+        let before = FileFingerprint::of(&a, DEFAULT_WHOLE_LIMIT).unwrap();
         assert!(!before.sampled);
         // Rewritten with the same bytes (a new modification time): the same data.
         std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::write(&a, "1\t2\t3\n").unwrap();
-        assert_eq!(before.change_to(&FileFingerprint::of(&a).unwrap()), None);
+        assert_eq!(
+            before.change_to(&FileFingerprint::of(&a, DEFAULT_WHOLE_LIMIT).unwrap()),
+            None
+        );
         std::fs::write(&a, "1\t2\t4\n").unwrap();
-        let edited = before.change_to(&FileFingerprint::of(&a).unwrap()).unwrap();
+        let edited = before
+            .change_to(&FileFingerprint::of(&a, DEFAULT_WHOLE_LIMIT).unwrap())
+            .unwrap();
         assert!(edited.contains("content"), "{edited}");
         std::fs::write(&a, "1\t2\t3\n4\n").unwrap();
-        let grown = before.change_to(&FileFingerprint::of(&a).unwrap()).unwrap();
+        let grown = before
+            .change_to(&FileFingerprint::of(&a, DEFAULT_WHOLE_LIMIT).unwrap())
+            .unwrap();
         assert!(grown.contains("size went from 6 to 8"), "{grown}");
         std::fs::remove_dir_all(dir).ok();
     }
 
     #[test]
-    fn large_files_hash_sampled_blocks_and_see_edits_in_them() {
-        let dir = std::env::temp_dir().join(format!("towerrec-fp-big-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("big.bin");
-        let mut bytes = vec![7u8; (WHOLE_HASH_LIMIT + 3 * BLOCK) as usize];
+    fn files_past_the_limit_hash_sampled_blocks_and_whole_ones_are_checked_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big.bin");
+        let mut bytes = vec![7u8; (SAMPLED_BLOCKS * BLOCK + 3 * BLOCK) as usize];
         std::fs::write(&p, &bytes).unwrap();
-        let before = FileFingerprint::of(&p).unwrap();
-        assert!(before.sampled);
-        // The first and last blocks are always sampled.
+        let sampled = FileFingerprint::of(&p, 0).unwrap();
+        let whole = FileFingerprint::of(&p, DEFAULT_WHOLE_LIMIT).unwrap();
+        assert!(sampled.sampled && !whole.sampled);
+        // One byte between two sampled blocks: only the whole hash sees it, and a
+        // fingerprint taken whole is taken whole again whatever the limit now.
         let n = bytes.len();
-        bytes[n - 1] = 8;
+        let last = n as u64 - BLOCK;
+        let starts: Vec<u64> = (0..SAMPLED_BLOCKS)
+            .map(|i| last * i / (SAMPLED_BLOCKS - 1))
+            .collect();
+        let between = (n as u64 / 2..)
+            .find(|&p| starts.iter().all(|&s| p < s || p >= s + BLOCK))
+            .unwrap();
+        bytes[between as usize] = 8;
         std::fs::write(&p, &bytes).unwrap();
-        assert!(before
-            .change_to(&FileFingerprint::of(&p).unwrap())
-            .is_some());
-        std::fs::remove_dir_all(dir).ok();
+        assert_eq!(sampled.change_to(&sampled.again(&p).unwrap()), None);
+        assert!(whole.change_to(&whole.again(&p).unwrap()).is_some());
+        // The first and last blocks are always sampled.
+        bytes[n - 1] = 9;
+        std::fs::write(&p, &bytes).unwrap();
+        assert!(sampled.change_to(&sampled.again(&p).unwrap()).is_some());
     }
 }

@@ -11,6 +11,7 @@ pub mod batcher;
 pub mod binary;
 pub mod criteo;
 pub mod csv_schema;
+pub mod datafile;
 pub mod error;
 pub mod fingerprint;
 pub mod hash;

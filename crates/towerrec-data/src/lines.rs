@@ -50,14 +50,23 @@ pub(crate) struct Lines {
 }
 
 impl Lines {
-    /// Opens `path` for reading; `delimiter` separates fields.
+    /// Opens `path` for reading (refusing what is no data file: [`crate::datafile`]);
+    /// `delimiter` separates fields.
     pub fn open(path: &Path, delimiter: u8) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        Ok(Self::new(
-            Box::new(BufReader::with_capacity(1 << 16, file)),
+        Ok(Self::from_file(
+            crate::datafile::open(path)?,
             path,
             delimiter,
         ))
+    }
+
+    /// Reads the open `file` from where it stands, naming `path` in errors.
+    pub fn from_file(file: File, path: &Path, delimiter: u8) -> Self {
+        Self::new(
+            Box::new(BufReader::with_capacity(1 << 16, file)),
+            path,
+            delimiter,
+        )
     }
 
     /// Reads from `reader`, naming `path` in errors.

@@ -13,15 +13,19 @@
 //! files are recognized by their magic bytes, so `--data train.bin` works with a Criteo
 //! or CSV config.
 
-use crate::binary::{is_binary_file, BinaryDataset, BinaryStream};
+use crate::binary::{is_binary, is_binary_file, BinaryDataset, BinaryStream};
 use crate::criteo::{criteo_schema, CriteoReader};
 use crate::csv_schema::{CsvReader, CsvSchema};
+use crate::datafile;
 use crate::error::{Error, Result};
+use crate::lines::Lines;
 use crate::record::{BadRows, RecordStream, Schema};
 use crate::synthetic::{SyntheticConfig, SyntheticStream};
-use crate::text::{count_rows, RowSelect};
+use crate::text::{count_lines, RowSelect};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -211,6 +215,12 @@ impl DataConfig {
             .collect()
     }
 
+    /// How the data file divides into train and eval rows (none for synthetic data).
+    pub fn split(&self) -> &Split {
+        const NONE: &Split = &Split::None;
+        self.files().map_or(NONE, |(_, _, _, split)| split)
+    }
+
     /// What `part` reads, for messages: a file, or a part of one, or synthetic data.
     pub fn describe(&self, part: Part, base_dir: &Path) -> String {
         let name = match part {
@@ -326,7 +336,7 @@ impl Split {
     }
 
     /// The split in words, for messages.
-    fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         match self {
             Split::None => "no split".into(),
             Split::Tail {
@@ -400,10 +410,17 @@ impl Split {
 
 /// Row counts of text files, so that re-opening a file for every evaluation does not
 /// re-count it; keyed by size and modification time so an edited file is recounted.
-fn cached_count(path: &Path, header: bool, delimiter: u8, bad_rows: BadRows) -> Result<u64> {
+/// Counts through `file` (a duplicate of its handle) and puts it back at the start.
+fn cached_count(
+    file: &mut File,
+    path: &Path,
+    header: bool,
+    delimiter: u8,
+    bad_rows: BadRows,
+) -> Result<u64> {
     type Key = (PathBuf, bool, u8, u64, Option<SystemTime>);
     static COUNTS: Mutex<Option<HashMap<Key, u64>>> = Mutex::new(None);
-    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    let meta = file.metadata().map_err(|e| Error::io(path, e))?;
     // `bad_rows` only decides whether counting fails, so successful counts are shared.
     let key = (
         path.to_path_buf(),
@@ -417,20 +434,30 @@ fn cached_count(path: &Path, header: bool, delimiter: u8, bad_rows: BadRows) -> 
             return Ok(n);
         }
     }
-    let n = count_rows(path, header, delimiter, bad_rows)?;
+    let twin = file.try_clone().map_err(|e| Error::io(path, e))?;
+    let n = count_lines(Lines::from_file(twin, path, delimiter), header, bad_rows)?;
+    file.seek(SeekFrom::Start(0))
+        .map_err(|e| Error::io(path, e))?;
     if let Ok(mut guard) = COUNTS.lock() {
         guard.get_or_insert_with(HashMap::new).insert(key, n);
     }
     Ok(n)
 }
 
-fn open_binary(path: &Path, split: &Split, part: Part) -> Result<Box<dyn RecordStream>> {
-    let data = Arc::new(BinaryDataset::open(path)?);
+fn open_binary(
+    file: &File,
+    path: &Path,
+    split: &Split,
+    part: Part,
+) -> Result<Box<dyn RecordStream>> {
+    let data = Arc::new(BinaryDataset::from_file(file, path)?);
     let select = split.select(part, path, || Ok(data.len()))?;
     Ok(Box::new(BinaryStream::with_rows(data, select)))
 }
 
-/// Opens one file with its format's reader, or as binary when it has the binary magic.
+/// Opens one file with its format's reader, or as binary when it has the binary magic:
+/// the file is opened once, and its magic, a split's row count and its rows are read
+/// through that one handle ([`crate::datafile`]).
 fn open_file(
     format: FileFormat<'_>,
     path: &Path,
@@ -438,20 +465,34 @@ fn open_file(
     part: Part,
     bad_rows: BadRows,
 ) -> Result<Box<dyn RecordStream>> {
+    let mut file = datafile::open(path)?;
+    if matches!(format, FileFormat::Binary) || is_binary(&mut file, path)? {
+        return open_binary(&file, path, split, part);
+    }
+    let buffered = |file: File| BufReader::with_capacity(1 << 16, file);
     Ok(match format {
-        FileFormat::Binary => open_binary(path, split, part)?,
-        _ if is_binary_file(path)? => open_binary(path, split, part)?,
+        FileFormat::Binary => unreachable!("opened as binary above"),
         FileFormat::Criteo(rows) => {
-            let select = split.select(part, path, || cached_count(path, false, b'\t', bad_rows))?;
-            Box::new(CriteoReader::open(path, rows, bad_rows)?.with_rows(select))
+            let select = split.select(part, path, || {
+                cached_count(&mut file, path, false, b'\t', bad_rows)
+            })?;
+            let reader = CriteoReader::from_reader(buffered(file), path, rows, bad_rows)?;
+            Box::new(reader.with_rows(select))
         }
         FileFormat::Csv(schema) => {
             // Before counting, which splits lines on the delimiter.
             schema.validate()?;
             let select = split.select(part, path, || {
-                cached_count(path, schema.header, schema.delimiter as u8, bad_rows)
+                cached_count(
+                    &mut file,
+                    path,
+                    schema.header,
+                    schema.delimiter as u8,
+                    bad_rows,
+                )
             })?;
-            Box::new(CsvReader::open(path, schema, bad_rows)?.with_rows(select))
+            let reader = CsvReader::from_reader(buffered(file), path, schema, bad_rows)?;
+            Box::new(reader.with_rows(select))
         }
     })
 }

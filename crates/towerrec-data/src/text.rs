@@ -112,7 +112,11 @@ impl RowCursor {
 /// Under [`BadRows::Fail`] an over-long line is an error here already, as it would be
 /// when read; under `Skip` it counts as the malformed row it is.
 pub fn count_rows(path: &Path, header: bool, delimiter: u8, bad_rows: BadRows) -> Result<u64> {
-    let mut lines = Lines::open(path, delimiter)?;
+    count_lines(Lines::open(path, delimiter)?, header, bad_rows)
+}
+
+/// [`count_rows`] of lines already open.
+pub(crate) fn count_lines(mut lines: Lines, header: bool, bad_rows: BadRows) -> Result<u64> {
     let mut n = 0u64;
     while lines.next_line()? {
         if lines.too_long && bad_rows == BadRows::Fail {

@@ -65,6 +65,13 @@ pub enum Error {
     /// The run directory cannot be used as asked (holds another run, is locked, ...).
     #[error("run directory {}: {message}", path.display())]
     RunDir { path: PathBuf, message: String },
+    /// An output that would replace one of the command's inputs or a run's file, or a
+    /// path that cannot be used (see [`crate::files`]); the message names both paths.
+    #[error("{0}")]
+    Files(String),
+    /// A resumed run's position does not fit its data.
+    #[error("resume: {0}")]
+    Progress(String),
     /// A rank of a cluster run failed; the message names it.
     #[error("cluster: {0}")]
     Cluster(String),

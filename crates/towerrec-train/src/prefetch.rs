@@ -5,7 +5,7 @@
 //! its own slice; otherwise it reads the whole global batch and slices it here, off
 //! the training thread. Either way a rank gets the same samples.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ranks::rank_slice;
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::thread::JoinHandle;
@@ -64,6 +64,16 @@ impl Prefetcher {
                 let skip = index <= skip_batches;
                 let fed = match read_global(stream.as_mut(), batch_size, share, skip) {
                     Ok(Some(f)) => f,
+                    Ok(None) if skip => {
+                        // A resumed pass whose data ends before the batches it had trained on.
+                        let _ = tx.send(Err(Error::Progress(format!(
+                            "the checkpoint stands at batch {skip_batches} of its epoch, but \
+                             the training data ends after {} batches: it is not the data the \
+                             run trained on, or the checkpoint's progress was edited",
+                            index - 1
+                        ))));
+                        break;
+                    }
                     Ok(None) => break,
                     Err(e) => {
                         let _ = tx.send(Err(e));

@@ -1,15 +1,22 @@
 //! The run directory, guarded: one run at a time (a lock), never over another run by
-//! accident, untouched by a run that fails at start-up, and after a resume holding
-//! exactly the history up to the checkpoint.
+//! accident, untouched by a run that fails at start-up, an overwritten run kept until
+//! its replacement has finished, and after a resume holding exactly the history up to
+//! the checkpoint.
 //!
 //! - [`RunDir::claim`] takes the directory's lock (an advisory `flock` on
 //!   [`LOCK_FILE`], released by the kernel when the process ends, however it ends) and,
 //!   for a new run, refuses a directory that holds another run unless asked to
-//!   overwrite it.
+//!   overwrite it. It first finishes what a stopped `--overwrite` left ([`recover`]).
 //! - [`begin`] is called once start-up has succeeded (model built, checkpoint applied,
-//!   data opened): only then does a new run remove what an overwritten run left and
-//!   write its `config.toml`, and a resumed run cut `metrics.jsonl` back to the
-//!   checkpoint's step.
+//!   data opened): only then does a new run move what an overwritten run left into
+//!   [`REPLACED_DIR`] and write its `config.toml`, and a resumed run cut
+//!   `metrics.jsonl` back to the checkpoint's step.
+//! - [`end`]: a new run that finished removes the replaced run's files; one that failed
+//!   removes its own and puts them back. A run killed in between leaves
+//!   [`REPLACED_DIR`], and the next command in the directory restores the replaced run.
+//!
+//! [`owner`] says which files of a run directory each command writes there
+//! (docs/RELIABILITY.md, "Inputs and outputs").
 
 use crate::checkpoint::CHECKPOINT_FILE;
 use crate::config::Config;
@@ -26,6 +33,52 @@ pub const METRICS_FILE: &str = "metrics.jsonl";
 pub const SUMMARY_FILE: &str = "summary.json";
 /// The resolved config a run writes.
 pub const CONFIG_FILE: &str = "config.toml";
+/// Where a run started with `--overwrite` keeps the files of the run it replaces until
+/// it has finished.
+pub const REPLACED_DIR: &str = ".towerrec-replaced";
+/// The list, inside [`REPLACED_DIR`], of the files being moved there (written first).
+const MANIFEST: &str = "MOVED";
+
+/// `partition`'s default outputs beside a run's checkpoint.
+const PARTITION_FILES: [&str; 3] = [
+    "partition.json",
+    "partition.interaction.svg",
+    "partition.embedding.svg",
+];
+
+/// The command that writes the file `name` of a run directory (`"train"`,
+/// `"partition"`), or None for a name that is not one of a run's files. Only that
+/// command may write it there.
+pub fn owner(name: &str) -> Option<&'static str> {
+    let replan = name
+        .strip_prefix("replan-step-")
+        .and_then(|r| r.strip_suffix(".json"))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    if RUN_FILES.contains(&name) || name == LOCK_FILE || name == REPLACED_DIR || replan {
+        Some("train")
+    } else if PARTITION_FILES.contains(&name) {
+        Some("partition")
+    } else {
+        None
+    }
+}
+
+/// Whether `dir` holds a run (any of its files, or its lock).
+pub fn is_run_dir(dir: &Path) -> bool {
+    !run_files(dir).is_empty() || dir.join(LOCK_FILE).exists() || dir.join(REPLACED_DIR).exists()
+}
+
+/// Whether a new run (which moves an overwritten run's files aside) replaces the file
+/// `name` of its directory: every file of a run.
+pub fn new_run_replaces(name: &str) -> bool {
+    owner(name).is_some()
+}
+
+/// Whether a resumed run rewrites the file `name` of its directory: its checkpoint,
+/// metrics, summary and lock (its plans and config stay).
+pub fn resume_rewrites(name: &str) -> bool {
+    [CHECKPOINT_FILE, METRICS_FILE, SUMMARY_FILE, LOCK_FILE].contains(&name)
+}
 
 /// The files that make a directory a run's.
 const RUN_FILES: [&str; 4] = [CHECKPOINT_FILE, METRICS_FILE, SUMMARY_FILE, CONFIG_FILE];
@@ -46,6 +99,8 @@ pub struct RunDir {
     path: PathBuf,
     lock: Option<File>,
     created: bool,
+    /// What [`recover`] restored when the directory was claimed, to say.
+    recovered: Option<String>,
 }
 
 impl Drop for RunDir {
@@ -103,10 +158,8 @@ impl RunDir {
         if path.exists() && !path.is_dir() {
             return Err(dir_error("is not a directory".into()));
         }
-        if claim == Claim::Resume && !path.join(CHECKPOINT_FILE).exists() {
-            return Err(dir_error(format!(
-                "holds no {CHECKPOINT_FILE} to resume from"
-            )));
+        if claim == Claim::Resume && !path.is_dir() {
+            return Err(dir_error("no such run directory".into()));
         }
         let created = !path.exists();
         std::fs::create_dir_all(path).map_err(|e| Error::io(path, e))?;
@@ -122,6 +175,7 @@ impl RunDir {
             path: path.to_path_buf(),
             lock: None,
             created,
+            recovered: None,
         };
         if !try_lock(&lock) {
             let holder = std::fs::read_to_string(&lock_path).unwrap_or_default();
@@ -137,10 +191,156 @@ impl RunDir {
         let _ = lock.set_len(0);
         let _ = writeln!(lock, "{}", std::process::id());
         dir.lock = Some(lock);
+        dir.recovered = restore_replaced(path)?;
+        if claim == Claim::Resume && !path.join(CHECKPOINT_FILE).exists() {
+            return Err(dir_error(format!(
+                "holds no {CHECKPOINT_FILE} to resume from"
+            )));
+        }
         if let Claim::New { overwrite } = claim {
             check_new_run(path, overwrite)?;
         }
         Ok(dir)
+    }
+
+    /// What the claim restored of a run that a stopped `--overwrite` was replacing, in
+    /// words, if it restored anything.
+    pub fn recovered(&self) -> Option<&str> {
+        self.recovered.as_deref()
+    }
+}
+
+/// Finishes, in a directory no run holds, what a run started with `--overwrite` and
+/// stopped before its end left there: restores the run it was replacing. Returns what
+/// was done, in words. Does nothing while a run holds the directory's lock, or where
+/// the directory does not exist.
+pub fn recover(dir: &Path) -> Result<Option<String>> {
+    if !dir.join(REPLACED_DIR).is_dir() {
+        return Ok(None);
+    }
+    let lock_path = dir.join(LOCK_FILE);
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| Error::io(&lock_path, e))?;
+    if !try_lock(&lock) {
+        return Ok(None);
+    }
+    restore_replaced(dir)
+}
+
+/// The names listed in a manifest.
+fn manifest_names(replaced: &Path) -> Result<Vec<String>> {
+    let path = replaced.join(MANIFEST);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(text.lines().map(str::to_string).collect()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(Error::io(&path, e)),
+    }
+}
+
+/// Removes a file or a directory tree; absent is fine.
+fn remove_any(path: &Path) -> Result<()> {
+    let removed = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    };
+    removed.map_err(|e| Error::io(path, e))
+}
+
+/// With the lock held: where [`REPLACED_DIR`] exists, a run that was replacing the
+/// directory's run failed or was stopped. Its files go (every run file of the
+/// directory that is not the replaced run's and not yet moved), the replaced run's
+/// files come back, and [`REPLACED_DIR`] goes. Each step can be repeated, so a restore
+/// that is itself stopped is finished by the next one.
+fn restore_replaced(dir: &Path) -> Result<Option<String>> {
+    let replaced = dir.join(REPLACED_DIR);
+    if !replaced.is_dir() {
+        return Ok(None);
+    }
+    let listed = manifest_names(&replaced)?;
+    // A listed name not yet moved is the replaced run's own file: it stays.
+    let kept = |name: &str| listed.iter().any(|l| l == name) && !replaced.join(name).exists();
+    let mut removed = Vec::new();
+    for entry in std::fs::read_dir(dir)
+        .map_err(|e| Error::io(dir, e))?
+        .flatten()
+    {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if [LOCK_FILE, REPLACED_DIR].contains(&name) || owner(name).is_none() || kept(name) {
+            continue;
+        }
+        remove_any(&entry.path())?;
+        removed.push(name.to_string());
+    }
+    let mut restored = Vec::new();
+    for name in &listed {
+        let from = replaced.join(name);
+        if from.exists() {
+            let to = dir.join(name);
+            std::fs::rename(&from, &to).map_err(|e| Error::io(&to, e))?;
+            restored.push(name.clone());
+        }
+    }
+    remove_any(&replaced)?;
+    removed.sort();
+    Ok(Some(format!(
+        "run directory {}: a run started there with --overwrite did not finish; its files \
+         were removed ({}) and the run it was replacing is restored ({})",
+        dir.display(),
+        if removed.is_empty() {
+            "none".into()
+        } else {
+            removed.join(", ")
+        },
+        if restored.is_empty() {
+            "none".into()
+        } else {
+            restored.join(", ")
+        }
+    )))
+}
+
+/// Moves every file of an overwritten run in `dir` (all that [`owner`] knows but the
+/// lock) into [`REPLACED_DIR`], listing them there first.
+fn move_replaced_aside(dir: &Path) -> Result<()> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map_err(|e| Error::io(dir, e))?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| owner(n).is_some() && ![LOCK_FILE, REPLACED_DIR].contains(&n.as_str()))
+        .collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    names.sort();
+    let replaced = dir.join(REPLACED_DIR);
+    std::fs::create_dir(&replaced).map_err(|e| Error::io(&replaced, e))?;
+    let manifest = replaced.join(MANIFEST);
+    towerrec_core::fsio::write_atomic(&manifest, (names.join("\n") + "\n").as_bytes())
+        .map_err(|e| Error::io(&manifest, e))?;
+    for name in &names {
+        let to = replaced.join(name);
+        std::fs::rename(dir.join(name), &to).map_err(|e| Error::io(&to, e))?;
+    }
+    Ok(())
+}
+
+/// Ends a run in `dir`: where it replaced another run (`--overwrite`), a finished run
+/// (`ok`) removes the replaced run's files; a failed one removes its own files and
+/// restores them. Returns what a restore did, in words.
+pub fn end(dir: &Path, ok: bool) -> Result<Option<String>> {
+    if ok {
+        remove_any(&dir.join(REPLACED_DIR))?;
+        Ok(None)
+    } else {
+        restore_replaced(dir)
     }
 }
 
@@ -159,9 +359,9 @@ fn try_lock(_: &File) -> bool {
 }
 
 /// Makes `dir` this run's once start-up has succeeded. A new run (`resumed_at` None)
-/// removes an overwritten run's checkpoint, metrics and summary and writes its config; a
-/// resumed one keeps the metrics lines up to its checkpoint's step and drops a summary
-/// that no longer describes the run.
+/// moves an overwritten run's files into [`REPLACED_DIR`] (see [`end`]) and writes its
+/// config; a resumed one keeps the metrics lines up to its checkpoint's step and drops
+/// a summary that no longer describes the run.
 pub fn begin(dir: &Path, cfg: &Config, resumed_at: Option<u64>) -> Result<()> {
     let remove = |name: &str| -> Result<()> {
         let p = dir.join(name);
@@ -170,16 +370,17 @@ pub fn begin(dir: &Path, cfg: &Config, resumed_at: Option<u64>) -> Result<()> {
             _ => Ok(()),
         }
     };
-    remove(SUMMARY_FILE)?;
     match resumed_at {
         None => {
-            remove(CHECKPOINT_FILE)?;
-            remove(METRICS_FILE)?;
+            move_replaced_aside(dir)?;
             let p = dir.join(CONFIG_FILE);
             towerrec_core::fsio::write_atomic(&p, cfg.to_toml().as_bytes())
                 .map_err(|e| Error::io(&p, e))
         }
-        Some(step) => cut_metrics(&dir.join(METRICS_FILE), step),
+        Some(step) => {
+            remove(SUMMARY_FILE)?;
+            cut_metrics(&dir.join(METRICS_FILE), step)
+        }
     }
 }
 

@@ -8,6 +8,7 @@ use towerrec_data::{BadRows, Part};
 use towerrec_train::checkpoint::Checkpoint;
 use towerrec_train::config::DEFAULT_MAX_BAD_FRACTION;
 use towerrec_train::evaluate::score;
+use towerrec_train::files::Files;
 use towerrec_train::{Config, Model};
 
 /// What to do with a malformed data row.
@@ -129,28 +130,43 @@ pub fn load_config(path: Option<&Path>, overrides: &[String]) -> Result<Config> 
     })
 }
 
-/// Refuses an output that is one of `cfg`'s data files (the same file, also through a
-/// link): writing it would destroy the input.
-pub fn refuse_clobbering(cfg: &Config, output: &Path, flag: &str) -> Result<()> {
-    let inputs = cfg.data.input_files(&cfg.base_dir);
-    let paths: Vec<&Path> = inputs.iter().map(|(_, p)| p.as_path()).collect();
-    if let Some(input) = towerrec_core::fsio::clobbered_input(output, &paths) {
-        bail!(
-            "{flag} {} is the input data file {}: writing it would destroy the input; choose another output",
-            output.display(),
-            input.display()
-        );
+/// Says what [`Files::clean`] removed: the temporaries of interrupted writes in the
+/// directories the command writes into (docs/RELIABILITY.md, "Inputs and outputs").
+pub fn clean(files: &Files) {
+    for line in files.clean() {
+        eprintln!("{line}");
+    }
+}
+
+/// Where `checkpoint` (a run directory or a checkpoint file) is in a run directory that
+/// a stopped `--overwrite` left, restores the run it was replacing first, and says so.
+pub fn recover_run_dir(checkpoint: &Path) -> Result<()> {
+    let dir = if checkpoint.is_dir() {
+        checkpoint
+    } else {
+        match checkpoint.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        }
+    };
+    if let Some(note) = towerrec_train::rundir::recover(dir)? {
+        eprintln!("{note}");
     }
     Ok(())
 }
 
 pub fn eval(a: EvalArgs) -> Result<()> {
     set_threads(check_threads(a.threads.unwrap_or(0), "--threads")?)?;
-    let ckpt = Checkpoint::read(&a.checkpoint)?;
+    recover_run_dir(&a.checkpoint)?;
+    let ckpt_path = towerrec_train::checkpoint::resolve(&a.checkpoint);
+    let ckpt = Checkpoint::read(&ckpt_path)?;
     let mut cfg = ckpt.config()?;
     cfg.override_data(None, absolute(a.data)?);
+    let mut files = Files::new("eval");
+    files.input("the checkpoint", &ckpt_path)?;
+    files.config(None, &cfg)?;
     if let Some(path) = &a.predictions {
-        refuse_clobbering(&cfg, path, "--predictions")?;
+        files.output("--predictions", path)?;
     }
     let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir)?;
     let mut model = Model::build(&cfg.model, &cfg.optimizer, &schema, cfg.train.seed)?;
@@ -160,6 +176,7 @@ pub fn eval(a: EvalArgs) -> Result<()> {
     let source = cfg.data.describe(Part::Eval, &cfg.base_dir);
     let m = scored.checked_metrics(a.max_bad_fraction, &source)?;
     if let Some(path) = &a.predictions {
+        clean(&files);
         let text: String = scored.probs.iter().map(|p| format!("{p}\n")).collect();
         towerrec_core::fsio::write_atomic(path, text.as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;

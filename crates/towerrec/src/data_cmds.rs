@@ -3,7 +3,7 @@
 //! known, and is removed, with its temporary files, when the conversion fails or is
 //! interrupted (SIGINT, SIGTERM; a second signal ends the process at once).
 
-use crate::commands::{absolute, load_config, refuse_clobbering, BadRowsArg, PartArg};
+use crate::commands::{absolute, clean, load_config, BadRowsArg, PartArg};
 use anyhow::{bail, Result};
 use clap::Args;
 use std::ops::ControlFlow;
@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use towerrec_data::{BadRows, DataConfig, Part, PoolingFactor, SyntheticConfig};
 use towerrec_train::config::DEFAULT_MAX_BAD_FRACTION;
+use towerrec_train::files::Files;
 use towerrec_train::{Config, ReadCounts};
 
 #[derive(Args)]
@@ -151,15 +152,21 @@ pub fn datagen(a: DatagenArgs) -> Result<()> {
     let DataConfig::Synthetic(s) = &cfg.data else {
         bail!("datagen needs a config whose [data] format is \"synthetic\"; use `towerrec preprocess` for files");
     };
-    refuse_clobbering(&cfg, &a.out, "--out")?;
+    let mut files = Files::new("datagen");
+    files.config(a.config.as_deref(), &cfg)?;
+    files.output("--out", &a.out)?;
     check_disk(s, a.part.into(), &a.out)?;
+    clean(&files);
     write_part(&cfg, a.part.into(), BadRows::Fail, &a.out).map(drop)
 }
 
 pub fn preprocess(a: PreprocessArgs) -> Result<()> {
     let mut cfg = Config::load(&a.config, &a.set)?;
     cfg.override_data(absolute(a.data)?, None);
-    refuse_clobbering(&cfg, &a.out, "--out")?;
+    let mut files = Files::new("preprocess");
+    files.config(Some(&a.config), &cfg)?;
+    files.output("--out", &a.out)?;
+    clean(&files);
     let part: Part = a.part.into();
     let read = write_part(&cfg, part, a.bad_rows.into(), &a.out)?;
     let source = cfg.data.describe(part, &cfg.base_dir);

@@ -15,6 +15,7 @@ use towerrec_plan::partition::{
     PartitionOptions, StressOptions, TowerPartition,
 };
 use towerrec_train::checkpoint::{self, Checkpoint};
+use towerrec_train::files::Files;
 use towerrec_train::{Config, Model};
 
 /// How the interaction becomes a distance.
@@ -69,6 +70,10 @@ pub struct PartitionArgs {
     /// Worker threads [default: one per core].
     #[arg(long)]
     threads: Option<usize>,
+    /// Measure on training data whose content changed since the checkpoint (refused
+    /// by default, as `train --resume` refuses it).
+    #[arg(long)]
+    allow_data_change: bool,
 }
 
 pub fn run(a: PartitionArgs) -> Result<()> {
@@ -79,6 +84,7 @@ pub fn run(a: PartitionArgs) -> Result<()> {
     if a.dims == 0 {
         bail!("--dims 0: the embedding needs at least 1 dimension");
     }
+    crate::commands::recover_run_dir(&a.checkpoint)?;
     let ckpt_path = checkpoint::resolve(&a.checkpoint);
     if !ckpt_path.is_file() {
         bail!(
@@ -89,6 +95,9 @@ pub fn run(a: PartitionArgs) -> Result<()> {
     }
     let ckpt = Checkpoint::read(&ckpt_path)?;
     let cfg = ckpt.config()?;
+    if !a.allow_data_change {
+        ckpt.check_data(&cfg)?;
+    }
     let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir)?;
     let names: Vec<String> = schema.sparse.iter().map(|f| f.name.clone()).collect();
     if names.is_empty() {
@@ -107,9 +116,12 @@ pub fn run(a: PartitionArgs) -> Result<()> {
         sibling(&json_path, "interaction.svg"),
         sibling(&json_path, "embedding.svg"),
     );
-    for p in [&json_path, &heat_path, &scatter_path] {
-        refuse_clobbering(&cfg, &ckpt_path, p)?;
-    }
+    let mut files = Files::new("partition");
+    files.input("the checkpoint", &ckpt_path)?;
+    files.config(None, &cfg)?;
+    files.output("--out", &json_path)?;
+    files.output("--out's interaction plot", &heat_path)?;
+    files.output("--out's embedding plot", &scatter_path)?;
     // Before the work, not after it.
     let dir = json_path
         .parent()
@@ -123,6 +135,7 @@ pub fn run(a: PartitionArgs) -> Result<()> {
         );
     }
 
+    crate::commands::clean(&files);
     let mut model = Model::build(&cfg.model, &cfg.optimizer, &schema, cfg.train.seed)?;
     ckpt.apply(&mut model)?;
     let (interaction, samples) = interaction(&cfg, &mut model, a.batches)?;
@@ -230,18 +243,6 @@ fn sibling(json: &Path, suffix: &str) -> PathBuf {
         .file_stem()
         .map_or_else(|| "partition".into(), |s| s.to_string_lossy().into_owned());
     json.with_file_name(format!("{stem}.{suffix}"))
-}
-
-/// Refuses an output that is the checkpoint or one of the run's data files.
-fn refuse_clobbering(cfg: &Config, ckpt: &Path, out: &Path) -> Result<()> {
-    crate::commands::refuse_clobbering(cfg, out, "--out")?;
-    if towerrec_core::fsio::clobbered_input(out, &[ckpt]).is_some() {
-        bail!(
-            "--out: {} is the checkpoint: writing it would destroy the run; choose another output",
-            out.display()
-        );
-    }
-    Ok(())
 }
 
 fn method_name(m: Method) -> &'static str {

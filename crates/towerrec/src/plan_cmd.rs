@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use towerrec_data::Schema;
 use towerrec_plan::oper::Placement;
 use towerrec_plan::{estimate, planners, CostParams, Plan, ShardingType, TableSpec, Topology};
+use towerrec_train::files::Files;
 use towerrec_train::Config;
 
 /// How to spread the tables.
@@ -127,6 +128,24 @@ pub fn run(a: PlanArgs) -> Result<()> {
         Some(p) => Config::load(p, &a.set)?,
         None => Config::quickstart(&a.set)?,
     };
+    let mut files = Files::new("plan");
+    files.config(a.config.as_deref(), &cfg)?;
+    a.oper.inputs(&mut files)?;
+    if let Some(p) = &a.rate {
+        files.input("the plan to rate (--rate)", p)?;
+    }
+    if let Some(p) = &a.output {
+        files.output("--output", p)?;
+    }
+    if let Some(p) = &a.tables_out {
+        files.output("--tables-out", p)?;
+    }
+    if a.oper.has_profile() {
+        if let Some(p) = a.oper.heatmap_path(a.output.as_deref()) {
+            files.output("--heatmap", &p)?;
+        }
+    }
+    crate::commands::clean(&files);
     let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir)?;
     let tables = table_specs(&cfg, &schema)?;
     if let Some(path) = &a.tables_out {
@@ -227,7 +246,8 @@ fn write_tables(
         "tables": tables,
     });
     let text = serde_json::to_string_pretty(&doc)? + "\n";
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    towerrec_core::fsio::write_atomic(path, text.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
     eprintln!("wrote the tables to {}", path.display());
     Ok(())
 }

@@ -11,6 +11,7 @@ use towerrec_plan::oper::{self, Mode, OperParams, Placement, Rating};
 use towerrec_plan::partition::Matrix;
 use towerrec_plan::{CostParams, Plan, TableSpec, Topology};
 use towerrec_sim::Hardware;
+use towerrec_train::files::Files;
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum ModeArg {
@@ -69,6 +70,22 @@ fn parse_share(s: &str) -> std::result::Result<f64, String> {
 }
 
 impl OperArgs {
+    /// Records the files these options read: the profile, a hardware file.
+    pub fn inputs(&self, files: &mut Files) -> Result<()> {
+        if let Some(p) = &self.profile {
+            files.input("the profile", p)?;
+        }
+        if let Some(h) = self.hardware.as_deref().filter(|h| Path::new(h).is_file()) {
+            files.input("the hardware file", Path::new(h))?;
+        }
+        Ok(())
+    }
+
+    /// Whether a profile was given (then the plan is rated and its heatmap drawn).
+    pub fn has_profile(&self) -> bool {
+        self.profile.is_some()
+    }
+
     pub fn profile(&self) -> Result<Option<AccessProfile>> {
         self.profile
             .as_ref()

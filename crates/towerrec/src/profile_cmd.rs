@@ -2,7 +2,7 @@
 //! written as a profile file for `towerrec plan --strategy oper`, with a summary on
 //! stdout and the access CDF of every table as SVG.
 
-use crate::commands::{absolute, load_config, refuse_clobbering, PartArg};
+use crate::commands::{absolute, clean, load_config, PartArg};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::ops::ControlFlow;
@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use towerrec_data::{AccessProfile, BadRows, Part, ProfileOptions};
 use towerrec_sim::plot::{line_charts, LineChart, Series};
+use towerrec_train::files::Files;
 
 #[derive(Args)]
 pub struct ProfileArgs {
@@ -50,20 +51,24 @@ pub struct ProfileArgs {
 }
 
 pub fn run(a: ProfileArgs) -> Result<()> {
-    let mut cfg = load_config(absolute(a.config)?.as_deref(), &a.set)?;
+    let config = absolute(a.config)?;
+    let mut cfg = load_config(config.as_deref(), &a.set)?;
     let part: Part = a.part.into();
     match part {
         Part::Train => cfg.override_data(absolute(a.data)?, None),
         Part::Eval => cfg.override_data(None, absolute(a.data)?),
     }
-    refuse_clobbering(&cfg, &a.out, "--out")?;
+    let mut files = Files::new("profile");
+    files.config(config.as_deref(), &cfg)?;
+    files.output("--out", &a.out)?;
     let plot = a.plot.unwrap_or_else(|| a.out.with_extension("cdf.svg"));
-    refuse_clobbering(&cfg, &plot, "--plot")?;
+    files.output("--plot", &plot)?;
     for file in [&a.out, &plot] {
         if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
     }
+    clean(&files);
     let opts = ProfileOptions {
         exact_max_rows: a.exact_max_rows,
         sketch_top: a.sketch_top,

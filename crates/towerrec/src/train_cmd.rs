@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use towerrec_comm::Watchdog;
 use towerrec_data::BadRows;
 use towerrec_train::checkpoint::{self, Checkpoint};
-use towerrec_train::rundir::{Claim, RunDir, SUMMARY_FILE};
+use towerrec_train::files::Files;
+use towerrec_train::rundir::{self, Claim, RunDir, SUMMARY_FILE};
 use towerrec_train::{Config, TrainOptions};
 
 #[derive(Args)]
@@ -36,8 +37,10 @@ pub struct TrainArgs {
     /// cluster.*; anything else is refused by name.
     #[arg(long, conflicts_with = "config")]
     resume: Option<PathBuf>,
-    /// Replace the run already in --out (its checkpoint, metrics and summary) instead of
-    /// refusing; they are removed only once the new run has started.
+    /// Replace the run already in --out instead of refusing: its files move aside (into
+    /// .towerrec-replaced) when the new run starts writing, and are removed once it has
+    /// finished; if it fails they are put back (after a kill, by the next command in
+    /// the directory).
     #[arg(long, conflicts_with = "resume")]
     overwrite: bool,
     /// With --resume: accept data files whose content changed since the checkpoint.
@@ -146,6 +149,7 @@ fn resolve(a: &TrainArgs) -> Result<Resolved> {
             if !dir.exists() {
                 bail!("--resume {}: no such run directory", dir.display());
             }
+            crate::commands::recover_run_dir(dir)?;
             let ckpt = Checkpoint::read(&checkpoint::resolve(dir))?;
             (resume_config(a, &ckpt)?, dir.clone(), Some(ckpt))
         }
@@ -162,6 +166,20 @@ fn resolve(a: &TrainArgs) -> Result<Resolved> {
             (cfg, out, None)
         }
     };
+    if let (Some(_), Some(e)) = (&resume, &a.eval_data) {
+        // A resume keeps the run's data; the split decides what evaluates.
+        let split = cfg.data.split();
+        if *split != towerrec_data::Split::None {
+            bail!(
+                "--eval-data {}: the run in {} evaluates on a part of its data file ({}); a \
+                 resume keeps that split, so it takes no other evaluation file (start a new \
+                 run to change the data, or score the checkpoint with `towerrec eval --data`)",
+                e.display(),
+                out.display(),
+                split.describe()
+            );
+        }
+    }
     cfg.override_data(absolute(a.data.clone())?, absolute(a.eval_data.clone())?);
     if let Some(b) = a.bad_rows {
         cfg.train.bad_rows = b.into();
@@ -221,8 +239,31 @@ fn already_finished(r: &Resolved) -> Result<bool> {
     Ok(true)
 }
 
+/// The rule on the run's files (`towerrec_train::files`): what the run reads, and its
+/// run directory, where no input may be a file the run replaces.
+fn check_files(a: &TrainArgs, r: &Resolved) -> Result<Files> {
+    let mut files = Files::new("train");
+    // A resumed run's config is the checkpoint's own, and its checkpoint the run's.
+    let config = if r.resume.is_some() {
+        None
+    } else {
+        a.config.as_deref()
+    };
+    files.config(config, &r.cfg)?;
+    if let Some(p) = r.cfg.plan_path() {
+        files.input("the plan", &p)?;
+    }
+    if r.resume.is_some() {
+        files.run_dir("--resume", &r.out, rundir::resume_rewrites)?;
+    } else {
+        files.run_dir("--out", &r.out, rundir::new_run_replaces)?;
+    }
+    Ok(files)
+}
+
 pub fn train(a: TrainArgs) -> Result<()> {
     let resolved = resolve(&a)?;
+    let files = check_files(&a, &resolved)?;
     if already_finished(&resolved)? {
         return Ok(());
     }
@@ -232,7 +273,21 @@ pub fn train(a: TrainArgs) -> Result<()> {
     } else {
         None
     };
-    let result = train_on(&a, cfg, out, resume.is_some(), mpi.as_ref());
+    let replacing = a.overwrite && !rundir::run_files(&out).is_empty();
+    let result = match train_on(&a, cfg, &out, resume.is_some(), mpi.as_ref(), &files) {
+        Err(e)
+            if replacing
+                && mpi.as_ref().is_none_or(|s| s.rank() == 0)
+                && e.downcast_ref::<mpi::AgreedFailure>().is_none() =>
+        {
+            Err(anyhow::anyhow!(
+                "{e:#}; the run that was in {} is kept as it was (--overwrite replaces it only \
+                 once the new run has finished)",
+                out.display()
+            ))
+        }
+        r => r,
+    };
     if let (Err(e), Some(_)) = (&result, &mpi) {
         if e.downcast_ref::<mpi::AgreedFailure>().is_some() {
             // Every rank met a set-up error, rank 0 has said it once, and none is inside
@@ -260,9 +315,10 @@ pub fn train(a: TrainArgs) -> Result<()> {
 fn train_on(
     a: &TrainArgs,
     mut cfg: Config,
-    out: PathBuf,
+    out: &Path,
     resume: bool,
     mpi: Option<&mpi::Session>,
+    files: &Files,
 ) -> Result<()> {
     if let Some(session) = mpi {
         let t = session.topology();
@@ -283,7 +339,7 @@ fn train_on(
     };
     set_threads(threads)?;
     let opts = TrainOptions {
-        out_dir: out.clone(),
+        out_dir: out.to_path_buf(),
         resume,
         stop_after: a.stop_after,
         overwrite: a.overwrite,
@@ -300,7 +356,12 @@ fn train_on(
                 overwrite: a.overwrite,
             }
         };
-        Some(RunDir::claim(&out, claim)?)
+        let dir = RunDir::claim(out, claim)?;
+        if let Some(note) = dir.recovered() {
+            eprintln!("{note}");
+        }
+        crate::commands::clean(files);
+        Some(dir)
     } else {
         None
     };

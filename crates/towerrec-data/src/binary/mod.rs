@@ -32,7 +32,7 @@ use crate::text::RowSelect;
 use memmap2::Mmap;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -104,8 +104,14 @@ impl Layout {
 /// Whether `path` starts with the binary format's magic (so a `--data` override may name
 /// a preprocessed file whatever the config's format).
 pub fn is_binary_file(path: &Path) -> Result<bool> {
+    let mut file = crate::datafile::open(path)?;
+    is_binary(&mut file, path)
+}
+
+/// Whether the open `file` starts with the binary format's magic; reads its first
+/// bytes and puts its position back at the start.
+pub(crate) fn is_binary(file: &mut File, path: &Path) -> Result<bool> {
     let mut head = [0u8; 8];
-    let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
     let mut got = 0;
     while got < head.len() {
         match file.read(&mut head[got..]) {
@@ -115,6 +121,8 @@ pub fn is_binary_file(path: &Path) -> Result<bool> {
             Err(e) => return Err(Error::io(path, e)),
         }
     }
+    file.seek(std::io::SeekFrom::Start(0))
+        .map_err(|e| Error::io(path, e))?;
     Ok(got == head.len() && &head == MAGIC)
 }
 
@@ -174,14 +182,18 @@ impl std::fmt::Debug for BinaryDataset {
 impl BinaryDataset {
     /// Maps `path` and validates its header and size.
     pub fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        Self::from_file(&crate::datafile::open(path)?, path)
+    }
+
+    /// Maps the open `file`, named `path` in errors, and validates it.
+    pub(crate) fn from_file(file: &File, path: &Path) -> Result<Self> {
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         if len < 16 {
             return Err(too_short(path, len));
         }
         // Safety: the map is read-only; the one hazard, another process truncating the
         // file while it is mapped, is documented for users of preprocessed files.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        let map = unsafe { Mmap::map(file) }.map_err(|e| Error::io(path, e))?;
         Self::parse(Bytes::Map(map), path)
     }
 
@@ -467,7 +479,6 @@ impl RecordStream for BinaryStream {
 mod tests {
     use super::*;
     use crate::record::SparseFeature;
-    use towerrec_core::fsio::sibling;
 
     /// `name` in a scratch directory removed when the guard drops.
     fn temp(name: &str) -> (tempfile::TempDir, PathBuf) {
@@ -514,7 +525,8 @@ mod tests {
             w.write(r).unwrap();
         }
         assert_eq!(w.finish().unwrap(), 3);
-        assert!(!sibling(&path, ".spool.labels").exists());
+        // No spool or temporary file is left beside the output.
+        assert_eq!(std::fs::read_dir(_dir.path()).unwrap().count(), 1);
         assert!(is_binary_file(&path).unwrap());
         let ds = BinaryDataset::open(&path).unwrap();
         assert_eq!(ds.schema(), &schema);
@@ -548,7 +560,6 @@ mod tests {
         };
         assert!(w.write(&r).is_err());
         drop(w);
-        assert!(!sibling(&path, ".spool.labels").exists());
-        assert!(!path.exists());
+        assert_eq!(std::fs::read_dir(_dir.path()).unwrap().count(), 0);
     }
 }

@@ -1,6 +1,8 @@
 //! The writer of the binary format (see the parent module for the layout): one pass
-//! over the records, each section spooled to its own temporary file beside the output,
-//! then concatenated into `<path>.tmp` and renamed over `<path>`.
+//! over the records, each section spooled to its own temporary file beside the output
+//! (`<path>.spool.<section>.tmp.<pid>`), then concatenated into `<path>.tmp.<pid>` and
+//! renamed over `<path>`. A writer killed on the way leaves these; the next command that
+//! writes into the directory removes them (`towerrec_core::fsio::remove_stale_temporaries`).
 
 use super::{pad8, Header, MAGIC, VERSION};
 use crate::error::{Error, Result};
@@ -9,7 +11,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use towerrec_core::fsio::sibling;
+use towerrec_core::fsio::{sibling, temporary};
 
 /// A section being spooled to a temporary file.
 struct Spool {
@@ -61,7 +63,7 @@ impl BinaryWriter {
         }
         let mut temps = Vec::new();
         let mut spool = |suffix: String| {
-            let p = sibling(path, &suffix);
+            let p = temporary(&sibling(path, &suffix));
             temps.push(p.clone());
             Spool::create(p)
         };
@@ -73,7 +75,7 @@ impl BinaryWriter {
             offsets.put(&0u64.to_le_bytes())?;
             sparse.push((offsets, spool(format!(".spool.{f}.values"))?));
         }
-        let tmp = sibling(path, ".tmp");
+        let tmp = temporary(path);
         temps.push(tmp.clone());
         Ok(Self {
             path: path.to_path_buf(),

@@ -57,42 +57,50 @@ pub struct DataFile {
     pub fingerprint: FileFingerprint,
 }
 
-/// Fingerprints of every data file `cfg` reads.
+/// Fingerprints of every data file `cfg` reads, hashed whole up to
+/// `train.fingerprint_whole_mib`.
 pub fn data_files(cfg: &Config) -> Result<Vec<DataFile>> {
+    let limit = cfg.train.fingerprint_whole_mib.saturating_mul(1 << 20);
     cfg.data
         .input_files(&cfg.base_dir)
         .into_iter()
         .map(|(role, path)| {
             Ok(DataFile {
                 role: role.to_string(),
-                fingerprint: FileFingerprint::of(&path)?,
+                fingerprint: FileFingerprint::of(&path, limit)?,
             })
         })
         .collect()
 }
 
-/// Refuses `now` where a file of the same role has other content than `then`; the
-/// message names the file, how it changed and the way out.
-pub(super) fn check_same_data(
+/// Refuses the data files `cfg` reads now where one has other content than the file of
+/// its role in `then` (fingerprinted as that one was: whole or sampled), or has no
+/// file of its role there; the message names the files, how they differ and the way
+/// out (`way_out`).
+pub(crate) fn check_same_data(
     path: &std::path::Path,
     then: &[DataFile],
-    now: &[DataFile],
+    cfg: &Config,
+    way_out: &str,
 ) -> Result<()> {
-    for old in then {
-        let Some(new) = now.iter().find(|n| n.role == old.role) else {
-            continue;
+    let refuse = |message: String| Error::Checkpoint {
+        path: path.to_path_buf(),
+        message: format!("{message}; {way_out}"),
+    };
+    for (role, now) in cfg.data.input_files(&cfg.base_dir) {
+        let Some(old) = then.iter().find(|o| o.role == role) else {
+            return Err(refuse(format!(
+                "the run read no {role} data file, and {} would be one",
+                now.display()
+            )));
         };
-        if let Some(change) = old.fingerprint.change_to(&new.fingerprint) {
-            return Err(Error::Checkpoint {
-                path: path.to_path_buf(),
-                message: format!(
-                    "the {} data {} is not what the run trained on ({}: {change}); \
-                     resume on the same data, or pass --allow-data-change",
-                    old.role,
-                    new.fingerprint.path.display(),
-                    old.fingerprint.path.display()
-                ),
-            });
+        let new = old.fingerprint.again(&now)?;
+        if let Some(change) = old.fingerprint.change_to(&new) {
+            return Err(refuse(format!(
+                "the {role} data {} is not what the run trained on ({}: {change})",
+                now.display(),
+                old.fingerprint.path.display()
+            )));
         }
     }
     Ok(())

@@ -41,6 +41,47 @@ pub struct Progress {
     pub samples: u64,
 }
 
+/// Why `p` cannot be where a run with global batches of `batch` samples stands, over
+/// training data of `rows` rows where known.
+fn progress_story(p: Progress, batch: u64, rows: Option<u64>) -> std::result::Result<(), String> {
+    let b = p.batch_in_epoch;
+    if b > p.step {
+        return Err("has more batches in the epoch than steps".into());
+    }
+    // Each finished epoch took the same number of steps.
+    let per_epoch = match p.epoch {
+        0 if b != p.step => return Err("has steps before its first epoch's batches".into()),
+        0 => None,
+        e if !(p.step - b).is_multiple_of(e) || (p.step - b) / e < b.max(1) => {
+            return Err("does not divide into epochs of equal length".into())
+        }
+        e => Some((p.step - b) / e),
+    };
+    // Every batch is full but the last of an epoch; the epoch under way may have ended.
+    let most = p.step.saturating_mul(batch);
+    let least = most.saturating_sub((p.epoch + 1).saturating_mul(batch - 1));
+    if p.samples > most || p.samples < least.max(p.step) {
+        return Err(format!(
+            "does not match batches of {batch} samples (between {} and {most} samples)",
+            least.max(p.step)
+        ));
+    }
+    let Some(n) = rows else { return Ok(()) };
+    let batches = n.div_ceil(batch);
+    if per_epoch.is_some_and(|s| s != batches) || b > batches {
+        return Err(format!(
+            "does not match the training data's {n} rows ({batches} batches an epoch)"
+        ));
+    }
+    if p.samples != p.epoch * n + (b * batch).min(n) {
+        return Err(format!(
+            "does not match the training data's {n} rows ({} samples expected)",
+            p.epoch * n + (b * batch).min(n)
+        ));
+    }
+    Ok(())
+}
+
 /// The checkpoint path for a run directory or an explicit file.
 pub fn resolve(path: &Path) -> PathBuf {
     if path.is_dir() {
@@ -306,7 +347,12 @@ impl Checkpoint {
                 path: self.path.clone(),
                 message: format!("metadata '{}' missing or malformed", integrity::DATA),
             })?;
-        integrity::check_same_data(&self.path, &then, &data_files(cfg)?)
+        integrity::check_same_data(
+            &self.path,
+            &then,
+            cfg,
+            "use the data the run trained on, or pass --allow-data-change",
+        )
     }
 
     fn meta_u64(&self, key: &str) -> Result<u64> {
@@ -341,6 +387,35 @@ impl Checkpoint {
             batch_in_epoch: self.meta_u64("batch_in_epoch")?,
             samples: self.meta_u64("samples")?,
         })
+    }
+
+    /// The progress, checked against the run's config and data: steps, epochs, the
+    /// batch within the epoch and the samples must tell one story (each epoch the same
+    /// number of batches of `train.batch_size`, the last perhaps short), and where the
+    /// data says how many rows it has without a pass (binary and synthetic data), the
+    /// same number of batches and samples it gives. A text file's rows are checked as
+    /// the resumed pass passes over the batches already trained on.
+    pub fn checked_progress(&self, cfg: &Config) -> Result<Progress> {
+        let p = self.progress()?;
+        let rows = towerrec_data::open(
+            &cfg.data,
+            towerrec_data::Part::Train,
+            cfg.train.bad_rows,
+            &cfg.base_dir,
+        )?
+        .remaining();
+        progress_story(p, cfg.train.batch_size as u64, rows).map_err(|why| Error::Checkpoint {
+            path: self.path.clone(),
+            message: format!(
+                "its progress (step {}, epoch {}, batch {} of the epoch, {} samples) {why}: \
+                     the file was edited, or is not of this data",
+                p.step,
+                p.epoch + 1,
+                p.batch_in_epoch,
+                p.samples
+            ),
+        })?;
+        Ok(p)
     }
 
     /// Overwrites every parameter and optimizer state of `model` from the checkpoint.

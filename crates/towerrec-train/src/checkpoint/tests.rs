@@ -153,23 +153,32 @@ fn changed_data_files_are_refused() {
     let dir = scratch("data");
     let data = dir.join("train.bin");
     std::fs::write(&data, b"0123456789").unwrap();
-    let then = vec![DataFile {
-        role: "train".into(),
-        fingerprint: towerrec_data::FileFingerprint::of(&data).unwrap(),
-    }];
+    let mut cfg = crate::Config::quickstart(&[]).unwrap();
+    cfg.data = towerrec_data::DataConfig::Binary {
+        path: data.clone(),
+        eval_path: None,
+        split: towerrec_data::Split::Head { train_rows: 5 },
+    };
+    let then = integrity::data_files(&cfg).unwrap();
+    let way_out = "pass --allow-data-change";
+    assert!(integrity::check_same_data(&dir, &then, &cfg, way_out).is_ok());
     std::fs::write(&data, b"0123456780").unwrap();
-    let now = vec![DataFile {
-        role: "train".into(),
-        fingerprint: towerrec_data::FileFingerprint::of(&data).unwrap(),
-    }];
-    let e = integrity::check_same_data(&dir, &then, &now)
+    let e = integrity::check_same_data(&dir, &then, &cfg, way_out)
         .unwrap_err()
         .to_string();
     assert!(
         e.contains("content changed") && e.contains("--allow-data-change"),
         "{e}"
     );
-    assert!(integrity::check_same_data(&dir, &then, &then).is_ok());
+    // An evaluation file where the run had none is a change too.
+    std::fs::write(&data, b"0123456789").unwrap();
+    let eval = dir.join("eval.bin");
+    std::fs::write(&eval, b"x").unwrap();
+    cfg.data = cfg.data.clone().with_paths(None, Some(eval));
+    let e = integrity::check_same_data(&dir, &then, &cfg, way_out)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("the run read no eval data file"), "{e}");
     std::fs::remove_dir_all(dir).ok();
 }
 

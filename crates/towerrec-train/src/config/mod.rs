@@ -114,6 +114,17 @@ pub struct TrainSettings {
     /// malformed before the run fails.
     #[serde(default = "default_max_bad_fraction")]
     pub max_bad_fraction: f64,
+    /// Data files up to this many MiB are hashed whole for the fingerprint a resume
+    /// checks; larger ones by 64 sampled blocks of 64 KiB (docs/RELIABILITY.md).
+    #[serde(default = "default_fingerprint_whole_mib")]
+    pub fingerprint_whole_mib: u64,
+}
+
+/// Default of `train.fingerprint_whole_mib`: 1 GiB.
+pub const DEFAULT_FINGERPRINT_WHOLE_MIB: u64 = 1024;
+
+fn default_fingerprint_whole_mib() -> u64 {
+    DEFAULT_FINGERPRINT_WHOLE_MIB
 }
 
 /// Default of `train.max_bad_fraction`.

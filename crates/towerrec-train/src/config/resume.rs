@@ -17,6 +17,7 @@ pub const SAFE_ON_RESUME: &[&str] = &[
     "train.checkpoint_every",
     "train.eval_batch_size",
     "train.max_bad_fraction",
+    "train.fingerprint_whole_mib",
     "cluster",
 ];
 

@@ -36,7 +36,8 @@ pub struct TrainOptions {
     pub out_dir: PathBuf,
     /// Continue from the checkpoint in `out_dir`.
     pub resume: bool,
-    /// Write a checkpoint and stop after this many steps (to test or split a run).
+    /// Write a checkpoint and stop after this many steps of this run (counted from the
+    /// checkpoint's step when resuming), to test or split a run.
     pub stop_after: Option<u64>,
     /// A new run may replace another run's files in `out_dir`.
     pub overwrite: bool,

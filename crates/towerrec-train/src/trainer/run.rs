@@ -113,6 +113,8 @@ struct Run<'a> {
     eval_traffic: Option<RankTraffic>,
     fail_at: Option<(usize, u64)>,
     stall_at: Option<(usize, u64)>,
+    /// The step at which `--stop-after` stops the run (counted from where it started).
+    stop_at: Option<u64>,
     /// `[cluster.drift]` on a cluster: the rows read since the last check.
     drift: Option<DriftWatch>,
     /// After the rows moved inside the run: the config with the plan they moved to,
@@ -143,13 +145,13 @@ pub fn train_model(
             ckpt.check_data(cfg)?;
         }
         ckpt.apply(&mut model)?;
-        progress = ckpt.progress()?;
+        progress = ckpt.checked_progress(cfg)?;
     }
     // The data must open, and hold a sample of each part, before the directory is
     // touched: an empty evaluation part found after hours of training is no use.
     check_has_samples(cfg, Part::Train)?;
     check_has_samples(cfg, Part::Eval)?;
-    let mut drift = match model.embeddings() {
+    let drift = match model.embeddings() {
         crate::embeddings::Embeddings::Sharded(sharded) => {
             let watch = DriftWatch::new(cfg)?;
             if watch.is_some() && !sharded.plan().towers.is_empty() {
@@ -171,8 +173,40 @@ pub fn train_model(
     };
     if root {
         std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
-        rundir::begin(out, cfg, opts.resume.then_some(progress.step))?;
+        if let Err(e) = rundir::begin(out, cfg, opts.resume.then_some(progress.step)) {
+            let _ = rundir::end(out, false);
+            return Err(e);
+        }
     }
+    let result = run_begun(
+        cfg, opts, model, observer, progress, ckpt_path, data_files, drift, root,
+    );
+    if root {
+        // Where it replaced a run (--overwrite): the old files go once this run has
+        // finished, and come back if it failed (the error is the run's; the CLI says
+        // the old run is as it was).
+        let ended = rundir::end(out, result.is_ok());
+        if result.is_ok() {
+            ended?;
+        }
+    }
+    result
+}
+
+/// The rest of [`train_model`] once the run directory is the run's.
+#[allow(clippy::too_many_arguments)]
+fn run_begun(
+    cfg: &Config,
+    opts: &TrainOptions,
+    model: Model,
+    observer: &mut dyn Observer,
+    progress: Progress,
+    ckpt_path: PathBuf,
+    data_files: Vec<DataFile>,
+    mut drift: Option<DriftWatch>,
+    root: bool,
+) -> Result<Summary> {
+    let out = &opts.out_dir;
     let log = MetricsLog::open(out.join(METRICS_FILE), root)?;
     let eval_traffic = model.comm().map(|c| {
         let t = c.traffic();
@@ -200,6 +234,7 @@ pub fn train_model(
         eval_traffic,
         fail_at: crate::inject::failure_at()?,
         stall_at: crate::inject::stall_at()?,
+        stop_at: opts.stop_after.map(|n| progress.step.saturating_add(n)),
         drift,
         moved_cfg: None,
     };
@@ -385,7 +420,7 @@ impl Run<'_> {
             self.window.steps += 1;
             self.window.samples += b;
             self.after_step(dense_lr * factor)?;
-            if self.opts.stop_after == Some(self.progress.step) {
+            if self.stop_at == Some(self.progress.step) {
                 return Ok(PassEnd::StopAfter);
             }
             if self.progress.step >= max_steps {
@@ -426,7 +461,7 @@ impl Run<'_> {
             self.window.start = Instant::now();
         }
         self.watch_drift()?;
-        let at_stop = self.opts.stop_after == Some(step);
+        let at_stop = self.stop_at == Some(step);
         if at_stop || (cfg.train.checkpoint_every > 0 && step % cfg.train.checkpoint_every == 0) {
             self.save()?;
             self.window.start = Instant::now();

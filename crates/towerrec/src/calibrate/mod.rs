@@ -184,6 +184,9 @@ impl Settings {
 pub fn run(a: CalibrateArgs) -> Result<()> {
     let s = Settings::new(&a)?;
     check_out(&a.out)?;
+    let mut files = towerrec_train::files::Files::new("calibrate");
+    files.output("--out", &a.out)?;
+    crate::commands::clean(&files);
     match a.backend {
         Backend::InProcess => in_process(&a, &s),
         Backend::Mpi => mpi::run(&a, &s),

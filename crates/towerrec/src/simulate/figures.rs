@@ -48,6 +48,22 @@ pub(super) fn breakdown_bars(
         .collect()
 }
 
+const QPS_PLOT: &str = "qps_vs_collectives.svg";
+const BREAKDOWN_PLOT: &str = "breakdown.svg";
+const SPEEDUP_PLOT: &str = "speedup.svg";
+const FIG6: &str = "fig6_memory_random_access.svg";
+const FIG8: &str = "fig8_inference_qps.svg";
+const FIG11: &str = "fig11_training_qps.svg";
+const FIG12B: &str = "fig12b_training_breakdown.svg";
+const FIG13B: &str = "fig13b_training_breakdown.svg";
+const FIG10: &str = "fig10_dmt_speedup.svg";
+
+/// The files `--plots DIR` may write: of a simulation, of `--reproduce scale-in`, of
+/// `--reproduce dmt`.
+pub(super) const RUN_PLOTS: [&str; 3] = [QPS_PLOT, BREAKDOWN_PLOT, SPEEDUP_PLOT];
+pub(super) const SCALE_IN_PLOTS: [&str; 5] = [FIG6, FIG8, FIG11, FIG12B, FIG13B];
+pub(super) const DMT_PLOTS: [&str; 1] = [FIG10];
+
 pub(super) fn write_run_plots(
     dir: &Path,
     w: &Workload,
@@ -57,7 +73,7 @@ pub(super) fn write_run_plots(
 ) -> Result<()> {
     let sized = hw.with_chips(points[0].chips)?;
     let chart = qps_chart(format!("{} on {}", w.name, hw.name), w, &sized, scenario)?;
-    let path = dir.join("qps_vs_collectives.svg");
+    let path = dir.join(QPS_PLOT);
     plot::line_charts(&path, &[chart], 1)?;
     println!("\nwrote {}", path.display());
     let bars: Vec<Bar> = points
@@ -69,7 +85,7 @@ pub(super) fn write_run_plots(
             })
         })
         .collect();
-    let path = dir.join("breakdown.svg");
+    let path = dir.join(BREAKDOWN_PLOT);
     plot::stacked_shares(
         &path,
         &format!("{}: time per step", w.name),
@@ -78,7 +94,7 @@ pub(super) fn write_run_plots(
     )?;
     println!("wrote {}", path.display());
     if points.len() > 1 && points[0].steps.len() > 1 {
-        let path = dir.join("speedup.svg");
+        let path = dir.join(SPEEDUP_PLOT);
         plot::line_charts(&path, &[speedup_chart(points, &w.name)], 1)?;
         println!("wrote {}", path.display());
     }
@@ -131,13 +147,13 @@ pub(super) fn reproduce_scale_in(plots: Option<&Path>) -> Result<()> {
     let Some(dir) = plots else {
         return Ok(());
     };
-    let path = dir.join("fig6_memory_random_access.svg");
+    let path = dir.join(FIG6);
     plot::line_charts(&path, &[memory_chart()?], 1)?;
     println!("wrote {}", path.display());
     let reference = Hardware::preset("reference")?;
     for (mode, file, fig) in [
-        (Mode::Inference, "fig8_inference_qps.svg", "Fig. 8"),
-        (Mode::Training, "fig11_training_qps.svg", "Fig. 11"),
+        (Mode::Inference, FIG8, "Fig. 8"),
+        (Mode::Training, FIG11, "Fig. 11"),
     ] {
         let charts = paper::CONFIGS
             .iter()
@@ -163,13 +179,13 @@ pub(super) fn reproduce_scale_in(plots: Option<&Path>) -> Result<()> {
         (
             false,
             Sharding::Unsharded,
-            "fig12b_training_breakdown.svg",
+            FIG12B,
             "Fig. 12b: small, unsharded, 1 µs",
         ),
         (
             true,
             Sharding::Sharded,
-            "fig13b_training_breakdown.svg",
+            FIG13B,
             "Fig. 13b: large, sharded, 1 µs",
         ),
     ] {
@@ -310,7 +326,7 @@ pub(super) fn reproduce_dmt(plots: Option<&Path>) -> Result<()> {
                     .collect(),
             });
         }
-        let path = dir.join("fig10_dmt_speedup.svg");
+        let path = dir.join(FIG10);
         plot::line_charts(&path, &[chart], 1)?;
         println!("wrote {}", path.display());
     }

@@ -12,6 +12,7 @@ use towerrec_sim::{
     Workload,
 };
 use towerrec_train::config::{Config, ModelKind};
+use towerrec_train::files::Files;
 
 mod figures;
 mod model;
@@ -75,8 +76,42 @@ pub struct SimulateArgs {
     profile: Option<PathBuf>,
     /// Instead: reproduce a paper's results (`scale-in`: Tables XVI and XVII with
     /// Figures 8, 11, 12b, 13b; `dmt`: the speedup of Figure 10 from 16 to 512 GPUs).
-    #[arg(long, value_enum)]
+    /// The papers' models and hardware are fixed: the model, hardware and scenario
+    /// options do not apply.
+    #[arg(long, value_enum, conflicts_with_all = ["config", "hardware", "gpus", "compare", "mode",
+        "sharding", "compression", "towers", "hosts_per_tower", "batch", "per_chip_batch", "json"])]
     reproduce: Option<Reproduce>,
+}
+
+/// Checks the plots `simulate` may write into `dir` against the files it reads (the
+/// rule of `towerrec_train::files`), before anything is written.
+fn check_plots(a: &SimulateArgs, dir: &Path) -> Result<()> {
+    let mut files = Files::new("simulate");
+    let config = Path::new(&a.config);
+    if a.reproduce.is_none() && !Workload::PRESETS.contains(&a.config.as_str()) && config.is_file()
+    {
+        files.config(Some(config), &Config::load(config, &[])?)?;
+    }
+    let hardware = Path::new(&a.hardware);
+    if a.reproduce.is_none() && hardware.is_file() {
+        files.input("the hardware file", hardware)?;
+    }
+    for p in &a.plans {
+        files.input("the plan", p)?;
+    }
+    if let Some(p) = &a.profile {
+        files.input("the profile", p)?;
+    }
+    let names: &[&str] = match a.reproduce {
+        Some(Reproduce::ScaleIn) => &figures::SCALE_IN_PLOTS,
+        Some(Reproduce::Dmt) => &figures::DMT_PLOTS,
+        None => &figures::RUN_PLOTS,
+    };
+    for name in names {
+        files.output("--plots", &dir.join(name))?;
+    }
+    crate::commands::clean(&files);
+    Ok(())
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -109,6 +144,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         bail!("--towers and --hosts-per-tower must be at least 1");
     }
     if let Some(dir) = &a.plots {
+        check_plots(&a, dir)?;
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     match a.reproduce {
