@@ -8,7 +8,7 @@
 //! collective over `n` chips must move at least `bytes·(n−1)/n` through every chip
 //! (all-reduce: twice that); it takes `α + moved / β`.
 
-use crate::error::{check_non_negative, check_positive, Error, Result};
+use crate::error::{check_non_negative, check_positive, Ceiling, Error, Result};
 use serde::{Deserialize, Serialize};
 
 /// The collective operations of the model.
@@ -63,8 +63,16 @@ impl AlphaBeta {
     }
 
     fn check(&self, what: &str) -> Result<()> {
-        check_non_negative(&format!("{what}.latency_us"), self.latency_us)?;
-        check_positive(&format!("{what}.bandwidth_gbs"), self.bandwidth_gbs)?;
+        check_non_negative(
+            &format!("{what}.latency_us"),
+            self.latency_us,
+            Ceiling::Micros,
+        )?;
+        check_positive(
+            &format!("{what}.bandwidth_gbs"),
+            self.bandwidth_gbs,
+            Ceiling::GBs,
+        )?;
         let ok = self.measured.iter().all(|&[m, us]| m >= 0.0 && us > 0.0)
             && self.measured.windows(2).all(|w| w[0][0] < w[1][0]);
         if ok {
@@ -204,10 +212,18 @@ impl Scaling {
     fn check(&self) -> Result<()> {
         // An infinite knee (the default) is a network that does not degrade.
         if self.knee != f64::INFINITY {
-            check_positive("cross_host.scaling.knee", self.knee)?;
+            check_positive("cross_host.scaling.knee", self.knee, Ceiling::Count)?;
         }
-        check_positive("cross_host.scaling.exponent", self.exponent)?;
-        check_non_negative("cross_host.scaling.latency_per_log2", self.latency_per_log2)
+        check_positive(
+            "cross_host.scaling.exponent",
+            self.exponent,
+            Ceiling::Factor,
+        )?;
+        check_non_negative(
+            "cross_host.scaling.latency_per_log2",
+            self.latency_per_log2,
+            Ceiling::Factor,
+        )
     }
 }
 

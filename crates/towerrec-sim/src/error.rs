@@ -56,10 +56,63 @@ pub(crate) fn non_negative(x: f64) -> bool {
     x >= 0.0 && x.is_finite()
 }
 
-/// `key` holds a finite number above zero (a rate, bandwidth, size or time).
-pub(crate) fn check_positive(key: &str, x: f64) -> Result<()> {
-    if positive(x) {
+/// The largest value a hardware file may give a quantity of each kind: far beyond any
+/// chip, memory or network built (docs/SIMULATOR.md, "Hardware files"), so that a
+/// typo or a unit slip (GB/s for MB/s) is refused rather than simulated.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Ceiling {
+    /// TFLOP/s of one chip: 10^5 (100 PFLOP/s).
+    Tflops,
+    /// GFLOP/s of one kernel: 10^8.
+    Gflops,
+    /// GB/s of a memory or a link: 10^5 (100 TB/s).
+    GBs,
+    /// Mega-transfers per second of a DRAM interface: 10^6.
+    Mts,
+    /// A time in µs: 10^8 (100 s).
+    Micros,
+    /// A time in ns: 10^11 (100 s).
+    Nanos,
+    /// Bytes of one row or message: 2^40.
+    Bytes,
+    /// A count (participants, vector width, clock cycles): 10^9.
+    Count,
+    /// A dimensionless factor (a clock ratio, an exponent): 10^3.
+    Factor,
+}
+
+impl Ceiling {
+    pub(crate) fn max(self) -> f64 {
+        match self {
+            Ceiling::Tflops | Ceiling::GBs => 1e5,
+            Ceiling::Gflops | Ceiling::Micros => 1e8,
+            Ceiling::Mts => 1e6,
+            Ceiling::Nanos => 1e11,
+            Ceiling::Bytes => (1u64 << 40) as f64,
+            Ceiling::Count => 1e9,
+            Ceiling::Factor => 1e3,
+        }
+    }
+}
+
+fn check_ceiling(key: &str, x: f64, ceiling: Ceiling) -> Result<()> {
+    if x <= ceiling.max() {
         return Ok(());
+    }
+    Err(Error::invalid(
+        key,
+        format!(
+            "must be at most {:e}, got {x}: no hardware comes near it (a unit slip?)",
+            ceiling.max()
+        ),
+    ))
+}
+
+/// `key` holds a finite number above zero (a rate, bandwidth, size or time), at most
+/// `ceiling`.
+pub(crate) fn check_positive(key: &str, x: f64, ceiling: Ceiling) -> Result<()> {
+    if positive(x) {
+        return check_ceiling(key, x, ceiling);
     }
     Err(Error::invalid(
         key,
@@ -67,10 +120,11 @@ pub(crate) fn check_positive(key: &str, x: f64) -> Result<()> {
     ))
 }
 
-/// `key` holds a finite number at or above zero (a latency or overhead that may be 0).
-pub(crate) fn check_non_negative(key: &str, x: f64) -> Result<()> {
+/// `key` holds a finite number at or above zero (a latency or overhead that may be 0),
+/// at most `ceiling`.
+pub(crate) fn check_non_negative(key: &str, x: f64, ceiling: Ceiling) -> Result<()> {
     if non_negative(x) {
-        return Ok(());
+        return check_ceiling(key, x, ceiling);
     }
     Err(Error::invalid(
         key,

@@ -5,7 +5,7 @@
 
 use crate::collective::Network;
 use crate::error::{
-    check_efficiency, check_non_negative, check_positive, check_share, Error, Result,
+    check_efficiency, check_non_negative, check_positive, check_share, Ceiling, Error, Result,
 };
 use crate::memory::MemorySystem;
 use crate::reader::ReaderCosts;
@@ -243,11 +243,23 @@ impl Hardware {
                 format!("hosts × chips_per_host must be at most {MAX_CHIPS}"),
             ));
         }
-        check_positive("compute.peak_tflops", self.compute.peak_tflops)?;
+        check_positive(
+            "compute.peak_tflops",
+            self.compute.peak_tflops,
+            Ceiling::Tflops,
+        )?;
         check_efficiency("compute.efficiency", self.compute.efficiency)?;
         for (i, &[w, r]) in self.compute.interaction.iter().enumerate() {
-            check_positive(&format!("compute.interaction[{i}] width"), w)?;
-            check_positive(&format!("compute.interaction[{i}] GFLOP/s"), r)?;
+            check_positive(
+                &format!("compute.interaction[{i}] width"),
+                w,
+                Ceiling::Count,
+            )?;
+            check_positive(
+                &format!("compute.interaction[{i}] GFLOP/s"),
+                r,
+                Ceiling::Gflops,
+            )?;
             if i > 0 && w <= self.compute.interaction[i - 1][0] {
                 return Err(Error::invalid(
                     "compute.interaction",
@@ -258,15 +270,27 @@ impl Hardware {
         let s = &self.system;
         check_share("system.lookup_comm_overlap", s.lookup_comm_overlap)?;
         check_share("system.allreduce_overlap", s.allreduce_overlap)?;
-        check_non_negative("system.lookup_overhead_ns", s.lookup_overhead_ns)?;
-        check_non_negative("system.update_overhead_ns", s.update_overhead_ns)?;
-        check_non_negative("system.step_overhead_us", s.step_overhead_us)?;
+        check_non_negative(
+            "system.lookup_overhead_ns",
+            s.lookup_overhead_ns,
+            Ceiling::Nanos,
+        )?;
+        check_non_negative(
+            "system.update_overhead_ns",
+            s.update_overhead_ns,
+            Ceiling::Nanos,
+        )?;
+        check_non_negative(
+            "system.step_overhead_us",
+            s.step_overhead_us,
+            Ceiling::Micros,
+        )?;
         if let Some(r) = &s.synthetic_reader {
             r.validate()?;
         }
         for (i, &[w, t]) in s.sync_wait.iter().enumerate() {
-            check_non_negative(&format!("system.sync_wait[{i}] work"), w)?;
-            check_non_negative(&format!("system.sync_wait[{i}] wait"), t)?;
+            check_non_negative(&format!("system.sync_wait[{i}] work"), w, Ceiling::Micros)?;
+            check_non_negative(&format!("system.sync_wait[{i}] wait"), t, Ceiling::Micros)?;
             if i > 0 && w <= s.sync_wait[i - 1][0] {
                 return Err(Error::invalid(
                     "system.sync_wait",
@@ -452,6 +476,28 @@ mod tests {
                 "cross_host.scaling.exponent",
             ),
             ("hosts = 8", "hosts = 1099511627776", "hosts"),
+            // Finite but beyond any hardware: a unit slip.
+            (
+                "peak_tflops = 989.0",
+                "peak_tflops = 1e30",
+                "compute.peak_tflops",
+            ),
+            (
+                "bandwidth_gbs = 48.0 }\nall_reduce",
+                "bandwidth_gbs = 4.8e7 }\nall_reduce",
+                "cross_host.all_to_all.bandwidth_gbs",
+            ),
+            (
+                "all_to_all = { latency_us = 10.0,",
+                "all_to_all = { latency_us = 1e300,",
+                "intra_host.all_to_all.latency_us",
+            ),
+            (
+                "data_rate_mts = 5200.0",
+                "data_rate_mts = 5.2e12",
+                "memory.data_rate_mts",
+            ),
+            ("knee = 512.0", "knee = 1e20", "cross_host.scaling.knee"),
         ];
         for (from, to, key) in cases {
             assert!(text.contains(from), "{from}");

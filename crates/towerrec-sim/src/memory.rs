@@ -15,7 +15,7 @@
 //! channels / devices of `channels` channels each. Machines measured by
 //! `towerrec calibrate` give their measured random-read bandwidth by row size instead.
 
-use crate::error::{check_non_negative, check_positive, Error, Result};
+use crate::error::{check_non_negative, check_positive, Ceiling, Error, Result};
 use serde::{Deserialize, Serialize};
 
 /// Organisation and timing of one DRAM channel (HBM: one pseudo-channel), from a
@@ -82,25 +82,25 @@ impl DramTiming {
     /// sits in a hardware file).
     fn validate(&self, prefix: &str) -> Result<()> {
         let key = |k: &str| format!("{prefix}{k} (DRAM '{}')", self.name);
-        for (k, v) in [
-            ("data_rate_mts", self.data_rate_mts),
-            ("clock_ratio", self.clock_ratio),
-            ("t_rcd", self.t_rcd),
-            ("t_rp", self.t_rp),
-            ("t_ras", self.t_ras),
-            ("t_rrd_s", self.t_rrd_s),
-            ("t_faw", self.t_faw),
-            ("t_ccd_l_nck", self.t_ccd_l_nck),
-            ("t_refi", self.t_refi),
+        for (k, v, ceiling) in [
+            ("data_rate_mts", self.data_rate_mts, Ceiling::Mts),
+            ("clock_ratio", self.clock_ratio, Ceiling::Factor),
+            ("t_rcd", self.t_rcd, Ceiling::Nanos),
+            ("t_rp", self.t_rp, Ceiling::Nanos),
+            ("t_ras", self.t_ras, Ceiling::Nanos),
+            ("t_rrd_s", self.t_rrd_s, Ceiling::Nanos),
+            ("t_faw", self.t_faw, Ceiling::Nanos),
+            ("t_ccd_l_nck", self.t_ccd_l_nck, Ceiling::Count),
+            ("t_refi", self.t_refi, Ceiling::Nanos),
         ] {
-            check_positive(&key(k), v)?;
+            check_positive(&key(k), v, ceiling)?;
         }
-        for (k, v) in [
-            ("t_rtp", self.t_rtp),
-            ("t_switch_nck", self.t_switch_nck),
-            ("t_rfc", self.t_rfc),
+        for (k, v, ceiling) in [
+            ("t_rtp", self.t_rtp, Ceiling::Nanos),
+            ("t_switch_nck", self.t_switch_nck, Ceiling::Count),
+            ("t_rfc", self.t_rfc, Ceiling::Nanos),
         ] {
-            check_non_negative(&key(k), v)?;
+            check_non_negative(&key(k), v, ceiling)?;
         }
         for (k, v) in [
             ("channel_bits", self.channel_bits),
@@ -231,7 +231,7 @@ impl MemorySystem {
                     return Err(Error::invalid("memory.units", "must be at least 1"));
                 }
                 if let Some(rate) = data_rate_mts {
-                    check_positive("memory.data_rate_mts", *rate)?;
+                    check_positive("memory.data_rate_mts", *rate, Ceiling::Mts)?;
                 }
                 let prefix = match timing {
                     TimingRef::Preset(_) => "memory: ",
@@ -246,7 +246,7 @@ impl MemorySystem {
                 stream_gbs,
                 random_read,
             } => {
-                check_positive("memory.stream_gbs", *stream_gbs)?;
+                check_positive("memory.stream_gbs", *stream_gbs, Ceiling::GBs)?;
                 if random_read.is_empty() {
                     return Err(Error::invalid(
                         "memory.random_read",
@@ -254,8 +254,12 @@ impl MemorySystem {
                     ));
                 }
                 for (i, p) in random_read.iter().enumerate() {
-                    check_positive(&format!("memory.random_read[{i}] row bytes"), p[0])?;
-                    check_positive(&format!("memory.random_read[{i}] GB/s"), p[1])?;
+                    check_positive(
+                        &format!("memory.random_read[{i}] row bytes"),
+                        p[0],
+                        Ceiling::Bytes,
+                    )?;
+                    check_positive(&format!("memory.random_read[{i}] GB/s"), p[1], Ceiling::GBs)?;
                 }
                 if random_read.windows(2).any(|w| w[0][0] >= w[1][0]) {
                     return Err(Error::invalid(

@@ -8,7 +8,7 @@ use clap::Args;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use towerrec_data::{AccessProfile, BadRows, Part, ProfileOptions};
+use towerrec_data::{AccessProfile, Part, ProfileOptions};
 use towerrec_sim::plot::{line_charts, LineChart, Series};
 use towerrec_train::files::Files;
 
@@ -75,7 +75,8 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         ..ProfileOptions::default()
     };
     let source = cfg.data.describe(part, &cfg.base_dir);
-    let mut stream = towerrec_data::open(&cfg.data, part, BadRows::Fail, &cfg.base_dir)?;
+    // Malformed rows as the run would meet them (train.bad_rows, max_bad_fraction).
+    let mut stream = towerrec_data::open(&cfg.data, part, cfg.train.bad_rows, &cfg.base_dir)?;
     let skipped = stream.skip_records(a.skip_samples)?;
     if skipped < a.skip_samples {
         bail!(
@@ -99,6 +100,23 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     )?;
     if profile.samples == 0 {
         bail!("{source}: no samples to profile");
+    }
+    let read = towerrec_train::ReadCounts {
+        rows: profile.samples,
+        skipped: stream.skipped(),
+    };
+    towerrec_train::trainer::check_read(
+        "profiled",
+        read,
+        a.skip_samples == 0,
+        cfg.train.max_bad_fraction,
+        &source,
+    )?;
+    if read.skipped > 0 {
+        eprintln!(
+            "skipped {} malformed rows (train.bad_rows = \"skip\")",
+            read.skipped
+        );
     }
     profile.save(&a.out)?;
     cdf_plot(&profile, &plot)?;

@@ -365,6 +365,11 @@ fn train_on(
     } else {
         None
     };
+    if root {
+        for note in setting_notes(&cfg, mpi.is_some())? {
+            eprintln!("{note}");
+        }
+    }
     let mut bar = Bar::new(a.quiet || !root);
     let started = Instant::now();
     let threads = if threads == 0 {
@@ -558,6 +563,40 @@ mod mpi {
     ) -> Result<Summary> {
         match *session {}
     }
+}
+
+/// Settings this run does not use, or uses otherwise than their names say, said before
+/// it starts (none is ignored silently).
+fn setting_notes(cfg: &Config, mpi: bool) -> Result<Vec<String>> {
+    let mut notes = Vec::new();
+    let plan = cfg
+        .plan_path()
+        .map(|p| towerrec_plan::Plan::load(&p))
+        .transpose()?;
+    let one_process = !mpi && cfg.cluster.world_size() == 1 && plan.is_none();
+    if cfg.cluster.drift.is_some() && one_process {
+        notes.push(
+            "warning: [cluster.drift] is ignored: this run is one process, whose tables are \
+             not sharded (the drift watch re-plans a cluster's rows; docs/OPER.md)"
+                .to_string(),
+        );
+    }
+    let model_towers = cfg.model.towers.is_some();
+    match &plan {
+        Some(p) if model_towers && p.towers.is_empty() => notes.push(format!(
+            "warning: the plan {} has no towers: the model's towers (model.towers) run their \
+             Tower Modules after a flat output exchange, without SPTT (docs/DMT.md)",
+            cfg.plan_path().unwrap_or_default().display()
+        )),
+        Some(p) if !model_towers && !p.towers.is_empty() => notes.push(format!(
+            "note: the plan {} has {} towers and the model none (no model.towers): the \
+             embeddings cross hosts by SPTT, without Tower Modules (SPTT alone; docs/DMT.md)",
+            cfg.plan_path().unwrap_or_default().display(),
+            p.towers.len()
+        )),
+        _ => {}
+    }
+    Ok(notes)
 }
 
 /// The per-step traffic and phase times of a cluster run.

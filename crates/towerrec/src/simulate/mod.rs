@@ -191,6 +191,17 @@ pub fn run(a: SimulateArgs) -> Result<()> {
     if plans.is_empty() {
         bail!("--compare needs at least one of flat, sptt, dmt");
     }
+    if plans.iter().all(|p| *p == Plan::Flat) {
+        for (flag, given) in [
+            ("--towers", a.towers.is_some()),
+            ("--hosts-per-tower", a.hosts_per_tower.is_some()),
+            ("--compression", a.compression.is_some()),
+        ] {
+            if given {
+                bail!("{flag} applies to the sptt and dmt exchanges; add one to --compare (e.g. --compare flat,dmt)");
+            }
+        }
+    }
     if sharding == Sharding::Sharded && plans.iter().any(|p| *p != Plan::Flat) {
         bail!("SPTT and DMT are modelled for unsharded tables only: use --sharding unsharded");
     }
