@@ -46,15 +46,19 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     written
 }
 
-/// The process id a temporary file's name ends with (`out.json.tmp.1234` → 1234).
-fn temporary_owner(name: &std::ffi::OsStr) -> Option<u32> {
-    let name = name.to_str()?;
+/// The file a temporary is of and the process id its name ends with
+/// (`out.json.tmp.1234` → `("out.json", 1234)`).
+pub fn temporary_of(name: &str) -> Option<(&str, u32)> {
     let at = name.rfind(TEMP_MARK)?;
     let digits = &name[at + TEMP_MARK.len()..];
     if at == 0 || digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse().ok()
+    Some((&name[..at], digits.parse().ok()?))
+}
+
+fn temporary_owner(name: &std::ffi::OsStr) -> Option<u32> {
+    temporary_of(name.to_str()?).map(|(_, pid)| pid)
 }
 
 /// Whether the process `pid` is running on this machine (a process of another user

@@ -273,7 +273,11 @@ fn restore_replaced(dir: &Path) -> Result<Option<String>> {
     {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if [LOCK_FILE, REPLACED_DIR].contains(&name) || owner(name).is_none() || kept(name) {
+        // The failed run's files, and the temporaries of its writes cut short.
+        let of_run = |n: &str| owner(n).is_some() && ![LOCK_FILE, REPLACED_DIR].contains(&n);
+        let cut_short = towerrec_core::fsio::temporary_of(name)
+            .is_some_and(|(of, pid)| of_run(of) && !towerrec_core::fsio::process_running(pid));
+        if !(of_run(name) || cut_short) || kept(name) {
             continue;
         }
         remove_any(&entry.path())?;
