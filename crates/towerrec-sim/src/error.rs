@@ -95,7 +95,30 @@ impl Ceiling {
     }
 }
 
+impl Ceiling {
+    /// The smallest non-zero value of each kind: below it a figure is a slip too (a
+    /// link of 10^-300 GB/s gives a finite but meaningless step).
+    pub(crate) fn min_positive(self) -> f64 {
+        match self {
+            Ceiling::Tflops => 1e-9,
+            Ceiling::Gflops | Ceiling::GBs | Ceiling::Factor => 1e-6,
+            Ceiling::Mts | Ceiling::Bytes | Ceiling::Count => 1e-3,
+            Ceiling::Micros | Ceiling::Nanos => 1e-6,
+        }
+    }
+}
+
 fn check_ceiling(key: &str, x: f64, ceiling: Ceiling) -> Result<()> {
+    if x != 0.0 && x < ceiling.min_positive() {
+        return Err(Error::invalid(
+            key,
+            format!(
+                "must be at least {:e} (or 0 where 0 is allowed), got {x}: no hardware comes \
+                 near it (a unit slip?)",
+                ceiling.min_positive()
+            ),
+        ));
+    }
     if x <= ceiling.max() {
         return Ok(());
     }
@@ -132,14 +155,14 @@ pub(crate) fn check_non_negative(key: &str, x: f64, ceiling: Ceiling) -> Result<
     ))
 }
 
-/// `key` holds a fraction of a peak: in (0, 1].
+/// `key` holds a fraction of a peak: in [10^-6, 1].
 pub(crate) fn check_efficiency(key: &str, x: f64) -> Result<()> {
-    if x > 0.0 && x <= 1.0 {
+    if (1e-6..=1.0).contains(&x) {
         return Ok(());
     }
     Err(Error::invalid(
         key,
-        format!("must be a fraction of the peak in (0, 1], got {x}"),
+        format!("must be a fraction of the peak in [1e-6, 1], got {x}"),
     ))
 }
 

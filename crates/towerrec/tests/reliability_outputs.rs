@@ -64,32 +64,6 @@ fn finish_within(mut child: Child, limit: Duration, what: &str) -> std::process:
     child.wait_with_output().unwrap()
 }
 
-/// A CSV config of `rows` rows in `dir/d.csv` (the last 20 evaluate) whose line
-/// `bad_line` (1-based, header included) holds a label that is not one.
-fn csv_run(dir: &Path, rows: usize, bad_line: Option<usize>) -> PathBuf {
-    let mut csv = String::from("y,d,a,b\n");
-    for i in 0..rows {
-        let label = if Some(i + 2) == bad_line {
-            "x"
-        } else {
-            ["0", "1"][i % 2]
-        };
-        csv += &format!("{label},{},{},{}\n", i % 3, i % 7, i % 5);
-    }
-    std::fs::write(dir.join("d.csv"), csv).unwrap();
-    let config = dir.join("c.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "{}[data]\nformat = \"csv\"\npath = \"d.csv\"\nsplit = {{ kind = \"tail\", eval_rows = 20 }}\n\
-             [data.schema]\nlabel = {{ column = \"y\" }}\ndense = [{{ column = \"d\" }}]\nsparse = [{{ column = \"a\", rows = 10 }}, {{ column = \"b\", rows = 10 }}]\n",
-            common::TINY_MODEL
-        ),
-    )
-    .unwrap();
-    config
-}
-
 #[test]
 fn overwrite_keeps_the_old_run_until_the_new_one_has_finished() {
     let dir = tmp("overwrite");
@@ -103,7 +77,7 @@ fn overwrite_keeps_the_old_run_until_the_new_one_has_finished() {
     };
 
     // A bad row at line 2, found once training has begun.
-    let config = csv_run(&dir, 200, Some(3));
+    let config = common::csv_config(&dir, 200, Some(3));
     let o = towerrec(&[
         "train",
         "-q",
@@ -157,7 +131,11 @@ fn overwrite_keeps_the_old_run_until_the_new_one_has_finished() {
     child.kill().unwrap();
     child.wait().unwrap();
     // As a kill during a checkpoint write leaves it (the restore removes it too).
-    std::fs::write(out.join(format!("checkpoint.safetensors.tmp.{GONE}")), b"half").unwrap();
+    std::fs::write(
+        out.join(format!("checkpoint.safetensors.tmp.{GONE}")),
+        b"half",
+    )
+    .unwrap();
     assert_ne!(snapshot(&out), before);
     let o = towerrec(&["eval", "--checkpoint", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", describe(&o));

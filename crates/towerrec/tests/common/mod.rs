@@ -128,3 +128,31 @@ sparse_lr = 0.1
 [train]
 batch_size = 16
 "#;
+
+/// A CSV config (`dir/c.toml`, [`TINY_MODEL`]) over `rows` rows it writes to
+/// `dir/d.csv` (a dense column, two categorical ones; the last 20 rows evaluate), whose
+/// line `bad_line` (1-based, header included) holds a label that is not one.
+pub fn csv_config(dir: &std::path::Path, rows: usize, bad_line: Option<usize>) -> PathBuf {
+    let mut csv = String::from("y,d,a,b\n");
+    for i in 0..rows {
+        let label = if Some(i + 2) == bad_line {
+            "x"
+        } else {
+            ["0", "1"][i % 2]
+        };
+        csv += &format!("{label},{},{},{}\n", i % 3, i % 7, i % 5);
+    }
+    std::fs::write(dir.join("d.csv"), csv).unwrap();
+    let config = dir.join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{TINY_MODEL}[data]\nformat = \"csv\"\npath = \"d.csv\"\n\
+             split = {{ kind = \"tail\", eval_rows = 20 }}\n[data.schema]\n\
+             label = {{ column = \"y\" }}\ndense = [{{ column = \"d\" }}]\n\
+             sparse = [{{ column = \"a\", rows = 10 }}, {{ column = \"b\", rows = 10 }}]\n"
+        ),
+    )
+    .unwrap();
+    config
+}
