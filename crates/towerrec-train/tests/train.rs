@@ -244,3 +244,63 @@ fn tables_larger_than_the_machine_are_refused_before_allocating() {
         "{msg}"
     );
 }
+
+/// The checkpoint in `out` with the metadata `edits` made (each a `(from, to)` of the
+/// same length in its header) and its checksums sealed again, as a forger would.
+fn forge(out: &Path, edits: &[(&str, &str)]) {
+    let path = out.join(CHECKPOINT_FILE);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header = String::from_utf8(bytes[8..8 + header_len].to_vec()).unwrap();
+    for (from, to) in edits {
+        assert_eq!(from.len(), to.len());
+        assert!(header.contains(from), "{from} in {header}");
+        header = header.replacen(from, to, 1);
+    }
+    bytes[8..8 + header_len].copy_from_slice(header.as_bytes());
+    let sealed = towerrec_train::checkpoint::reseal(&bytes).expect("a checkpoint reseals");
+    std::fs::write(&path, sealed).unwrap();
+}
+
+#[test]
+fn forged_progress_is_refused_on_resume() {
+    let cfg = config(DLRM, r#"{ kind = "row_wise_adagrad" }"#, "epochs = 2");
+    let steps_per_epoch = 20_000u64.div_ceil(128);
+    let resume = |out: &Path| {
+        let opts = TrainOptions {
+            out_dir: out.to_path_buf(),
+            resume: true,
+            ..Default::default()
+        };
+        train(&cfg, &opts, &mut Silent).map(|s| s.steps)
+    };
+    // Three forgeries of a checkpoint at step 3 (epoch 0, batch 3, 384 samples): the
+    // step alone; step, batch and samples together, consistent with each other but not
+    // with the data's 157 batches an epoch; and a second epoch of another length.
+    let cases: [&[(&str, &str)]; 3] = [
+        &[("\"step\":\"3\"", "\"step\":\"4\"")],
+        &[
+            ("\"step\":\"3\"", "\"step\":\"9\""),
+            ("\"batch_in_epoch\":\"3\"", "\"batch_in_epoch\":\"9\""),
+            ("\"samples\":\"384\"", "\"samples\":\"999\""),
+        ],
+        &[
+            ("\"epoch\":\"0\"", "\"epoch\":\"1\""),
+            ("\"samples\":\"384\"", "\"samples\":\"385\""),
+        ],
+    ];
+    for (i, edits) in cases.into_iter().enumerate() {
+        let out = tmp(&format!("forged-{i}"));
+        run(&cfg, &out, false, Some(3));
+        forge(&out, edits);
+        let e = resume(&out).unwrap_err().to_string();
+        assert!(e.contains("its progress") && e.contains("was edited"), "{edits:?}: {e}");
+        std::fs::remove_dir_all(&out).ok();
+    }
+    // Untouched, it resumes to the end.
+    let out = tmp("forged-none");
+    run(&cfg, &out, false, Some(3));
+    forge(&out, &[]);
+    assert_eq!(resume(&out).unwrap(), 2 * steps_per_epoch);
+    std::fs::remove_dir_all(&out).ok();
+}
