@@ -294,7 +294,10 @@ fn forged_progress_is_refused_on_resume() {
         run(&cfg, &out, false, Some(3));
         forge(&out, edits);
         let e = resume(&out).unwrap_err().to_string();
-        assert!(e.contains("its progress") && e.contains("was edited"), "{edits:?}: {e}");
+        assert!(
+            e.contains("its progress") && e.contains("was edited"),
+            "{edits:?}: {e}"
+        );
         std::fs::remove_dir_all(&out).ok();
     }
     // Untouched, it resumes to the end.

@@ -200,15 +200,12 @@ fn config_and_file_errors_name_what_is_wrong() {
     let (_, stderr) = text(&towerrec(&["train", "--config", "/nonexistent/x.toml"]));
     assert!(stderr.contains("/nonexistent/x.toml"), "{stderr}");
 
+    let good = std::fs::read_to_string(criteo_config(&dir, &dir.join("d.tsv"))).unwrap();
     let cfg = dir.join("bad.toml");
-    let good = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/criteo.toml"
-    ))
-    .unwrap();
+    assert!(good.contains("batch_size = 16"));
     std::fs::write(
         &cfg,
-        good.replace("batch_size = 128", "batch_size = \"big\""),
+        good.replace("batch_size = 16", "batch_size = \"big\""),
     )
     .unwrap();
     let o = towerrec(&["train", "--config", cfg.to_str().unwrap()]);
@@ -238,11 +235,12 @@ fn config_and_file_errors_name_what_is_wrong() {
 fn an_endless_data_file_fails_at_line_1() {
     let dir = tmp_dir("devzero");
     let out = dir.join("run");
+    let cfg = criteo_config(&dir, &dir.join("d.tsv"));
     let o = towerrec(&[
         "train",
         "--quiet",
         "--config",
-        "examples/criteo.toml",
+        cfg.to_str().unwrap(),
         "--data",
         "/dev/zero",
         "--out",

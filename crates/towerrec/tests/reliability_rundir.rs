@@ -244,7 +244,10 @@ fn outputs_never_replace_inputs() {
     std::os::unix::fs::symlink(&data, &link).unwrap();
     let hard = dir.join("hard.tsv");
     std::fs::hard_link(&data, &hard).unwrap();
-    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/criteo.toml");
+    let cfg_path = dir.join("c.toml");
+    let criteo = "[data]\nformat = \"criteo\"\npath = \"d.tsv\"\ntable_rows = [100]\n";
+    std::fs::write(&cfg_path, format!("{}{criteo}", common::TINY_MODEL)).unwrap();
+    let cfg = cfg_path.to_str().unwrap();
     for out in [&data, &link, &hard] {
         let o = towerrec(&[
             "preprocess",

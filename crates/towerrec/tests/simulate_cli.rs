@@ -161,12 +161,55 @@ fn the_dmt_speed_run_is_predicted_per_exchange() {
     assert_eq!(c2[0], c8[0]);
 }
 
+/// A DMT-DLRM config as examples/dmt_dlrm.toml has it (2 towers of the DLRM module,
+/// D = 8 for 16-wide tables: compression 2, on 2 hosts × 2 ranks), over synthetic data
+/// of 26 tables rather than the Criteo sample, which tests do not read.
+fn dmt_config() -> std::path::PathBuf {
+    let dir = tmp_dir("dmt");
+    let path = dir.join("dmt.toml");
+    std::fs::write(
+        &path,
+        r#"[model]
+kind = "dlrm"
+embedding_dim = 16
+bottom_mlp = [512, 256, 64, 8]
+top_mlp = [512, 256, 1]
+[model.towers]
+module = "dlrm"
+count = 2
+d = 8
+c = 1
+p = 0
+[optimizer]
+dense = { kind = "adam" }
+dense_lr = 0.001
+sparse = { kind = "adam" }
+sparse_lr = 0.001
+[train]
+batch_size = 128
+[data]
+format = "synthetic"
+train_samples = 8000
+eval_samples = 2000
+num_dense = 13
+tables = [{ rows = 100000, count = 26 }]
+[cluster]
+hosts = 2
+ranks_per_host = 2
+"#,
+    )
+    .unwrap();
+    path
+}
+
 #[test]
 fn a_config_with_towers_is_simulated_with_its_towers() {
+    let config = dmt_config();
+    let config = config.to_str().unwrap();
     let out = towerrec(&[
         "simulate",
         "--config",
-        "examples/dmt_dlrm.toml",
+        config,
         "--hardware",
         "h100-cluster",
         "--gpus",
@@ -189,7 +232,7 @@ fn a_config_with_towers_is_simulated_with_its_towers() {
     let out = towerrec(&[
         "simulate",
         "--config",
-        "examples/dmt_dlrm.toml",
+        config,
         "--hardware",
         "h100-cluster",
         "--gpus",
