@@ -24,7 +24,7 @@ fn a_path_that_is_not_utf8_is_refused_before_the_run_starts() {
     let dir = tmp("utf8");
     let good = dir.join("e.bin");
     let mut args = vec!["datagen", "--out", s(&good), "--part", "eval"];
-    args.extend(&TINY[..4]);
+    args.extend(&TINY[..6]);
     let o = towerrec(&args);
     assert!(o.status.success(), "{}", describe(&o));
     let mut name = dir.as_os_str().as_bytes().to_vec();
