@@ -113,7 +113,7 @@ fn check_ceiling(key: &str, x: f64, ceiling: Ceiling) -> Result<()> {
         return Err(Error::invalid(
             key,
             format!(
-                "must be at least {:e} (or 0 where 0 is allowed), got {x}: no hardware comes \
+                "must be at least {:e} (or 0 where 0 is allowed), got {x:?}: no hardware comes \
                  near it (a unit slip?)",
                 ceiling.min_positive()
             ),
@@ -125,7 +125,7 @@ fn check_ceiling(key: &str, x: f64, ceiling: Ceiling) -> Result<()> {
     Err(Error::invalid(
         key,
         format!(
-            "must be at most {:e}, got {x}: no hardware comes near it (a unit slip?)",
+            "must be at most {:e}, got {x:?}: no hardware comes near it (a unit slip?)",
             ceiling.max()
         ),
     ))
@@ -139,7 +139,7 @@ pub(crate) fn check_positive(key: &str, x: f64, ceiling: Ceiling) -> Result<()> 
     }
     Err(Error::invalid(
         key,
-        format!("must be a finite number > 0, got {x}"),
+        format!("must be a finite number > 0, got {x:?}"),
     ))
 }
 
@@ -151,7 +151,7 @@ pub(crate) fn check_non_negative(key: &str, x: f64, ceiling: Ceiling) -> Result<
     }
     Err(Error::invalid(
         key,
-        format!("must be a finite number ≥ 0, got {x}"),
+        format!("must be a finite number ≥ 0, got {x:?}"),
     ))
 }
 
@@ -162,7 +162,7 @@ pub(crate) fn check_efficiency(key: &str, x: f64) -> Result<()> {
     }
     Err(Error::invalid(
         key,
-        format!("must be a fraction of the peak in [1e-6, 1], got {x}"),
+        format!("must be a fraction of the peak in [1e-6, 1], got {x:?}"),
     ))
 }
 
@@ -171,5 +171,5 @@ pub(crate) fn check_share(key: &str, x: f64) -> Result<()> {
     if (0.0..=1.0).contains(&x) {
         return Ok(());
     }
-    Err(Error::invalid(key, format!("must be within 0..1, got {x}")))
+    Err(Error::invalid(key, format!("must be within 0..1, got {x:?}")))
 }
