@@ -31,10 +31,11 @@ pub struct TrainArgs {
     /// Continue the run in this directory from its checkpoint, with the checkpoint's
     /// config. A resume may change only how long and where the run goes: --max-steps,
     /// --stop-after, --threads, --hosts, --ranks-per-host, --plan, --backend,
-    /// --max-bad-fraction, --data/--eval-data (same content, checked), and --set on
+    /// --max-bad-fraction, --data/--eval-data (same content, checked; a run that
+    /// evaluates on a split of its data keeps it and takes no --eval-data), and --set on
     /// train.max_steps, train.epochs, train.threads, train.log_every, train.eval_every,
-    /// train.checkpoint_every, train.eval_batch_size, train.max_bad_fraction and
-    /// cluster.*; anything else is refused by name.
+    /// train.checkpoint_every, train.eval_batch_size, train.max_bad_fraction,
+    /// train.fingerprint_whole_mib and cluster.*; anything else is refused by name.
     #[arg(long, conflicts_with = "config")]
     resume: Option<PathBuf>,
     /// Replace the run already in --out instead of refusing: its files move aside (into
@@ -62,7 +63,8 @@ pub struct TrainArgs {
     /// Stop after this many steps (overrides train.max_steps).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     max_steps: Option<u64>,
-    /// Write a checkpoint and stop after this many steps; `--resume` continues from it.
+    /// Write a checkpoint and stop after this many steps of this run (on a resume,
+    /// counted from the checkpoint's step); `--resume` continues from it.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     stop_after: Option<u64>,
     /// Worker threads [default: the config's train.threads, else one per core]; on a
