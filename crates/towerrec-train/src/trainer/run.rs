@@ -171,57 +171,18 @@ pub fn train_model(
     } else {
         Vec::new()
     };
-    if root {
-        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
-        if let Err(e) = rundir::begin(out, cfg, opts.resume.then_some(progress.step)) {
-            let _ = rundir::end(out, false);
-            return Err(e);
-        }
-    }
-    let result = run_begun(
-        cfg, opts, model, observer, progress, ckpt_path, data_files, drift, root,
-    );
-    if root {
-        // Where it replaced a run (--overwrite): the old files go once this run has
-        // finished, and come back if it failed (the error is the run's; the CLI says
-        // the old run is as it was).
-        let ended = rundir::end(out, result.is_ok());
-        if result.is_ok() {
-            ended?;
-        }
-    }
-    result
-}
-
-/// The rest of [`train_model`] once the run directory is the run's.
-#[allow(clippy::too_many_arguments)]
-fn run_begun(
-    cfg: &Config,
-    opts: &TrainOptions,
-    model: Model,
-    observer: &mut dyn Observer,
-    progress: Progress,
-    ckpt_path: PathBuf,
-    data_files: Vec<DataFile>,
-    mut drift: Option<DriftWatch>,
-    root: bool,
-) -> Result<Summary> {
-    let out = &opts.out_dir;
-    let log = MetricsLog::open(out.join(METRICS_FILE), root)?;
     let eval_traffic = model.comm().map(|c| {
         let t = c.traffic();
         t.since(&t)
     });
-    if let (Some(watch), true) = (&mut drift, opts.resume) {
-        recount_window(cfg, &model, watch, progress)?;
-    }
     let mut run = Run {
         cfg,
         opts,
         model,
         observer,
         progress,
-        log,
+        // Nowhere until the directory is the run's (`Run::begun`).
+        log: MetricsLog::open(out.join(METRICS_FILE), false)?,
         ckpt_path,
         data_files,
         window: Window::new(),
@@ -238,7 +199,24 @@ fn run_begun(
         drift,
         moved_cfg: None,
     };
-    run.go(root)
+    if root {
+        std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
+        if let Err(e) = rundir::begin(out, cfg, opts.resume.then_some(progress.step)) {
+            let _ = rundir::end(out, false);
+            return Err(e);
+        }
+    }
+    let result = run.begun(root);
+    if root {
+        // Where it replaced a run (--overwrite): the old files go once this run has
+        // finished, and come back if it failed (the error is the run's; the CLI says
+        // the old run is as it was).
+        let ended = rundir::end(out, result.is_ok());
+        if result.is_ok() {
+            ended?;
+        }
+    }
+    result
 }
 
 /// The part of each global batch this process reads: its rank's slice on a cluster.
@@ -277,6 +255,16 @@ fn recount_window(
 }
 
 impl Run<'_> {
+    /// The run once its directory is its own: the metrics log opened, a resumed drift
+    /// window counted again, then [`Run::go`].
+    fn begun(&mut self, root: bool) -> Result<Summary> {
+        self.log = MetricsLog::open(self.opts.out_dir.join(METRICS_FILE), root)?;
+        if let (Some(watch), true) = (&mut self.drift, self.opts.resume) {
+            recount_window(self.cfg, &self.model, watch, self.progress)?;
+        }
+        self.go(root)
+    }
+
     /// The epochs, the final evaluation and the summary.
     fn go(&mut self, root: bool) -> Result<Summary> {
         let first_step = self.progress.step;
