@@ -171,5 +171,8 @@ pub(crate) fn check_share(key: &str, x: f64) -> Result<()> {
     if (0.0..=1.0).contains(&x) {
         return Ok(());
     }
-    Err(Error::invalid(key, format!("must be within 0..1, got {x:?}")))
+    Err(Error::invalid(
+        key,
+        format!("must be within 0..1, got {x:?}"),
+    ))
 }

@@ -164,13 +164,7 @@ impl RunDir {
         let created = !path.exists();
         std::fs::create_dir_all(path).map_err(|e| Error::io(path, e))?;
         let lock_path = path.join(LOCK_FILE);
-        let mut lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| Error::io(&lock_path, e))?;
+        let mut lock = open_lock(path)?;
         let mut dir = Self {
             path: path.to_path_buf(),
             lock: None,
@@ -218,18 +212,23 @@ pub fn recover(dir: &Path) -> Result<Option<String>> {
     if !dir.join(REPLACED_DIR).is_dir() {
         return Ok(None);
     }
-    let lock_path = dir.join(LOCK_FILE);
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| Error::io(&lock_path, e))?;
+    let lock = open_lock(dir)?;
     if !try_lock(&lock) {
         return Ok(None);
     }
     restore_replaced(dir)
+}
+
+/// The lock file of the run directory `dir`, opened (made if absent), not yet locked.
+fn open_lock(dir: &Path) -> Result<File> {
+    let path = dir.join(LOCK_FILE);
+    OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::io(&path, e))
 }
 
 /// The names listed in a manifest.
@@ -454,6 +453,68 @@ mod tests {
         std::fs::write(d.join(METRICS_FILE), "").unwrap();
         drop(kept);
         assert!(d.join(METRICS_FILE).exists());
+        std::fs::remove_dir_all(d).ok();
+    }
+
+    /// The files of `d`, by name, with their text (the lock aside).
+    fn files(d: &Path) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name() != LOCK_FILE)
+            .map(|e| {
+                let text = std::fs::read_to_string(e.path()).unwrap_or_else(|_| "<dir>".into());
+                (e.file_name().to_string_lossy().into_owned(), text)
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn an_overwritten_run_comes_back_however_far_its_replacement_got() {
+        let d = scratch("restore");
+        std::fs::create_dir_all(&d).unwrap();
+        let old = [
+            (CHECKPOINT_FILE, "old checkpoint"),
+            (METRICS_FILE, "old metrics"),
+            (SUMMARY_FILE, "old summary"),
+        ];
+        let put = |name: &str, text: &str| std::fs::write(d.join(name), text).unwrap();
+        for (n, t) in old {
+            put(n, t);
+        }
+        let before = files(&d);
+        // Stopped while moving aside: two of three moved, nothing new written yet.
+        move_replaced_aside(&d).unwrap();
+        std::fs::rename(d.join(REPLACED_DIR).join(METRICS_FILE), d.join(METRICS_FILE)).unwrap();
+        let note = recover(&d).unwrap().unwrap();
+        assert!(note.contains("is restored"), "{note}");
+        assert_eq!(files(&d), before);
+        // Stopped mid-run: a new checkpoint, config and a cut-short write.
+        move_replaced_aside(&d).unwrap();
+        put(CHECKPOINT_FILE, "new checkpoint");
+        put(CONFIG_FILE, "new config");
+        put("checkpoint.safetensors.tmp.2000000000", "half");
+        put("notes.txt", "the user's");
+        let note = recover(&d).unwrap().unwrap();
+        assert!(note.contains("checkpoint.safetensors.tmp.2000000000"), "{note}");
+        let mut expected = before.clone();
+        expected.push(("notes.txt".into(), "the user's".into()));
+        expected.sort();
+        assert_eq!(files(&d), expected);
+        assert_eq!(recover(&d).unwrap(), None);
+        // A replacement that finished: the old files go.
+        move_replaced_aside(&d).unwrap();
+        put(CHECKPOINT_FILE, "new checkpoint");
+        end(&d, true).unwrap();
+        assert_eq!(
+            files(&d),
+            vec![
+                (CHECKPOINT_FILE.to_string(), "new checkpoint".to_string()),
+                ("notes.txt".into(), "the user's".into())
+            ]
+        );
         std::fs::remove_dir_all(d).ok();
     }
 

@@ -6,26 +6,9 @@
 
 mod common;
 
-use common::{describe, text, towerrec, TINY};
+use common::{describe, text, towerrec, TINY, TINY_MODEL};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-/// The tiny quickstart's settings as config lines, so that commands without `--set`
-/// read the same data.
-const TINY_TOML: &str = r#"
-[model]
-kind = "dlrm"
-embedding_dim = 4
-bottom_mlp = [8, 4]
-top_mlp = [8, 1]
-[optimizer]
-dense = { kind = "sgd" }
-dense_lr = 0.1
-sparse = { kind = "sgd" }
-sparse_lr = 0.1
-[train]
-batch_size = 64
-"#;
 
 /// Every file under `dir` (recursively, lock files aside) with its bytes.
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -63,7 +46,7 @@ impl Fixture {
         };
         // A synthetic config, its data as a binary file, and a CSV config with its file.
         let q = format!(
-            "{TINY_TOML}[data]\nformat = \"synthetic\"\ntrain_samples = 600\neval_samples = 200\n\
+            "{TINY_MODEL}[data]\nformat = \"synthetic\"\ntrain_samples = 600\neval_samples = 200\n\
              tables = [{{ rows = 50, zipf_exponent = 1.05, pooling = 1, count = 4 }}]\nnum_dense = 2\n"
         );
         std::fs::write(f.dir.join("q.toml"), q).unwrap();
@@ -80,7 +63,7 @@ impl Fixture {
         }
         std::fs::write(f.dir.join("d.csv"), csv).unwrap();
         let c = format!(
-            "{TINY_TOML}[data]\nformat = \"csv\"\npath = \"{}\"\nsplit = {{ kind = \"tail\", eval_rows = 50 }}\n\
+            "{TINY_MODEL}[data]\nformat = \"csv\"\npath = \"{}\"\nsplit = {{ kind = \"tail\", eval_rows = 50 }}\n\
              [data.schema]\nlabel = {{ column = \"y\" }}\nsparse = [{{ column = \"a\", rows = 10 }}, \
              {{ column = \"b\", rows = 10 }}, {{ column = \"c\", rows = 10 }}]\n",
             f.p("d.csv")
