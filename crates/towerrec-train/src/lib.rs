@@ -10,6 +10,7 @@ pub mod config;
 mod embeddings;
 pub mod error;
 pub mod evaluate;
+mod finite;
 pub mod forward;
 mod init;
 mod inject;
