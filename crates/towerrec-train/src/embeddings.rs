@@ -54,18 +54,49 @@ impl Embeddings {
         }
     }
 
+    /// Every table's fused backward and update from the gradient `grad` of the feature
+    /// rows. Returns the first table (model order) whose gradient rows held NaN or
+    /// infinity, with the value: on a cluster, among the tables this rank updates.
     pub(crate) fn backward_update(
         &mut self,
         batch: &Batch,
         grad: &[f32],
         slots: &FeatureSlots,
         lr: f32,
-    ) -> Result<()> {
+    ) -> Result<Option<(usize, f32)>> {
         match self {
-            Embeddings::Local(tables) => tables_backward(tables, batch, grad, slots, lr),
+            Embeddings::Local(tables) => {
+                let bad = non_finite_slot(batch, grad, slots, tables.len());
+                tables_backward(tables, batch, grad, slots, lr)?;
+                Ok(bad)
+            }
             Embeddings::Sharded(s) => s.backward_update(batch, grad, slots, lr),
         }
     }
+}
+
+/// The first of `tables` tables whose slot of the feature-row gradient `grad` holds NaN
+/// or infinity in a sample whose bag has ids (an empty bag updates nothing), with the
+/// value.
+fn non_finite_slot(
+    batch: &Batch,
+    grad: &[f32],
+    slots: &FeatureSlots,
+    tables: usize,
+) -> Option<(usize, f32)> {
+    let rows = &grad[..(batch.batch_size() * slots.width()).min(grad.len())];
+    if crate::finite::all_finite(rows) {
+        return None;
+    }
+    (0..tables).find_map(|t| {
+        let ids = batch.sparse.feature(t);
+        let range = slots.slot(t).range();
+        rows.chunks_exact(slots.width())
+            .enumerate()
+            .filter(|(b, _)| !ids.ids(*b).is_empty())
+            .find_map(|(_, row)| row[range.clone()].iter().copied().find(|x| !x.is_finite()))
+            .map(|x| (t, x))
+    })
 }
 
 /// Every table's fused backward and update from its slot of the feature gradients.
@@ -81,4 +112,41 @@ fn tables_backward(
         table.backward_update(batch.sparse.feature(t), grad, slots.width(), offset, lr)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use towerrec_core::batch::KeyedJagged;
+
+    #[test]
+    fn a_non_finite_slot_is_named_only_where_its_bag_has_ids() {
+        // Two samples, two tables of width 2 after a base column: rows of 5.
+        let slots = FeatureSlots::contiguous(5, 1, [2, 2]).unwrap();
+        // Table 0: sample 0 has an id, sample 1 none; table 1: both have one.
+        let keys = vec!["C1".to_string(), "C2".to_string()];
+        let sparse = KeyedJagged::from_offsets(keys, 2, vec![0, 1, 1, 2, 3], vec![4, 5, 6]);
+        let batch = Batch {
+            dense: vec![0.0; 2],
+            num_dense: 1,
+            sparse: sparse.unwrap(),
+            labels: vec![0.0, 1.0],
+        };
+        let mut grad = vec![0.5f32; 10];
+        assert_eq!(non_finite_slot(&batch, &grad, &slots, 2), None);
+        // The base column and an empty bag's slot update no table.
+        grad[0] = f32::NAN;
+        grad[5 + 1] = f32::INFINITY;
+        assert_eq!(non_finite_slot(&batch, &grad, &slots, 2), None);
+        grad[5 + 4] = f32::NEG_INFINITY;
+        assert_eq!(
+            non_finite_slot(&batch, &grad, &slots, 2),
+            Some((1, f32::NEG_INFINITY))
+        );
+        grad[2] = f32::INFINITY;
+        assert_eq!(
+            non_finite_slot(&batch, &grad, &slots, 2),
+            Some((0, f32::INFINITY))
+        );
+    }
 }

@@ -11,6 +11,7 @@ mod embeddings;
 pub mod error;
 pub mod evaluate;
 pub mod files;
+mod finite;
 pub mod forward;
 mod init;
 mod inject;

@@ -14,6 +14,7 @@ pub use crate::times::PhaseTimes;
 use crate::config::{BiasInit, ClusterConfig, DenseSync, ReplicaSync};
 use crate::config::{ModelConfig, ModelKind, OptimizerConfig};
 use crate::error::{Error, Result};
+use crate::finite::{Fault, Faults, Summed};
 use crate::init::TableInit;
 use crate::sharded::{ShardedEmbeddings, TableDesc, WholeTable};
 use crate::slots::FeatureSlots;
@@ -79,6 +80,9 @@ pub struct Model {
     /// Whether steps run in halves (`cluster.overlap_halves`), and their scratch.
     halves: halves::Halves,
     times: PhaseTimes,
+    /// What this rank found NaN or infinite in the current step so far, for the check
+    /// at its end ([`crate::finite`]).
+    faults: Faults,
 }
 
 impl Model {
@@ -238,6 +242,7 @@ impl Model {
             grad_sync: GradSync::default(),
             halves: halves::Halves::default(),
             times: PhaseTimes::default(),
+            faults: Faults::default(),
         };
         let sizes: Vec<usize> = model.dense_params().iter().map(|p| p.value.len()).collect();
         model.dense_optimizer = DenseOptimizer::new(opt.dense, &sizes);
@@ -355,6 +360,8 @@ impl Model {
             top_in,
             top_in_grad,
             times,
+            tables,
+            faults,
             ..
         } = self;
         let mut mark = Instant::now();
@@ -400,14 +407,14 @@ impl Model {
                     },
                     || timed(|| embeddings.backward_update(batch, grad, slots, sparse_lr)),
                 );
-                updates?;
+                note_table_fault(faults, tables, embeddings, updates?);
                 times.bottom_backward += t_bottom;
                 times.embedding_backward_update += t_emb;
             }
             Interaction::Cross(_) => {
                 let (updates, t_emb) =
                     timed(|| embeddings.backward_update(batch, grad, slots, sparse_lr));
-                updates?;
+                note_table_fault(faults, tables, embeddings, updates?);
                 times.embedding_backward_update += t_emb;
             }
         }
@@ -415,7 +422,9 @@ impl Model {
     }
 
     /// Sums the dense gradients over the ranks (a DMT model's modules over their tower
-    /// groups) and applies the dense optimizer: the end of every step.
+    /// groups), checks the step ([`crate::finite`]: an error on every rank if any found
+    /// a non-finite loss or gradient) and applies the dense optimizer: the end of every
+    /// step.
     fn sync_dense_and_update(&mut self, dense_lr: f32) -> Result<()> {
         let Model {
             towers,
@@ -425,9 +434,11 @@ impl Model {
             dense_optimizer,
             grad_sync,
             times,
+            faults,
             ..
         } = self;
         let mut mark = Instant::now();
+        let mut mine = std::mem::take(faults);
         let (comm, domain) = match embeddings {
             Embeddings::Sharded(s) => {
                 let (comm, domain) = s.domains();
@@ -436,41 +447,68 @@ impl Model {
             Embeddings::Local(_) => (None, None),
         };
         // Modules inside SPTT: each tower's gradients over its group, the rest over the
-        // world.
+        // world. The group's first, so that what its sums hold is counted in the world's.
         if let Some(d) = domain {
-            let mine = tower_tensor_owners(d.modules, &d.mine);
+            let owners = tower_tensor_owners(d.modules, &d.mine);
             let group = d.group;
             let mut params = dense_params(interaction, top, Some(d.modules));
             let world = comm.expect("a tower domain is sharded");
-            let n = mine.len();
-            all_reduce_grads(
-                world,
-                &mut params,
-                |i| i >= n,
-                grad_sync,
-                Phase::DenseGradSync,
-            )?;
-            let in_group = |i: usize| mine.get(i).copied().unwrap_or(false);
+            let n = owners.len();
+            let in_group = |i: usize| owners.get(i).copied().unwrap_or(false);
             all_reduce_grads(
                 group,
                 &mut params,
                 in_group,
                 grad_sync,
                 Phase::TowerGradSync,
+                &mut [],
+            )?;
+            if let Some(f) = Fault::dense(&params, in_group, Summed::TowerGroup(group.size())) {
+                mine.note(f);
+            }
+            let mine = mine.take();
+            let mut count = [f32::from(u8::from(mine.is_some()))];
+            all_reduce_grads(
+                world,
+                &mut params,
+                |i| i >= n,
+                grad_sync,
+                Phase::DenseGradSync,
+                &mut count,
             )?;
             lap(&mut mark, &mut times.dense_grad_sync);
+            let dense = Fault::dense(&params, |i| i >= n, Summed::World(world.size()));
+            crate::finite::verdict(world, mine, count[0], dense)?;
             dense_optimizer.apply(&mut params, dense_lr)?;
             lap(&mut mark, &mut times.dense_update);
             return Ok(());
         }
         let mut params = dense_params(interaction, top, towers.as_mut());
-        if let Some(comm) = comm {
-            all_reduce_grads(comm, &mut params, |_| true, grad_sync, Phase::DenseGradSync)?;
-            lap(&mut mark, &mut times.dense_grad_sync);
+        let mine = mine.take();
+        match comm {
+            Some(comm) => {
+                let mut count = [f32::from(u8::from(mine.is_some()))];
+                let phase = Phase::DenseGradSync;
+                all_reduce_grads(comm, &mut params, |_| true, grad_sync, phase, &mut count)?;
+                lap(&mut mark, &mut times.dense_grad_sync);
+                let dense = Fault::dense(&params, |_| true, Summed::World(comm.size()));
+                crate::finite::verdict(comm, mine, count[0], dense)?;
+            }
+            None => {
+                let dense = Fault::dense(&params, |_| true, Summed::Nowhere);
+                crate::finite::verdict_alone(mine, dense)?;
+            }
         }
         dense_optimizer.apply(&mut params, dense_lr)?;
         lap(&mut mark, &mut times.dense_update);
         Ok(())
+    }
+
+    /// Notes what this rank found non-finite in the current step (the trainer: its
+    /// loss), for the check at the step's end, where every rank of a cluster stops
+    /// together.
+    pub(crate) fn note_fault(&mut self, fault: Fault) {
+        self.faults.note(fault);
     }
 
     /// Time spent in each phase since the model was built or [`Model::reset_times`].
@@ -782,20 +820,23 @@ struct GradSync {
     hier: Option<HierarchicalAllReduce<f32>>,
 }
 
-/// Sums the dense gradients of the parameters `which` selects over the ranks of `comm`
-/// (one AllReduce of all of them together), counted under `phase`.
+/// Sums the dense gradients of the parameters `which` selects over the ranks of `comm`,
+/// and `extra` after them (one AllReduce of all of them together), counted under
+/// `phase`.
 fn all_reduce_grads(
     comm: &Comm,
     params: &mut [ParamMut<'_, f32>],
     which: impl Fn(usize) -> bool,
     sync: &mut GradSync,
     phase: Phase,
+    extra: &mut [f32],
 ) -> Result<()> {
     let flat = &mut sync.flat;
     flat.clear();
     for (_, p) in params.iter().enumerate().filter(|(i, _)| which(*i)) {
         flat.extend_from_slice(p.grad);
     }
+    flat.extend_from_slice(extra);
     let world = comm.size() == comm.topology().world_size();
     if world && phase == Phase::DenseGradSync && sync.mode == DenseSync::Hierarchical {
         if sync.hier.is_none() {
@@ -813,7 +854,22 @@ fn all_reduce_grads(
         p.grad.copy_from_slice(&flat[at..at + n]);
         at += n;
     }
+    extra.copy_from_slice(&flat[at..at + extra.len()]);
     Ok(())
+}
+
+/// Notes the table a step's backward found with non-finite gradient rows, if any.
+fn note_table_fault(
+    faults: &mut Faults,
+    tables: &[TableDesc],
+    embeddings: &Embeddings,
+    bad: Option<(usize, f32)>,
+) {
+    if let Some((t, x)) = bad {
+        let name = tables.get(t).map_or("?", |d| d.name.as_str());
+        let exchanged = embeddings.comm().is_some_and(|c| c.size() > 1);
+        faults.note(Fault::table(t, name, x, exchanged));
+    }
 }
 
 /// For each parameter tensor of the modules (they come first among the dense

@@ -12,8 +12,9 @@
 //! - output distribution (pooled AlltoAll / ReduceScatter forward, and the same volume
 //!   of gradients backward): table-wise `2 · 4·d·(B − B_owner)`; row-wise
 //!   `2 · 4·d·(p − 1)·B`;
-//! - dense gradients (AllReduce of `N` floats as ReduceScatter + AllGather):
-//!   `2·(p − 1)·4·N`;
+//! - dense gradients (AllReduce of `N` floats as ReduceScatter + AllGather, and one
+//!   float more: the ranks' count of non-finite findings in the step, which the step's
+//!   check reads): `2·(p − 1)·4·(N + 1)`;
 //! - data-parallel tables (AllGather of bags and pooled gradients):
 //!   `(p − 1)·(8·(B + n_t) + 4·d·B)`.
 
@@ -116,7 +117,7 @@ fn closed_form(cfg: &Config, batch: &Batch, plan: &Plan) -> [u64; 4] {
             other => panic!("no closed form here for {other:?}"),
         }
     }
-    let dense = 2 * (p as u64 - 1) * 4 * dense_floats(cfg);
+    let dense = 2 * (p as u64 - 1) * 4 * (dense_floats(cfg) + 1);
     [input, output, dense, sparse]
 }
 

@@ -8,6 +8,7 @@
 //! launch under `timeout` so that a hang fails the test instead of the CI job.
 
 mod common;
+mod diverging;
 
 use common::describe;
 use serde_json::Value;
@@ -559,6 +560,67 @@ fn a_diverging_mpi_run_stops_naming_the_step_and_writes_no_summary() {
         "{text}"
     );
     assert!(!dir.join("run/summary.json").exists(), "{text}");
+}
+
+/// On the shape of examples/criteo.toml's DLRM, whose backward overflows while its loss
+/// stays finite: every rank that reports names the step and the tensor that one
+/// process names, and no rank writes a summary.
+#[test]
+fn a_diverging_criteo_dlrm_stops_every_mpi_rank_at_the_step_one_process_stops() {
+    let _serial = serial();
+    let dir = tmp("nan-criteo");
+    let cfg = diverging::diverging_criteo(&dir);
+    let cfg = cfg.to_str().unwrap().to_string();
+    let alone = dir.join("alone");
+    let args: Vec<String> = ["train", "-q", "--config", &cfg, "--out"]
+        .map(String::from)
+        .into();
+    let mut one = args.clone();
+    one.extend([alone.to_str().unwrap().into()]);
+    one.extend(["--hosts", "1", "--ranks-per-host", "1"].map(String::from));
+    let o = towerrec(&one, &[], 120);
+    let text = describe(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    let step = diverging::step_named(&text).unwrap_or_else(|| panic!("no step: {text}"));
+    let tensor = diverging::tensor_named(&text).unwrap_or_else(|| panic!("no tensor: {text}"));
+    let run = dir.join("mpi");
+    let mut mpi = args;
+    mpi.extend([run.to_str().unwrap().into()]);
+    mpi.extend(["--backend", "mpi"].map(String::from));
+    let o = mpirun(&mpi, &[], 120);
+    let text = describe(&o);
+    assert!(
+        !o.status.success() && !matches!(o.status.code(), Some(124) | Some(137)),
+        "expected mpirun to fail by itself\n{text}"
+    );
+    let reports: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("error: rank ") && l.contains("non-finite "))
+        .collect();
+    assert!(!reports.is_empty(), "{text}");
+    for report in &reports {
+        assert_eq!(
+            diverging::step_named(report),
+            Some(step),
+            "{report}\n{text}"
+        );
+        assert_eq!(
+            diverging::tensor_named(report),
+            Some(tensor),
+            "{report}\n{text}"
+        );
+        assert!(
+            report.contains("after the all-reduce over 4 ranks")
+                || report.contains("after their exchange"),
+            "{report}"
+        );
+        assert!(
+            report.ends_with("calling MPI_Abort to stop the job"),
+            "{report}"
+        );
+    }
+    assert!(!run.join("summary.json").exists(), "{text}");
+    assert!(!alone.join("summary.json").exists());
 }
 
 #[test]

@@ -269,7 +269,9 @@ impl Model {
         let Embeddings::Sharded(tables) = &mut self.embeddings else {
             unreachable!("steps_in_halves checks the tables are sharded");
         };
-        tables.update_after_exchange(batch, &self.features_grad, &self.slots, sparse_lr)?;
+        let bad =
+            tables.update_after_exchange(batch, &self.features_grad, &self.slots, sparse_lr)?;
+        super::note_table_fault(&mut self.faults, &self.tables, &self.embeddings, bad);
         lap(&mut mark, &mut self.times.embedding_backward_update);
         self.sync_dense_and_update(dense_lr)
     }

@@ -82,21 +82,29 @@ impl ShardedEmbeddings {
 
     /// Updates every shard and replica from the gradient the exchange left (`grad`: this
     /// rank's feature-row gradient, which data-parallel replicas read) and syncs the
-    /// rows with copies on several ranks.
+    /// rows with copies on several ranks. Returns the first table (model order) whose
+    /// gradient rows, as they arrived here, held NaN or infinity, with the value (the
+    /// update goes on regardless: the trainer stops at the step's end, every rank
+    /// together).
     pub fn update_after_exchange(
         &mut self,
         batch: &Batch,
         grad: &[f32],
         slots: &FeatureSlots,
         lr: f32,
-    ) -> Result<()> {
+    ) -> Result<Option<(usize, f32)>> {
+        let mut bad = lookup::non_finite_grad(&self.local);
         let touched = lookup::update(&mut self.local, lr)?;
         if self.shared.is_some() {
             self.sync_shared_rows(&touched, lr)?;
         }
         if !self.replicas.is_empty() {
-            self.sync_replicas(batch, grad, slots, lr)?;
+            let replica = self.sync_replicas(batch, grad, slots, lr)?;
+            bad = match (bad, replica) {
+                (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+                (a, b) => a.or(b),
+            };
         }
-        Ok(())
+        Ok(bad)
     }
 }

@@ -225,6 +225,18 @@ impl LocalShard {
     }
 }
 
+/// The first table (model order) with a local shard whose gradient rows, those of bags
+/// with ids, hold NaN or infinity, with the value.
+pub(super) fn non_finite_grad(local: &[LocalShard]) -> Option<(usize, f32)> {
+    local
+        .iter()
+        .filter_map(|l| {
+            let has_ids = |b: usize| l.offsets.get(b + 1) > l.offsets.get(b);
+            crate::finite::bad_grad_rows(&l.grad, l.columns(), has_ids).map(|x| (l.table, x))
+        })
+        .min_by_key(|&(t, _)| t)
+}
+
 /// Applies each local shard's fused update from its `grad`; a row-partitioned store
 /// updates the rows only it holds and returns the summed gradients of the shared ones
 /// it read, for the sparse AllReduce.

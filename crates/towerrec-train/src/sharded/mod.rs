@@ -452,14 +452,16 @@ impl ShardedEmbeddings {
     }
 
     /// Backward of the last [`ShardedEmbeddings::forward`] (same `batch`) from the
-    /// gradient of its output, updating every shard and replica with `lr`.
+    /// gradient of its output, updating every shard and replica with `lr`. Returns the
+    /// first table (model order) of those this rank updates whose gradient rows held
+    /// NaN or infinity after their exchange, with the value.
     pub fn backward_update(
         &mut self,
         batch: &Batch,
         grad: &[f32],
         slots: &FeatureSlots,
         lr: f32,
-    ) -> Result<()> {
+    ) -> Result<Option<(usize, f32)>> {
         let grad = &grad[..batch.batch_size() * slots.width()];
         if self.sptt.is_some() {
             self.sptt_output_grad(grad, slots)?;

@@ -35,14 +35,15 @@ impl ShardedEmbeddings {
     }
 
     /// Gathers every rank's bags and pooled gradients, then applies the whole batch's
-    /// update to each replica.
+    /// update to each replica. Returns the first table whose gathered gradient rows
+    /// (of bags with ids) held NaN or infinity, with the value.
     pub(super) fn sync_replicas(
         &mut self,
         batch: &Batch,
         grad: &[f32],
         slots: &FeatureSlots,
         lr: f32,
-    ) -> Result<()> {
+    ) -> Result<Option<(usize, f32)>> {
         let mut ids_send = Vec::new();
         let mut grad_send = Vec::new();
         for r in &self.replicas {
@@ -78,11 +79,18 @@ impl ShardedEmbeddings {
                 gat += n * dim;
             }
         }
+        let mut bad: Option<(usize, f32)> = None;
         for (k, r) in self.replicas.iter_mut().enumerate() {
             let dim = slots.slot(r.table).width;
+            let has_ids = |b: usize| offsets[k][b + 1] > offsets[k][b];
+            if let Some(x) = crate::finite::bad_grad_rows(&grads[k], dim, has_ids) {
+                if bad.is_none_or(|(t, _)| r.table < t) {
+                    bad = Some((r.table, x));
+                }
+            }
             let view = JaggedView::new(&offsets[k], &values[k])?;
             r.bag.backward_update(view, &grads[k], dim, 0, lr)?;
         }
-        Ok(())
+        Ok(bad)
     }
 }

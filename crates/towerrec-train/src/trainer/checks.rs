@@ -28,17 +28,26 @@ pub(super) fn at(e: Error, where_: String) -> Error {
 }
 
 /// The first input, parameter or table that holds NaN or infinity, named; or what is
-/// known when all are finite (the forward pass itself overflowed). Scans everything, so
-/// only called once something went wrong.
-pub(crate) fn non_finite_culprit(model: &mut Model, batch: Option<&Batch>) -> String {
-    if let Some(b) = batch {
+/// known when all are finite (the forward pass itself overflowed). `batch`: the samples
+/// of the step (on a cluster this rank's slice) and the first one's place in the global
+/// batch, which the messages count by. Scans everything, so only called once something
+/// went wrong.
+pub(crate) fn non_finite_culprit(model: &mut Model, batch: Option<(&Batch, usize)>) -> String {
+    if let Some((b, first)) = batch {
         let width = b.num_dense.max(1);
         if let Some(i) = b.dense.iter().position(|x| !x.is_finite()) {
             return format!(
                 "dense input feature {} of sample {} in the batch is {}",
                 i % width,
-                i / width,
+                first + i / width,
                 b.dense[i]
+            );
+        }
+        if let Some(i) = b.labels.iter().position(|x| !x.is_finite()) {
+            return format!(
+                "the label of sample {} in the batch is {}",
+                first + i,
+                b.labels[i]
             );
         }
     }
@@ -121,8 +130,16 @@ mod tests {
             sparse: Default::default(),
             labels: vec![0.0, 1.0],
         };
-        let c = non_finite_culprit(&mut model, Some(&batch));
+        let c = non_finite_culprit(&mut model, Some((&batch, 0)));
         assert_eq!(c, "dense input feature 0 of sample 1 in the batch is -inf");
+        let batch = Batch {
+            dense: vec![0.0; 4],
+            num_dense: 2,
+            sparse: Default::default(),
+            labels: vec![0.0, f32::NAN],
+        };
+        let c = non_finite_culprit(&mut model, Some((&batch, 0)));
+        assert_eq!(c, "the label of sample 1 in the batch is NaN");
     }
 
     #[test]

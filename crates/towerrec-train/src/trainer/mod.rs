@@ -17,7 +17,8 @@ pub use drift::DriftReport;
 pub use run::{finished, train_model};
 
 use crate::config::{Config, ModelKind};
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::finite::Fault;
 use crate::memory::MemoryNeed;
 use crate::model::Model;
 use crate::ranks::rank_slice;
@@ -25,6 +26,7 @@ use crate::report::ClusterReport;
 use checks::non_finite_culprit;
 use serde::Serialize;
 use std::path::PathBuf;
+use towerrec_comm::even_split;
 use towerrec_core::loss::bce_with_logits_sum;
 use towerrec_core::Batch;
 use towerrec_data::schema;
@@ -170,12 +172,19 @@ pub fn train_step_on_slice(
         bce_with_logits_sum(logits, &batch.labels, Some(grad))
     };
     if !loss_sum.is_finite() {
-        // Before the update: the parameters stay as they were, to be named.
-        return Err(Error::NonFinite {
-            what: format!("loss ({loss_sum})"),
-            place: "a training step".into(),
-            culprit: non_finite_culprit(model, Some(batch)),
-        });
+        // Named before the update: the parameters are as the forward saw them.
+        let rank = model.comm().map(|c| (c.rank(), c.size()));
+        let (r, w) = rank.unwrap_or((0, 1));
+        // The slice's first sample in the global batch (readers slice as `rank_slice`).
+        let first = even_split(global_size, w)[..r].iter().sum();
+        let culprit = non_finite_culprit(model, Some((batch, first)));
+        match rank {
+            // One process stops now.
+            None => return Err(Fault::loss(loss_sum, culprit, None).into_error()),
+            // A rank goes on to the step's end, where every rank learns of it in the
+            // dense gradients' all-reduce and all stop together (`crate::finite`).
+            rank => model.note_fault(Fault::loss(loss_sum, culprit, rank)),
+        }
     }
     if halves {
         model.update_in_halves(batch, dense_lr, sparse_lr)?;
