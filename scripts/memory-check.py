@@ -19,7 +19,9 @@ A run the memory check refuses is listed as refused, with the estimate its error
 (it has allocated nothing: its peak is not comparable).
 
 Configs that need an MPI launcher are not run (none of these does: the clusters they
-ask for run in-process). examples/movielens.toml reads the CSV made by
+ask for run in-process). With --mpi, every config runs as 4 MPI processes instead
+(mpirun -np 4, 2 hosts x 2 ranks; a build with --features mpi), and the table gives
+rank 0's estimate (the one printed) against rank 0's peak, the other ranks' beside. examples/movielens.toml reads the CSV made by
 scripts/movielens_to_csv.py from /work/shared/data/ml-100k (or $ML100K).
 
 Runs go one at a time: each one's peak is its own. Only the standard library is used.
@@ -107,11 +109,19 @@ def runs(work):
 TIME = "/usr/bin/time"
 
 
-def measure(binary, args, out):
-    """(estimate in bytes or None, peak RSS in bytes, seconds, exit status, tail)."""
+def measure(binary, args, out, mpi=False):
+    """(estimate in bytes or None, peak RSS in bytes, seconds, exit status, tail, output,
+    the other ranks' largest peak or None). With `mpi`, 4 processes as 2 × 2 under
+    mpirun, each under GNU time; the estimate and the peak are rank 0's."""
     cmd = [binary, "train", "--out", out, "--overwrite"] + args
     rss_file = out + ".maxrss"
-    if os.access(TIME, os.X_OK):
+    if mpi:
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+               "-np", "4", "--mca", "mpi_yield_when_idle", "1",
+               "-x", "TOWERREC_RANKS_PER_HOST=2", "bash", "-c",
+               f'exec {TIME} -f %M -o {rss_file}.$OMPI_COMM_WORLD_RANK "$@"', "_"] \
+            + cmd + ["--backend", "mpi"]
+    elif os.access(TIME, os.X_OK):
         cmd = [TIME, "-f", "%M", "-o", rss_file] + cmd
     start = time.time()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -120,8 +130,18 @@ def measure(binary, args, out):
     p.stdout.close()
     seconds = time.time() - start
     code = os.waitstatus_to_exitcode(status)
-    peak_kib = usage.ru_maxrss
-    if os.path.exists(rss_file):
+    peak_kib, others = usage.ru_maxrss, None
+    if mpi:
+        peaks = []
+        for r in range(4):
+            try:
+                with open(f"{rss_file}.{r}") as f:
+                    peaks.append(int(f.read().split()[-1]))
+                os.remove(f"{rss_file}.{r}")
+            except (OSError, ValueError, IndexError):
+                peaks.append(0)
+        peak_kib, others = peaks[0], max(peaks[1:]) * 1024
+    elif os.path.exists(rss_file):
         with open(rss_file) as f:
             peak_kib = int(f.read().split()[-1])
         os.remove(rss_file)
@@ -130,7 +150,7 @@ def measure(binary, args, out):
     if m:
         estimate = float(m.group(1)) * (1 << 30 if m.group(2) == "GiB" else 1 << 20)
     tail = [l for l in text.splitlines() if l.strip()][-1:] or [""]
-    return estimate, peak_kib * 1024, seconds, code, tail[0], text
+    return estimate, peak_kib * 1024, seconds, code, tail[0], text, others
 
 
 def machine():
@@ -157,6 +177,9 @@ def main():
     ap.add_argument("--work", default="/tmp/towerrec-memory-check")
     ap.add_argument("--keep", action="store_true", help="keep the run directories")
     ap.add_argument("--verbose", action="store_true", help="print each run's output")
+    ap.add_argument("--mpi", action="store_true",
+                    help="run each config under mpirun as 2 x 2 processes (a build with "
+                         "--features mpi); the runs on one rank are left out")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     todo, skipped = runs(a.work)
@@ -164,6 +187,8 @@ def main():
     print(f"# binary: {a.bin}; {time.strftime('%Y-%m-%d %H:%M:%S')}")
     print(f"# machine: {machine()}")
     how = "GNU time's %M" if os.access(TIME, os.X_OK) else "os.wait4 (includes ~16 MB of python)"
+    if a.mpi:
+        how = "rank 0's, GNU time's %M; mpirun -np 4 as 2 x 2, --backend mpi"
     print(f"# estimate: towerrec's start-up line; peak: the process's ru_maxrss ({how}); "
           "MB = 10^6 bytes")
     print(f"{'config':<46} {'steps':>5} {'estimate MB':>12} {'peak RSS MB':>12} "
@@ -172,15 +197,18 @@ def main():
     for label, args in todo:
         if (a.only and a.only not in label) or any(s in label for s in a.skip):
             continue
+        if a.mpi and "--hosts" in args:
+            continue
         out = os.path.join(a.work, "run")
-        est, peak, secs, code, tail, text = measure(a.bin, args, out)
+        est, peak, secs, code, tail, text, others = measure(a.bin, args, out, a.mpi)
         steps = args[args.index("--max-steps") + 1]
         refused = code != 0 and REFUSED.search(text) is not None
         ratio = est / peak if est and not refused else float("nan")
         e = f"{est / 1e6:12.1f}" if est else f"{'-':>12}"
         p = f"{'refused':>12}" if refused else f"{peak / 1e6:12.1f}"
+        rest = f"  (ranks 1-3: peak {others / 1e6:.1f} MB at most)" if others else ""
         print(f"{label:<46} {steps:>5} {e} {p} {ratio:6.2f} {secs:6.1f}  {code}"
-              + ("" if code == 0 else f"  ({tail})"), flush=True)
+              + ("" if code == 0 else f"  ({tail})") + rest, flush=True)
         if a.verbose:
             print(text)
         line = next((l for l in text.splitlines()

@@ -4,8 +4,9 @@
 //! fits is not refused.
 //!
 //! The count follows what the code allocates, per process (each term's doc names where):
-//! - the process itself ([`PROCESS_BYTES`], measured on a tiny run), and a GEMM packing
-//!   slab the size of the L2 cache for every thread that multiplies;
+//! - the process itself ([`PROCESS_BYTES`], measured on a tiny run; with MPI, the
+//!   library's too), and a GEMM packing slab the size of the L2 cache for every thread
+//!   that multiplies;
 //! - the embedding tables and their optimizer state, each buffer as the allocator maps
 //!   it (from 2 MiB up, in whole 2 MiB pages);
 //! - per rank: the dense weights, gradients, optimizer state and gradient-sync buffers;
@@ -36,9 +37,15 @@ const U64: u128 = 8;
 
 /// The process before it holds any model or data: code, libraries, thread stacks and
 /// the allocator's own state. Measured as the peak RSS of a tiny run (the quickstart cut
-/// to one 10-row table, one dense feature and batches of 4: 7.1 MB on one rank, 8.0 MB
-/// on 2 × 2 in-process ranks), rounded up.
-pub const PROCESS_BYTES: u128 = 8 << 20;
+/// to one 10-row table, one dense feature and batches of 4; scripts/memory-check.py's
+/// "tiny" rows): 7.7 MB on one rank and 8.3 MB on 2 × 2 in-process ranks, 9.0 and
+/// 10.0 MB with a build that links MPI; rounded up.
+pub const PROCESS_BYTES: u128 = 10 << 20;
+
+/// What a process of an MPI run holds beyond [`PROCESS_BYTES`]: the MPI library's state
+/// and its shared-memory transport. The same tiny run under `mpirun -np 4` (OpenMPI
+/// 4.1.4) peaks at 20.0 to 20.2 MB a process, 10.2 MB above the run in-process.
+pub const MPI_PROCESS_BYTES: u128 = 10 << 20;
 
 /// Allocations of at least this size get their own mapping in whole pages of it (the
 /// binaries' allocator, `towerrec_core::huge_alloc`, and the tables' `HugePageBuf`).
@@ -539,7 +546,8 @@ fn ids_per_sample(specs: &[TableSpec]) -> f64 {
 /// What one process of a run needs, by kind, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MemoryNeed {
-    /// The process itself ([`PROCESS_BYTES`]) and its threads' GEMM packing slabs.
+    /// The process itself ([`PROCESS_BYTES`], and [`MPI_PROCESS_BYTES`] for a process
+    /// of an MPI run) and its threads' GEMM packing slabs.
     pub process: u128,
     /// Embedding tables and their optimizer state (this process's share), with
     /// row-partitioned tables' route caches and stores' bookkeeping.
@@ -614,6 +622,10 @@ impl MemoryNeed {
             .iter()
             .flatten()
             .fold(0u128, |a, &b| a.saturating_add(mapped(b)));
+        let whole_raw = whole
+            .iter()
+            .flatten()
+            .fold(0u128, |a, &b| a.saturating_add(b));
 
         let ids = ids_per_sample(&specs);
         let sample = (1 + schema.dense.len() as u128) * F32
@@ -671,15 +683,18 @@ impl MemoryNeed {
         if !synthetic && world > 1 {
             evaluation = evaluation.saturating_add(eval_batch.saturating_mul(sample));
         }
-        // A checkpoint's dense tensors: their bytes, and again in the serialized file.
+        // `checkpoint::save` of whole tables: the dense tensors' bytes (weights and
+        // optimizer state), every table's weights and state copied whole, each turned into
+        // its bytes in turn (a buffer like its source), then one file of all the bytes.
         let dense_ckpt = params.saturating_mul(F32 * (1 + states));
+        let write = dense_ckpt
+            .saturating_add(whole_mapped)
+            .saturating_add(mapped(whole_raw.saturating_add(dense_ckpt)));
 
         let (tables, exchange, checkpoint) = match placement {
             Placement::Single => {
                 // `EmbeddingBag::backward`'s keys and their sorted copy, per id.
                 let scratch = (batch as f64 * ids).ceil() as u128 * U64 * 2;
-                // `checkpoint::save`: every table copied, then its bytes, then the file.
-                let write = whole_mapped.saturating_add(dense_ckpt).saturating_mul(2);
                 (whole_mapped, scratch, write)
             }
             Placement::Cluster { plan, .. } => {
@@ -720,7 +735,6 @@ impl MemoryNeed {
                     let gather = sends
                         .saturating_add(mapped(sent_raw))
                         .saturating_add(whole_mapped.max(pieces.saturating_add(received)));
-                    let write = whole_mapped.saturating_add(dense_ckpt).saturating_mul(2);
                     gather.max(write)
                 } else {
                     sends.saturating_add(pieces)
@@ -736,8 +750,10 @@ impl MemoryNeed {
                 (tables, exchange, checkpoint)
             }
         };
+        // A cluster's process that runs fewer than all its ranks is one of MPI's.
+        let mpi = if here < world { MPI_PROCESS_BYTES } else { 0 };
         Self {
-            process: PROCESS_BYTES.saturating_add(slabs),
+            process: PROCESS_BYTES.saturating_add(mpi).saturating_add(slabs),
             tables: tables.saturating_add(extra_table_bytes),
             dense: dense_per_rank.saturating_mul(here),
             activations: activations.saturating_mul(here),
