@@ -38,7 +38,7 @@ const U64: u128 = 8;
 /// The process before it holds any model or data: code, libraries, thread stacks and
 /// the allocator's own state. Measured as the peak RSS of a tiny run (the quickstart cut
 /// to one 10-row table, one dense feature and batches of 4; scripts/memory-check.py's
-/// "tiny" rows): 7.7 MB on one rank and 8.3 MB on 2 × 2 in-process ranks, 9.0 and
+/// "tiny" rows): about 7.7 MB on one rank and 8.3 MB on 2 × 2 in-process ranks, 9.0 and
 /// 10.0 MB with a build that links MPI; rounded up.
 pub const PROCESS_BYTES: u128 = 10 << 20;
 
