@@ -51,4 +51,4 @@ pub use selftest::{selftest, SelfTestReport};
 pub use stderr::print_line;
 pub use topology::Topology;
 pub use traffic::{Bytes, ClusterTraffic, Phase, RankTraffic};
-pub use watchdog::{Stall, Watchdog, DEFAULT_COLLECTIVE_TIMEOUT};
+pub use watchdog::{Stall, Watchdog, DEFAULT_COLLECTIVE_TIMEOUT, MIN_COLLECTIVE_TIMEOUT};

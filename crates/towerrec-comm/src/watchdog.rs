@@ -25,6 +25,12 @@ use std::time::{Duration, Instant};
 /// How long a collective may make no progress before the job ends, unless set.
 pub const DEFAULT_COLLECTIVE_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// The shortest collective timeout accepted. The watchdogs look at the collectives
+/// every few milliseconds (the MPI thread at most every 5 ms, an in-process rank as it
+/// wakes to look for failed ranks), so a shorter timeout would fire late or, under MPI,
+/// not at all; and no healthy collective of a training step is that reliably fast.
+pub const MIN_COLLECTIVE_TIMEOUT: Duration = Duration::from_millis(10);
+
 /// The watchdog's settings for a cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Watchdog {
@@ -43,18 +49,19 @@ impl Default for Watchdog {
 
 impl Watchdog {
     /// A watchdog that ends a collective making no progress for `timeout_secs` seconds
-    /// (finite and greater than zero).
+    /// (finite, and at least [`MIN_COLLECTIVE_TIMEOUT`]).
     pub fn new(timeout_secs: f64) -> Result<Self> {
         let timeout = Some(timeout_secs)
             .filter(|s| s.is_finite() && *s > 0.0)
             .and_then(|s| Duration::try_from_secs_f64(s).ok())
-            .filter(|d| !d.is_zero())
+            .filter(|d| *d >= MIN_COLLECTIVE_TIMEOUT)
             .ok_or_else(|| {
                 Error::usage(
                     "watchdog",
                     format!(
-                        "the collective timeout must be a finite number of seconds greater \
-                         than 0, not {timeout_secs:?}"
+                        "the collective timeout must be a finite number of seconds, at least \
+                         {} (the watchdog looks every few milliseconds), not {timeout_secs:?}",
+                        MIN_COLLECTIVE_TIMEOUT.as_secs_f64()
                     ),
                 )
             })?;
@@ -302,10 +309,23 @@ mod tests {
 
     #[test]
     fn the_timeout_must_be_finite_and_positive() {
-        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e300, 1e-12] {
+        for bad in [
+            0.0,
+            -1.0,
+            f64::NAN,
+            f64::INFINITY,
+            1e300,
+            1e-12,
+            1e-6,
+            0.0099,
+        ] {
             let e = Watchdog::new(bad).unwrap_err().to_string();
-            assert!(e.contains("finite number of seconds greater than 0"), "{e}");
+            assert!(e.contains("finite number of seconds, at least 0.01"), "{e}");
         }
+        assert_eq!(
+            Watchdog::new(0.01).unwrap().timeout(),
+            MIN_COLLECTIVE_TIMEOUT
+        );
         let w = Watchdog::new(2.5).unwrap();
         assert_eq!(w.timeout(), Duration::from_millis(2500));
         assert_eq!(w.exit_after(), None);

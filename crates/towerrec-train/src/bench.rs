@@ -110,7 +110,7 @@ pub fn bench_cluster(
     plan: Option<Plan>,
     threads_per_rank: usize,
 ) -> Result<BenchResult> {
-    let (data_schema, plan) = prepare_in_process(cfg, topology, plan)?;
+    let (data_schema, plan) = prepare_in_process(cfg, topology, plan, &mut crate::trainer::Silent)?;
     let results = run_ranks(topology, threads_per_rank, |comm: Comm| {
         let mut model = Model::build_sharded(
             &cfg.model,

@@ -16,7 +16,7 @@ pub use crate::specs::table_specs;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::memory::MemoryNeed;
+use crate::memory::{MemoryNeed, Placement};
 use crate::model::Model;
 use crate::trainer::{train_model, Observer, Summary, TrainOptions};
 use std::hash::{Hash, Hasher};
@@ -26,32 +26,37 @@ use towerrec_data::{schema, Schema};
 use towerrec_plan::planners::{greedy, table_wise, with_towers};
 use towerrec_plan::{CostParams, Plan};
 
-/// Refuses a run whose ranks `ranks` (those this process runs, of a world of
-/// `world`) would need more memory than the machine has available now: their tables
-/// under `plan` (with row-partitioned tables' route caches and stores' bookkeeping),
-/// and each one's dense layers, activations and read-ahead batches ([`MemoryNeed`]).
-/// Runs before anything is allocated.
+/// What the ranks `ranks` (those this process runs, of a world of `world`) of a run of
+/// `cfg` need ([`MemoryNeed`]: their tables under `plan`, with row-partitioned tables'
+/// route caches and stores' bookkeeping, and each one's dense layers, activations,
+/// buffers, evaluations and checkpoints), refused where that is more memory than the
+/// machine has available now. Runs before anything is allocated.
 pub fn check_run_fits(
     cfg: &Config,
     schema: &Schema,
     plan: &Plan,
     world: usize,
     ranks: impl IntoIterator<Item = usize>,
-) -> Result<()> {
+) -> Result<(MemoryNeed, String)> {
     let specs = table_specs(cfg, schema);
-    let mut per_rank = plan.rank_bytes(&specs);
-    crate::sharded::add_addressing_bytes(plan, &specs, &mut per_rank);
+    let mut addressing = vec![0u64; plan.topology.world_size()];
+    crate::sharded::add_addressing_bytes(plan, &specs, &mut addressing);
     let ranks: Vec<usize> = ranks.into_iter().collect();
-    let tables = ranks
+    let extra = ranks
         .iter()
-        .filter_map(|&r| per_rank.get(r))
-        .fold(0u64, |a, &b| a.saturating_add(b));
+        .filter_map(|&r| addressing.get(r))
+        .fold(0u128, |a, &b| a.saturating_add(b.into()));
     let whose = match ranks.as_slice() {
         [r] => format!("rank {r} of {world}"),
         _ => format!("the {} ranks of this process", ranks.len()),
     };
-    let group = crate::forward::DEFAULT_GROUP_SAMPLES;
-    MemoryNeed::of_run(cfg, schema, (world, ranks.len()), tables, group).check(&whose)
+    let placement = Placement::Cluster {
+        plan,
+        ranks: &ranks,
+    };
+    let need = MemoryNeed::of_run(cfg, schema, placement, extra);
+    need.check(&whose)?;
+    Ok((need, whose))
 }
 
 /// The plan to run: `plan` checked against the model and topology, or the greedy
@@ -178,17 +183,19 @@ pub fn run_ranks_with<R: Send>(
 
 /// What an in-process cluster run needs before its ranks start: the data's schema
 /// (checked against the config) and the plan (checked, or the greedy planner's), with
-/// the memory of all its ranks checked against the machine's.
+/// the memory of all its ranks checked against the machine's (and said to `observer`).
 pub(crate) fn prepare_in_process(
     cfg: &Config,
     topology: Topology,
     plan: Option<Plan>,
+    observer: &mut dyn Observer,
 ) -> Result<(Schema, Plan)> {
     let data_schema = schema(&cfg.data, &cfg.base_dir)?;
     cfg.validate_against(&data_schema)?;
     let plan = resolve_plan(cfg, &data_schema, topology, plan)?;
     let world = topology.world_size();
-    check_run_fits(cfg, &data_schema, &plan, world, 0..world)?;
+    let (need, whose) = check_run_fits(cfg, &data_schema, &plan, world, 0..world)?;
+    observer.on_memory(&whose, &need);
     Ok((data_schema, plan))
 }
 
@@ -203,7 +210,7 @@ pub fn train_in_process(
     threads_per_rank: usize,
     observer: &mut (dyn Observer + Send),
 ) -> Result<Summary> {
-    let (_, plan) = prepare_in_process(cfg, topology, plan)?;
+    let (_, plan) = prepare_in_process(cfg, topology, plan, &mut *observer)?;
     let observer = Mutex::new(Some(observer));
     let results = run_ranks_with(topology, threads_per_rank, opts.watchdog, |comm: Comm| {
         if comm.rank() == 0 {

@@ -1,6 +1,7 @@
 //! A terminal progress bar that follows a training run.
 
 use indicatif::{ProgressBar, ProgressStyle};
+use towerrec_train::memory::MemoryNeed;
 use towerrec_train::{DriftReport, EvalReport, Observer, StepReport};
 
 /// Draws steps, samples/s, loss and the last AUC; prints each evaluation as a line.
@@ -86,6 +87,12 @@ impl Observer for Bar {
             r.samples
         );
         self.say(line);
+    }
+
+    fn on_memory(&mut self, whose: &str, need: &MemoryNeed) {
+        if !self.quiet {
+            eprintln!("{}", need.describe(whose));
+        }
     }
 
     fn on_drift(&mut self, r: &DriftReport) {

@@ -487,16 +487,19 @@ mod mpi {
         observer: &mut dyn towerrec_train::Observer,
     ) -> Result<Summary> {
         let comm = session.world()?;
-        let setup = || -> Result<towerrec_plan::Plan> {
+        let setup = || -> Result<(towerrec_plan::Plan, _)> {
             let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir)?;
             let plan = cfg.plan_path().map(towerrec_plan::Plan::load).transpose()?;
             let topology = session.topology();
             let plan = towerrec_train::cluster::resolve_plan(cfg, &schema, topology, plan)?;
             let (size, rank) = (comm.size(), comm.rank());
-            towerrec_train::cluster::check_run_fits(cfg, &schema, &plan, size, [rank])?;
-            Ok(plan)
+            let need = towerrec_train::cluster::check_run_fits(cfg, &schema, &plan, size, [rank])?;
+            Ok((plan, need))
         };
-        let plan = agree(&comm, setup())?;
+        let (plan, (need, whose)) = agree(&comm, setup())?;
+        if comm.rank() == 0 {
+            observer.on_memory(&whose, &need);
+        }
         Ok(towerrec_train::cluster::train_rank(
             cfg, opts, comm, &plan, observer,
         )?)

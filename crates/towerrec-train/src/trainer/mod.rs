@@ -19,7 +19,7 @@ pub use run::{finished, train_model};
 use crate::config::{Config, ModelKind};
 use crate::error::Result;
 use crate::finite::Fault;
-use crate::memory::MemoryNeed;
+use crate::memory::{MemoryNeed, Placement};
 use crate::model::Model;
 use crate::ranks::rank_slice;
 use crate::report::ClusterReport;
@@ -118,6 +118,9 @@ pub trait Observer {
     fn on_eval(&mut self, _report: &EvalReport) {}
     /// Called after each `[cluster.drift]` check.
     fn on_drift(&mut self, _report: &DriftReport) {}
+    /// Called once before anything is allocated, with what the memory check counted
+    /// for `whose` ("the run", "the 4 ranks of this process", "rank 0 of 4").
+    fn on_memory(&mut self, _whose: &str, _need: &MemoryNeed) {}
 }
 
 /// An observer that ignores everything.
@@ -128,11 +131,9 @@ impl Observer for Silent {}
 pub fn train(cfg: &Config, opts: &TrainOptions, observer: &mut dyn Observer) -> Result<Summary> {
     let data_schema = schema(&cfg.data, &cfg.base_dir)?;
     cfg.validate_against(&data_schema)?;
-    let tables = crate::specs::table_specs(cfg, &data_schema)
-        .iter()
-        .fold(0u64, |a, t| a.saturating_add(t.bytes()));
-    let group = crate::forward::DEFAULT_GROUP_SAMPLES;
-    MemoryNeed::of_run(cfg, &data_schema, (1, 1), tables, group).check("the run")?;
+    let need = MemoryNeed::of_run(cfg, &data_schema, Placement::Single, 0);
+    need.check("the run")?;
+    observer.on_memory("the run", &need);
     let model = Model::build(&cfg.model, &cfg.optimizer, &data_schema, cfg.train.seed)?;
     train_model(cfg, opts, model, observer)
 }
