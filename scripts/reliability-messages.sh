@@ -8,11 +8,12 @@
 # BIN=path/to/towerrec picks another binary; SCRATCH=dir another scratch directory.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+repo=$(pwd)
 bin=$(realpath "${BIN:-target/release/towerrec}")
 scratch=${SCRATCH:-$(mktemp -d /tmp/towerrec-messages.XXXXXX)}
 mkdir -p "$scratch"
 cd "$scratch" || exit 1
-echo "# towerrec reliability messages: $bin ($(git -C "$OLDPWD" rev-parse --short HEAD 2>/dev/null)), $(date -u +%F), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+echo "# towerrec reliability messages: $bin ($(git -C "$repo" rev-parse --short HEAD 2>/dev/null)), $(date -u +%F), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 echo "# scratch: $scratch (paths below are shown relative to it)"
 
 # One case: a title, then the command; prints the command, its output and exit status.
@@ -21,12 +22,12 @@ case_() {
     shift
     echo
     echo "## $title"
-    echo "\$ $*" | sed "s|^\\$ t |$ towerrec |; s|$bin|towerrec|g; s|$scratch/||g"
+    echo "\$ $*" | sed "s|^\\$ t |$ towerrec |; s|$bin|towerrec|g; s|$scratch/||g; s|$repo/||g"
     local start=$(date +%s.%N)
     "$@" > out.txt 2>&1
     local status=$?
     local took=$(echo "$(date +%s.%N) - $start" | bc)
-    sed "s|$scratch/||g" out.txt | cut -c1-2000
+    sed "s|$scratch/||g; s|$repo/||g" out.txt | cut -c1-2000
     printf 'exit %s (%.2f s)\n' "$status" "$took"
     # The cases that write a run into r start from none.
     rm -rf r
@@ -98,13 +99,24 @@ EOF
 
 echo
 echo "# 1. Config paths"
-cp "$OLDPWD/examples/quickstart.toml" q.toml
+cp "$repo/examples/quickstart.toml" q.toml
 case_ "a config named by its bare file name" t plan --config q.toml --hosts 1 --ranks-per-host 2 --output /dev/stdout
 
 echo
 echo "# 2. Non-finite numbers"
 case_ "SGD at 1e5, one process" t train -q --out nan1 "${tiny[@]}" "${sgd_1e5[@]}"
 case_ "SGD at 1e5, 2 x 2 in-process" t train -q --out nan4 "${tiny[@]}" "${sgd_1e5[@]}" --hosts 2 --ranks-per-host 2
+# The issue's setting: examples/criteo.toml's DLRM on the Criteo sample (CRITEO=FILE, a
+# Criteo TSV; default: the sample beside the repository, where it is).
+criteo_file=${CRITEO:-$repo/../shared/data/criteo_10k/train-10k.txt}
+if [ -f "$criteo_file" ]; then
+    for topo in "1 1" "2 2" "1 4" "4 1"; do
+        set -- $topo
+        case_ "examples/criteo.toml, SGD at 1e5, $1 x $2 in-process" t train -q --config "$repo/examples/criteo.toml" --data "$criteo_file" --out "crit$1$2" "${sgd_1e5[@]}" --hosts "$1" --ranks-per-host "$2"
+    done
+else
+    echo "(no Criteo file at $criteo_file: the criteo.toml cases are left out)"
+fi
 case_ "dense Adagrad eps = 0" t train -q --out eps "${tiny[@]}" --set 'optimizer.dense={kind="adagrad",eps=0}'
 
 echo
@@ -117,7 +129,7 @@ case_ "64 x 64 in-process" t train -q --out r --hosts 64 --ranks-per-host 64
 case_ "--max-bad-fraction 2" t train -q --out r --max-bad-fraction 2
 case_ "--collective-timeout 0" t train -q --out r --collective-timeout 0
 case_ "--collective-timeout 1e-6" t train -q --out r "${tiny[@]}" --hosts 2 --ranks-per-host 1 --collective-timeout 1e-6
-preset="$OLDPWD/crates/towerrec-sim/presets/recspeed.toml"
+preset="$repo/crates/towerrec-sim/presets/recspeed.toml"
 sed 's/^peak_tflops = 200.0/peak_tflops = 200.0\nefficiency = 1.5/' "$preset" > hw-eff.toml
 case_ "hardware efficiency 1.5" t simulate --hardware hw-eff.toml
 sed 's/^peak_tflops = 200.0/peak_tflops = 2e30/' "$preset" > hw-big.toml
