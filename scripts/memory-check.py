@@ -22,7 +22,9 @@ Configs that need an MPI launcher are not run (none of these does: the clusters 
 ask for run in-process). With --mpi, every config runs as 4 MPI processes instead
 (mpirun -np 4, 2 hosts x 2 ranks; a build with --features mpi), and the table gives
 rank 0's estimate (the one printed) against rank 0's peak, the other ranks' beside. examples/movielens.toml reads the CSV made by
-scripts/movielens_to_csv.py from /work/shared/data/ml-100k (or $ML100K).
+scripts/movielens_to_csv.py from ../shared/data/ml-100k beside the repository (or
+$ML100K: MovieLens-100k from https://grouplens.org/datasets/movielens/100k/); the
+Criteo and Avazu examples read their samples there too.
 
 Runs go one at a time: each one's peak is its own. Only the standard library is used.
 """
@@ -77,7 +79,9 @@ def runs(work):
         if os.path.basename(path) == "movielens.toml":
             csv = os.path.join(work, "ml100k.csv")
             if not os.path.exists(csv):
-                src = os.environ.get("ML100K", "/work/shared/data/ml-100k")
+                src = os.environ.get(
+                    "ML100K", os.path.join(ROOT, "..", "shared", "data", "ml-100k")
+                )
                 subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "movielens_to_csv.py"),
                                 src, csv], check=True)
             args += ["--data", csv]
