@@ -487,7 +487,11 @@ mod tests {
         let before = files(&d);
         // Stopped while moving aside: two of three moved, nothing new written yet.
         move_replaced_aside(&d).unwrap();
-        std::fs::rename(d.join(REPLACED_DIR).join(METRICS_FILE), d.join(METRICS_FILE)).unwrap();
+        std::fs::rename(
+            d.join(REPLACED_DIR).join(METRICS_FILE),
+            d.join(METRICS_FILE),
+        )
+        .unwrap();
         let note = recover(&d).unwrap().unwrap();
         assert!(note.contains("is restored"), "{note}");
         assert_eq!(files(&d), before);
@@ -498,7 +502,10 @@ mod tests {
         put("checkpoint.safetensors.tmp.2000000000", "half");
         put("notes.txt", "the user's");
         let note = recover(&d).unwrap().unwrap();
-        assert!(note.contains("checkpoint.safetensors.tmp.2000000000"), "{note}");
+        assert!(
+            note.contains("checkpoint.safetensors.tmp.2000000000"),
+            "{note}"
+        );
         let mut expected = before.clone();
         expected.push(("notes.txt".into(), "the user's".into()));
         expected.sort();
