@@ -13,7 +13,7 @@
 //! files are recognized by their magic bytes, so `--data train.bin` works with a Criteo
 //! or CSV config.
 
-use crate::binary::{is_binary, is_binary_file, BinaryDataset, BinaryStream};
+use crate::binary::{is_binary, BinaryDataset, BinaryStream};
 use crate::criteo::{criteo_schema, CriteoReader};
 use crate::csv_schema::{CsvReader, CsvSchema};
 use crate::datafile;
@@ -466,20 +466,17 @@ fn open_file(
     bad_rows: BadRows,
 ) -> Result<Box<dyn RecordStream>> {
     let mut file = datafile::open(path)?;
-    if matches!(format, FileFormat::Binary) || is_binary(&mut file, path)? {
-        return open_binary(&file, path, split, part);
-    }
+    let binary = matches!(format, FileFormat::Binary) || is_binary(&mut file, path)?;
     let buffered = |file: File| BufReader::with_capacity(1 << 16, file);
     Ok(match format {
-        FileFormat::Binary => unreachable!("opened as binary above"),
-        FileFormat::Criteo(rows) => {
+        FileFormat::Criteo(rows) if !binary => {
             let select = split.select(part, path, || {
                 cached_count(&mut file, path, false, b'\t', bad_rows)
             })?;
             let reader = CriteoReader::from_reader(buffered(file), path, rows, bad_rows)?;
             Box::new(reader.with_rows(select))
         }
-        FileFormat::Csv(schema) => {
+        FileFormat::Csv(schema) if !binary => {
             // Before counting, which splits lines on the delimiter.
             schema.validate()?;
             let select = split.select(part, path, || {
@@ -494,6 +491,7 @@ fn open_file(
             let reader = CsvReader::from_reader(buffered(file), path, schema, bad_rows)?;
             Box::new(reader.with_rows(select))
         }
+        _ => open_binary(&file, path, split, part)?,
     })
 }
 
@@ -547,16 +545,19 @@ pub fn open(
     open_file(format, &resolve(base_dir, file), split, part, bad_rows)
 }
 
-/// The schema of one file: from a binary header, else from the format's config.
+/// The schema of one file: from a binary header, else from the format's config (the
+/// file opened once, which also checks that it is a data file and can be read).
 fn file_schema(format: FileFormat<'_>, path: &Path) -> Result<Schema> {
+    let mut file = datafile::open(path)?;
+    let binary = matches!(format, FileFormat::Binary) || is_binary(&mut file, path)?;
     match format {
-        FileFormat::Binary => Ok(BinaryDataset::open(path)?.schema().clone()),
-        _ if is_binary_file(path)? => Ok(BinaryDataset::open(path)?.schema().clone()),
-        FileFormat::Criteo(rows) => criteo_schema(rows),
-        // Opening reads the header, which checks that the columns exist.
-        FileFormat::Csv(schema) => Ok(CsvReader::open(path, schema, BadRows::Fail)?
-            .schema()
-            .clone()),
+        FileFormat::Criteo(rows) if !binary => criteo_schema(rows),
+        // Reading the header checks that the columns exist.
+        FileFormat::Csv(schema) if !binary => {
+            let reader = CsvReader::from_reader(BufReader::new(file), path, schema, BadRows::Fail)?;
+            Ok(reader.schema().clone())
+        }
+        _ => Ok(BinaryDataset::from_file(&file, path)?.schema().clone()),
     }
 }
 

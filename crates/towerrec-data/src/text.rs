@@ -8,7 +8,6 @@ use crate::hash::{mix2, unit_f64};
 use crate::lines::Lines;
 use crate::record::BadRows;
 use std::ops::Range;
-use std::path::Path;
 
 /// Which data rows (0-based, counting every non-blank line after any header, malformed
 /// or not) a stream yields. Counting malformed rows keeps a split the same whether bad
@@ -108,14 +107,9 @@ impl RowCursor {
     }
 }
 
-/// Number of data rows in a text file: non-blank lines, less one header line if `header`.
-/// Under [`BadRows::Fail`] an over-long line is an error here already, as it would be
-/// when read; under `Skip` it counts as the malformed row it is.
-pub fn count_rows(path: &Path, header: bool, delimiter: u8, bad_rows: BadRows) -> Result<u64> {
-    count_lines(Lines::open(path, delimiter)?, header, bad_rows)
-}
-
-/// [`count_rows`] of lines already open.
+/// Number of data rows in the text file `lines` reads: non-blank lines, less one header
+/// line if `header`. Under [`BadRows::Fail`] an over-long line is an error here already,
+/// as it would be when read; under `Skip` it counts as the malformed row it is.
 pub(crate) fn count_lines(mut lines: Lines, header: bool, bad_rows: BadRows) -> Result<u64> {
     let mut n = 0u64;
     while lines.next_line()? {

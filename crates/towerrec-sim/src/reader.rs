@@ -4,7 +4,7 @@
 //! rank's cores, so where the model knows how the data is made and the hardware file
 //! says what that costs here (`towerrec calibrate` measures it), the step pays it.
 
-use crate::error::{non_negative, Ceiling, Error, Result};
+use crate::error::{check_non_negative, non_negative, Ceiling, Error, Result};
 use serde::{Deserialize, Serialize};
 
 /// How many ids of each kind one generated sample draws (the workload's side).
@@ -44,15 +44,11 @@ impl ReaderCosts {
             ("zipf_id_ns", self.zipf_id_ns),
             ("uniform_id_ns", self.uniform_id_ns),
         ] {
-            if !non_negative(x) || x > Ceiling::Nanos.max() {
-                return Err(Error::invalid(
-                    "system.synthetic_reader",
-                    format!(
-                        "{what} = {x}: must be a finite number ≥ 0 and at most {:e}",
-                        Ceiling::Nanos.max()
-                    ),
-                ));
-            }
+            check_non_negative(
+                &format!("system.synthetic_reader.{what}"),
+                x,
+                Ceiling::Nanos,
+            )?;
         }
         Ok(())
     }

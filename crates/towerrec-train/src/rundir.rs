@@ -273,10 +273,9 @@ fn restore_replaced(dir: &Path) -> Result<Option<String>> {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         // The failed run's files, and the temporaries of its writes cut short.
-        let of_run = |n: &str| owner(n).is_some() && ![LOCK_FILE, REPLACED_DIR].contains(&n);
         let cut_short = towerrec_core::fsio::temporary_of(name)
-            .is_some_and(|(of, pid)| of_run(of) && !towerrec_core::fsio::process_running(pid));
-        if !(of_run(name) || cut_short) || kept(name) {
+            .is_some_and(|(of, pid)| moves_aside(of) && !towerrec_core::fsio::process_running(pid));
+        if !(moves_aside(name) || cut_short) || kept(name) {
             continue;
         }
         remove_any(&entry.path())?;
@@ -310,6 +309,12 @@ fn restore_replaced(dir: &Path) -> Result<Option<String>> {
     )))
 }
 
+/// Whether `--overwrite` moves the file `name` of a run directory aside: every file of
+/// a run but its lock and the place it moves them to.
+fn moves_aside(name: &str) -> bool {
+    owner(name).is_some() && ![LOCK_FILE, REPLACED_DIR].contains(&name)
+}
+
 /// Moves every file of an overwritten run in `dir` (all that [`owner`] knows but the
 /// lock) into [`REPLACED_DIR`], listing them there first.
 fn move_replaced_aside(dir: &Path) -> Result<()> {
@@ -317,7 +322,7 @@ fn move_replaced_aside(dir: &Path) -> Result<()> {
         .map_err(|e| Error::io(dir, e))?
         .flatten()
         .filter_map(|e| e.file_name().to_str().map(str::to_string))
-        .filter(|n| owner(n).is_some() && ![LOCK_FILE, REPLACED_DIR].contains(&n.as_str()))
+        .filter(|n| moves_aside(n))
         .collect();
     if names.is_empty() {
         return Ok(());
