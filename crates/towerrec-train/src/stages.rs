@@ -1,16 +1,14 @@
 //! The two halves of a model's forward, as stages that borrow the model's parts: the
-//! *front* (table lookups and, for DLRM, the bottom MLP) and the *back* (interaction
-//! and top MLP). [`crate::Model::forward`] runs them one after the other;
+//! *front* (table lookups and, for DLRM, the bottom MLP) and the *back* (the dense
+//! layers after the feature rows, `model::dense`). [`crate::Model::forward`] runs them one after the other;
 //! `forward::PipelinedForward` overlaps consecutive groups of batches.
 
 use crate::embeddings::Embeddings;
 use crate::error::Result;
+use crate::model::Dense;
 use crate::slots::FeatureSlots;
 use crate::times::PhaseTimes;
-use crate::towers::ModelTowers;
 use std::time::Instant;
-use towerrec_core::layers::crossnet::CrossNet;
-use towerrec_core::layers::interaction::DotInteraction;
 use towerrec_core::layers::mlp::Mlp;
 use towerrec_core::{Batch, Layer};
 
@@ -25,20 +23,11 @@ pub(crate) struct Front<'a> {
     pub num_dense: usize,
 }
 
-/// The layer between the feature rows and the top MLP.
-pub(crate) enum BackInteraction<'a> {
-    Dot(&'a mut DotInteraction<f32>),
-    Cross(&'a mut CrossNet<f32>),
-}
-
-/// What the back of a forward uses: a DMT model's towers (with the feature rows' slots
-/// and the buffer of their outputs), the interaction and the top MLP.
+/// What the back of a forward uses: the dense layers after the feature rows, and the
+/// rows' slots.
 pub(crate) struct Back<'a> {
-    pub towers: Option<(&'a mut ModelTowers, &'a FeatureSlots, &'a mut Vec<f32>)>,
-    pub interaction: BackInteraction<'a>,
-    /// The top MLP's input, `B × top_in`.
-    pub top_in: &'a mut Vec<f32>,
-    pub top: &'a mut Mlp<f32>,
+    pub dense: &'a mut Dense,
+    pub slots: &'a FeatureSlots,
 }
 
 /// Seconds spent in each phase of fronts or backs.
@@ -122,31 +111,8 @@ impl Back<'_> {
     /// Computes `b` logits into `logits` (resized to `b`) from the feature rows of a
     /// front.
     pub fn run(&mut self, features: &[f32], b: usize, logits: &mut Vec<f32>) -> StageTimes {
-        let mut times = StageTimes::default();
-        let start = Instant::now();
-        let rows: &[f32] = match &mut self.towers {
-            Some((towers, slots, inter)) => {
-                towers.forward(features, slots, inter, b);
-                inter
-            }
-            None => features,
-        };
-        match &mut self.interaction {
-            BackInteraction::Dot(dot) => {
-                resize(self.top_in, b * dot.out_dim());
-                dot.forward(rows, self.top_in, b);
-            }
-            BackInteraction::Cross(cross) => {
-                resize(self.top_in, b * cross.out_dim());
-                cross.forward(rows, self.top_in, b);
-            }
-        }
-        times.interaction = start.elapsed().as_secs_f64();
-        let start = Instant::now();
         resize(logits, b);
-        self.top.forward(self.top_in, logits, b);
-        times.top = start.elapsed().as_secs_f64();
-        times
+        self.dense.forward(features, self.slots, b, logits)
     }
 }
 

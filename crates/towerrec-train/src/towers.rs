@@ -122,16 +122,17 @@ impl ModelTowers {
     }
 
     /// From the gradient `grad` of the last forward's interaction rows, the gradient of
-    /// its feature rows into `rows_grad` (resized), and every module's parameter gradient.
+    /// its feature rows into `rows_grad` (at least `b` rows), and every module's parameter
+    /// gradient.
     pub(crate) fn backward(
         &mut self,
         grad: &[f32],
         slots: &FeatureSlots,
-        rows_grad: &mut Vec<f32>,
+        rows_grad: &mut [f32],
         b: usize,
     ) {
         let (width, out_width, base) = (slots.width(), self.out.width(), self.base);
-        rows_grad.resize(b * width, 0.0);
+        let rows_grad = &mut rows_grad[..b * width];
         for (r, g) in rows_grad
             .chunks_exact_mut(width)
             .zip(grad.chunks_exact(out_width))

@@ -1,6 +1,6 @@
 //! The backward of the flat output distribution ([`super::flat`]): each shard gets its
 //! columns of the pooled gradient for the bags it pooled, by one AlltoAllv, or by two
-//! when a step runs in halves ([`super::halves`]); this rank's own segment skips the
+//! when a step runs in halves ([`super::schedule`]); this rank's own segment skips the
 //! exchange and is pushed into its stores while the exchange runs.
 
 use super::route::bag_of;
@@ -34,21 +34,17 @@ impl ShardedEmbeddings {
         self.trw_output_grad(batch, grad, slots)
     }
 
-    /// [`ShardedEmbeddings::exchange_grads_in_halves`] on the flat path: the first
-    /// half's exchange while `work` fills the second half's gradient rows, then the
-    /// second half's exchange, with this rank's own segment pushed during it, and every
-    /// local shard's gradient assembled as [`ShardedEmbeddings::flat_output_grad`] leaves
-    /// it, the same values in the same order.
-    pub(super) fn flat_grads_in_halves<R>(
+    /// The first half's gradient exchange on the flat path, while `work` fills the
+    /// second half's gradient rows; what arrives is kept for
+    /// [`ShardedEmbeddings::flat_grads_second_half`].
+    pub(super) fn flat_grads_first_half(
         &mut self,
         batch: &Batch,
         grad: &mut [f32],
         slots: &FeatureSlots,
-        work: impl FnOnce(&mut [f32], &mut dyn FnMut()) -> R,
-    ) -> Result<R> {
+        work: impl FnOnce(&mut [f32], &mut dyn FnMut()),
+    ) -> Result<()> {
         let width = slots.width();
-        let grad = &mut grad[..batch.batch_size() * width];
-        debug_assert!(self.splits_in_halves(), "checked by the caller");
         let (send, counts) = self.pack_grad_rows(batch, grad, slots, Part::First);
         let mut first = std::mem::take(&mut self.bufs.vec_recv_first);
         let split = Part::First.range(batch.batch_size()).end * width;
@@ -61,14 +57,22 @@ impl ShardedEmbeddings {
             |progress| work(second, progress),
         );
         self.bufs.vec_send = send;
-        let done = match exchanged {
-            Ok((_, done)) => done,
-            Err(e) => {
-                self.bufs.vec_recv_first = first;
-                return Err(e.into());
-            }
-        };
-        let grad = &*grad;
+        self.bufs.vec_recv_first = first;
+        exchanged?;
+        Ok(())
+    }
+
+    /// The second half's gradient exchange on the flat path, with this rank's own
+    /// segment pushed during it, and every local shard's gradient assembled from both
+    /// halves as [`ShardedEmbeddings::flat_output_grad`] leaves it, the same values in
+    /// the same order.
+    pub(super) fn flat_grads_second_half(
+        &mut self,
+        batch: &Batch,
+        grad: &[f32],
+        slots: &FeatureSlots,
+    ) -> Result<()> {
+        let first = std::mem::take(&mut self.bufs.vec_recv_first);
         let (send, counts) = self.pack_grad_rows(batch, grad, slots, Part::Second);
         let mut recv = std::mem::take(&mut self.bufs.vec_recv);
         let received =
@@ -79,7 +83,7 @@ impl ShardedEmbeddings {
         });
         self.bufs.vec_recv = recv;
         self.bufs.vec_recv_first = first;
-        assembled.map(|()| done)
+        assembled
     }
 
     /// The send buffer of `part`'s gradient exchange (to each other rank, its shards'

@@ -19,18 +19,18 @@
 //!    with copies on several ranks are synchronized by a sparse AllReduce (with towers,
 //!    within the tower group that holds every copy).
 //!
-//! A training step on the flat path may run its output and gradient exchanges in two
-//! halves of the samples, the dense layers of one half during the other's exchange
-//! ([`halves`]). [`whole`] gathers and loads whole tables for checkpoints.
+//! A training step may run its output and gradient exchanges in two parts (halves) of
+//! the samples, the dense layers of one half during the other's exchange
+//! ([`schedule`]). [`whole`] gathers and loads whole tables for checkpoints.
 
 mod flat;
 mod flat_grad;
-mod halves;
 mod lookup;
 mod own;
 mod partitioned;
 mod replicas;
 mod route;
+mod schedule;
 mod sptt;
 mod store;
 mod trw;
@@ -47,6 +47,7 @@ use lookup::LocalShard;
 pub use partitioned::add_addressing_bytes;
 use replicas::Replica;
 use route::{Route, Router};
+pub(crate) use schedule::{GradWork, RowsWork};
 use sptt::Sptt;
 pub(crate) use sptt::TowerDomain;
 use std::sync::Arc;
@@ -449,26 +450,6 @@ impl ShardedEmbeddings {
         self.bufs.ids_recv = recv;
         self.bufs.ids_own = own;
         Ok(())
-    }
-
-    /// Backward of the last [`ShardedEmbeddings::forward`] (same `batch`) from the
-    /// gradient of its output, updating every shard and replica with `lr`. Returns the
-    /// first table (model order) of those this rank updates whose gradient rows held
-    /// NaN or infinity after their exchange, with the value.
-    pub fn backward_update(
-        &mut self,
-        batch: &Batch,
-        grad: &[f32],
-        slots: &FeatureSlots,
-        lr: f32,
-    ) -> Result<Option<(usize, f32)>> {
-        let grad = &grad[..batch.batch_size() * slots.width()];
-        if self.sptt.is_some() {
-            self.sptt_output_grad(grad, slots)?;
-        } else {
-            self.flat_output_grad(batch, grad, slots)?;
-        }
-        self.update_after_exchange(batch, grad, slots, lr)
     }
 }
 

@@ -27,7 +27,6 @@ use checks::non_finite_culprit;
 use serde::Serialize;
 use std::path::PathBuf;
 use towerrec_comm::even_split;
-use towerrec_core::loss::bce_with_logits_sum;
 use towerrec_core::Batch;
 use towerrec_data::schema;
 
@@ -164,14 +163,7 @@ pub fn train_step_on_slice(
     grad: &mut Vec<f32>,
 ) -> Result<f64> {
     let n = global_size.max(1);
-    let halves = model.steps_in_halves();
-    let loss_sum = if halves {
-        model.forward_backward_in_halves(batch, n, logits, grad)?
-    } else {
-        model.forward(batch, logits)?;
-        grad.resize(logits.len(), 0.0);
-        bce_with_logits_sum(logits, &batch.labels, Some(grad))
-    };
+    let loss_sum = model.forward_backward(batch, n, logits, grad)?;
     if !loss_sum.is_finite() {
         // Named before the update: the parameters are as the forward saw them.
         let rank = model.comm().map(|c| (c.rank(), c.size()));
@@ -187,12 +179,6 @@ pub fn train_step_on_slice(
             rank => model.note_fault(Fault::loss(loss_sum, culprit, rank)),
         }
     }
-    if halves {
-        model.update_in_halves(batch, dense_lr, sparse_lr)?;
-        return Ok(loss_sum / n as f64);
-    }
-    let scale = 1.0 / n as f32;
-    grad.iter_mut().for_each(|g| *g *= scale);
-    model.backward_update(batch, logits, grad, dense_lr, sparse_lr)?;
+    model.update(batch, dense_lr, sparse_lr)?;
     Ok(loss_sum / n as f64)
 }

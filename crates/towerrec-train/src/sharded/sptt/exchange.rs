@@ -31,7 +31,7 @@ impl ShardedEmbeddings {
         result
     }
 
-    /// [`ShardedEmbeddings::forward_in_halves`]'s exchange through SPTT's chunks
+    /// The second part's forward exchange of a step in halves through SPTT's chunks
     /// ([`Sptt::pipelined_forward_with`] and its work), after the lookups.
     pub(in crate::sharded) fn sptt_forward_in_halves<R>(
         &mut self,
@@ -46,7 +46,7 @@ impl ShardedEmbeddings {
         })
     }
 
-    /// [`ShardedEmbeddings::exchange_grads_in_halves`] through SPTT's chunks
+    /// The first part's gradient exchange of a step in halves through SPTT's chunks
     /// ([`Sptt::pipelined_backward_in_halves`]): `grad` is this rank's rows' gradient.
     pub(in crate::sharded) fn sptt_grads_in_halves<R>(
         &mut self,

@@ -19,9 +19,10 @@ use crate::init::TableInit;
 use crate::sharded::{ShardedEmbeddings, TableDesc, WholeTable};
 use crate::slots::FeatureSlots;
 pub use crate::specs::table_descs;
-use crate::stages::{resize, timed, Back, BackInteraction, Front};
+use crate::stages::{Back, Front};
 use crate::times::lap;
 use crate::towers::ModelTowers;
+pub(crate) use dense::Dense;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::time::Instant;
@@ -36,18 +37,15 @@ use towerrec_core::{Batch, Layer, ParamMut};
 use towerrec_data::Schema;
 use towerrec_plan::Plan;
 
-mod halves;
+mod dense;
+mod schedule;
 
-/// The feature-interaction part: what sits between the embeddings and the top MLP.
-enum Interaction {
-    Dot {
-        bottom: Mlp<f32>,
-        dot: DotInteraction<f32>,
-        /// Bottom-MLP output, `B × dim`.
-        bottom_out: Vec<f32>,
-        bottom_grad: Vec<f32>,
-    },
-    Cross(CrossNet<f32>),
+/// DLRM's bottom MLP, with its output (`B × dim`, the feature rows' base columns) and
+/// its gradient.
+pub(crate) struct Bottom {
+    pub(crate) mlp: Mlp<f32>,
+    pub(crate) out: Vec<f32>,
+    grad: Vec<f32>,
 }
 
 /// A DLRM or DCN-v2 model with its dense optimizer.
@@ -57,28 +55,24 @@ pub struct Model {
     dim: usize,
     /// Where each table's pooled vector sits in a feature row.
     slots: FeatureSlots,
-    /// A DMT model's towers, mapping feature rows to interaction rows.
-    towers: Option<ModelTowers>,
-    /// With towers: the interaction rows of the last forward, and their gradient.
-    inter: Vec<f32>,
-    inter_grad: Vec<f32>,
     /// Parameters of all tables, whole (whatever part of them this rank holds).
     table_params: usize,
     tables: Vec<TableDesc>,
     sparse_optimizer: SparseOptimizer,
     embeddings: Embeddings,
-    interaction: Interaction,
-    top: Mlp<f32>,
+    /// DLRM's bottom MLP (DCN's dense features go into the feature rows as they are).
+    bottom: Option<Bottom>,
+    /// The layers after the feature rows: towers run here, interaction, top MLP.
+    dense: Dense,
+    /// Forward FLOPs per sample of the interaction.
+    interaction_flops: u64,
     dense_optimizer: DenseOptimizer,
     /// Input of the interaction (DLRM) or CrossNet (DCN), `B × width`.
     features: Vec<f32>,
     features_grad: Vec<f32>,
-    /// Input of the top MLP, `B × top_in`.
-    top_in: Vec<f32>,
-    top_in_grad: Vec<f32>,
     grad_sync: GradSync,
-    /// Whether steps run in halves (`cluster.overlap_halves`), and their scratch.
-    halves: halves::Halves,
+    /// Whether steps run in halves where the plan allows (`cluster.overlap_halves`).
+    halves: bool,
     times: PhaseTimes,
     /// What this rank found NaN or infinite in the current step so far, for the check
     /// at its end ([`crate::finite`]).
@@ -188,11 +182,14 @@ impl Model {
             }
             (towers, _) => (towers, slots),
         };
-        let (interaction, top_in_dim) = match cfg.kind {
+        // The interaction, its checkpoint prefix and forward FLOPs per sample (a
+        // multiply-add is 2 FLOPs: the dot interaction `2·n²·D` for `n` vectors of `D`,
+        // a cross layer of width `W` `2·W² + 3·W`, `4·W·r + 3·W` at rank `r`).
+        let (bottom, interaction, name, flops): (_, Box<dyn Layer<f32>>, _, u64) = match cfg.kind {
             ModelKind::Dlrm => {
                 let mut dims = vec![num_dense];
                 dims.extend(&cfg.bottom_mlp);
-                let bottom = Mlp::new(&dims, Activation::Relu, Activation::Relu, &mut rng);
+                let mlp = Mlp::new(&dims, Activation::Relu, Activation::Relu, &mut rng);
                 if inter_width % vector != 0 {
                     return Err(Error::Model(format!(
                         "the towers' outputs ({} columns) are not whole vectors of {vector}",
@@ -201,23 +198,26 @@ impl Model {
                 }
                 let n = inter_width / vector;
                 let dot = DotInteraction::new(n, vector, cfg.self_interaction);
-                let out = DotInteraction::<f32>::output_dim(n, vector, cfg.self_interaction);
-                (
-                    Interaction::Dot {
-                        bottom,
-                        dot,
-                        bottom_out: Vec::new(),
-                        bottom_grad: Vec::new(),
-                    },
-                    out,
-                )
+                let flops = 2 * (n * n * vector) as u64;
+                let bottom = Bottom {
+                    mlp,
+                    out: Vec::new(),
+                    grad: Vec::new(),
+                };
+                (Some(bottom), Box::new(dot), "dot", flops)
             }
             ModelKind::Dcn => {
                 let cross = CrossNet::new(inter_width, cfg.cross_layers, cfg.cross_rank, &mut rng);
-                (Interaction::Cross(cross), inter_width)
+                let w = inter_width as u64;
+                let per_layer = match cross.rank() {
+                    None => 2 * w * w,
+                    Some(r) => 4 * w * r as u64,
+                };
+                let flops = cross.num_layers() as u64 * (per_layer + 3 * w);
+                (None, Box::new(cross), "cross", flops)
             }
         };
-        let mut top_dims = vec![top_in_dim];
+        let mut top_dims = vec![interaction.out_dim()];
         top_dims.extend(&cfg.top_mlp);
         let top = Mlp::new(&top_dims, Activation::Relu, Activation::Identity, &mut rng);
         let mut model = Model {
@@ -225,22 +225,18 @@ impl Model {
             num_dense,
             dim: vector,
             slots,
-            towers,
-            inter: Vec::new(),
-            inter_grad: Vec::new(),
             table_params,
             tables: table_descs(cfg, schema),
             sparse_optimizer: opt.sparse,
             embeddings,
-            interaction,
-            top,
+            bottom,
+            dense: Dense::new(towers, interaction, name, top),
+            interaction_flops: flops,
             dense_optimizer: DenseOptimizer::new(opt.dense, &[]),
             features: Vec::new(),
             features_grad: Vec::new(),
-            top_in: Vec::new(),
-            top_in_grad: Vec::new(),
             grad_sync: GradSync::default(),
-            halves: halves::Halves::default(),
+            halves: false,
             times: PhaseTimes::default(),
             faults: Faults::default(),
         };
@@ -293,27 +289,19 @@ impl Model {
     ) {
         let Model {
             embeddings,
-            interaction,
+            bottom,
+            dense,
             features,
             slots,
-            towers,
-            inter,
-            top_in,
-            top,
             times,
             dim,
             num_dense,
             ..
         } = self;
         let slots: &FeatureSlots = slots;
-        let (bottom, bottom_out, back_interaction) = match interaction {
-            Interaction::Dot {
-                bottom,
-                dot,
-                bottom_out,
-                ..
-            } => (Some(bottom), Some(bottom_out), BackInteraction::Dot(dot)),
-            Interaction::Cross(cross) => (None, None, BackInteraction::Cross(cross)),
+        let (bottom, bottom_out) = match bottom {
+            Some(Bottom { mlp, out, .. }) => (Some(mlp), Some(out)),
+            None => (None, None),
         };
         let front = Front {
             embeddings,
@@ -322,103 +310,8 @@ impl Model {
             dim: *dim,
             num_dense: *num_dense,
         };
-        let back = Back {
-            towers: towers.as_mut().map(|t| (t, slots, inter)),
-            interaction: back_interaction,
-            top_in,
-            top,
-        };
+        let back = Back { dense, slots };
         (front, back, (features, bottom_out), times)
-    }
-
-    /// Backward from `dL/dlogit` of the last forward (same `batch`, same `logits`),
-    /// updating the tables where their rows live and the dense layers.
-    ///
-    /// Once the interaction's input gradient is known, DLRM's bottom-MLP backward and the
-    /// tables' fused updates are independent and run side by side.
-    pub fn backward_update(
-        &mut self,
-        batch: &Batch,
-        logits: &[f32],
-        logits_grad: &[f32],
-        dense_lr: f32,
-        sparse_lr: f32,
-    ) -> Result<()> {
-        let b = batch.batch_size();
-        let width = self.slots.width();
-        let dim = self.dim;
-        let Model {
-            slots,
-            towers,
-            inter,
-            inter_grad,
-            embeddings,
-            interaction,
-            top,
-            features,
-            features_grad,
-            top_in,
-            top_in_grad,
-            times,
-            tables,
-            faults,
-            ..
-        } = self;
-        let mut mark = Instant::now();
-        resize(top_in_grad, top_in.len());
-        top.backward(top_in, logits, logits_grad, Some(top_in_grad), b);
-        lap(&mut mark, &mut times.top_backward);
-        // The interaction's input: the feature rows, or with towers the towers' outputs.
-        {
-            let (x, dx) = match towers {
-                Some(_) => (&*inter, &mut *inter_grad),
-                None => (&*features, &mut *features_grad),
-            };
-            resize(dx, x.len());
-            match interaction {
-                Interaction::Dot { dot, .. } => dot.backward(x, top_in, top_in_grad, Some(dx), b),
-                Interaction::Cross(cross) => cross.backward(x, top_in, top_in_grad, Some(dx), b),
-            }
-        }
-        if let Some(t) = towers.as_mut() {
-            t.backward(inter_grad, slots, features_grad, b);
-        }
-        lap(&mut mark, &mut times.interaction_backward);
-        let grad: &[f32] = features_grad;
-        match interaction {
-            Interaction::Dot {
-                bottom,
-                bottom_out,
-                bottom_grad,
-                ..
-            } => {
-                resize(bottom_grad, b * dim);
-                let (((), t_bottom), (updates, t_emb)) = rayon::join(
-                    || {
-                        timed(|| {
-                            for (g, row) in bottom_grad
-                                .chunks_exact_mut(dim)
-                                .zip(grad.chunks_exact(width))
-                            {
-                                g.copy_from_slice(&row[..dim]);
-                            }
-                            bottom.backward(&batch.dense, bottom_out, bottom_grad, None, b);
-                        })
-                    },
-                    || timed(|| embeddings.backward_update(batch, grad, slots, sparse_lr)),
-                );
-                note_table_fault(faults, tables, embeddings, updates?);
-                times.bottom_backward += t_bottom;
-                times.embedding_backward_update += t_emb;
-            }
-            Interaction::Cross(_) => {
-                let (updates, t_emb) =
-                    timed(|| embeddings.backward_update(batch, grad, slots, sparse_lr));
-                note_table_fault(faults, tables, embeddings, updates?);
-                times.embedding_backward_update += t_emb;
-            }
-        }
-        self.sync_dense_and_update(dense_lr)
     }
 
     /// Sums the dense gradients over the ranks (a DMT model's modules over their tower
@@ -427,16 +320,16 @@ impl Model {
     /// step.
     fn sync_dense_and_update(&mut self, dense_lr: f32) -> Result<()> {
         let Model {
-            towers,
             embeddings,
-            interaction,
-            top,
+            bottom,
+            dense,
             dense_optimizer,
             grad_sync,
             times,
             faults,
             ..
         } = self;
+        let bottom = bottom.as_mut().map(|b| &mut b.mlp);
         let mut mark = Instant::now();
         let mut mine = std::mem::take(faults);
         let (comm, domain) = match embeddings {
@@ -451,7 +344,7 @@ impl Model {
         if let Some(d) = domain {
             let owners = tower_tensor_owners(d.modules, &d.mine);
             let group = d.group;
-            let mut params = dense_params(interaction, top, Some(d.modules));
+            let mut params = dense.params(bottom, Some(d.modules));
             let world = comm.expect("a tower domain is sharded");
             let n = owners.len();
             let in_group = |i: usize| owners.get(i).copied().unwrap_or(false);
@@ -483,7 +376,7 @@ impl Model {
             lap(&mut mark, &mut times.dense_update);
             return Ok(());
         }
-        let mut params = dense_params(interaction, top, towers.as_mut());
+        let mut params = dense.params(bottom, None);
         let mine = mine.take();
         match comm {
             Some(comm) => {
@@ -528,12 +421,12 @@ impl Model {
 
     /// Dense parameters with their gradients, named as in checkpoints.
     pub fn dense_params(&mut self) -> Vec<ParamMut<'_, f32>> {
-        let towers = match (&mut self.towers, &mut self.embeddings) {
-            (Some(t), _) => Some(t),
-            (None, Embeddings::Sharded(s)) => s.towers_mut(),
-            (None, Embeddings::Local(_)) => None,
+        let in_sptt = match &mut self.embeddings {
+            Embeddings::Sharded(s) => s.towers_mut(),
+            Embeddings::Local(_) => None,
         };
-        dense_params(&mut self.interaction, &mut self.top, towers)
+        let bottom = self.bottom.as_mut().map(|b| &mut b.mlp);
+        self.dense.params(bottom, in_sptt)
     }
 
     /// Copies every Tower Module run inside SPTT, with its optimizer state, from its
@@ -592,28 +485,14 @@ impl Model {
     pub fn forward_flops_per_sample(&mut self) -> u64 {
         let mlp =
             |dims: &[usize]| -> u64 { dims.windows(2).map(|w| 2 * (w[0] * w[1]) as u64).sum() };
-        let mut flops = mlp(self.top.dims());
-        match &self.interaction {
-            Interaction::Dot { bottom, dot, .. } => {
-                let d = self.dim as u64;
-                let n = Layer::<f32>::in_dim(dot) as u64 / d.max(1);
-                flops += mlp(bottom.dims()) + 2 * n * n * d;
-            }
-            Interaction::Cross(cross) => {
-                let w = Layer::<f32>::in_dim(cross) as u64;
-                let per_layer = match cross.rank() {
-                    None => 2 * w * w,
-                    Some(r) => 4 * w * r as u64,
-                };
-                flops += cross.num_layers() as u64 * (per_layer + 3 * w);
-            }
-        }
-        let towers = match (&mut self.towers, &mut self.embeddings) {
-            (Some(t), _) => Some(t),
-            (None, Embeddings::Sharded(s)) => s.towers_mut(),
+        let bottom = self.bottom.as_ref().map_or(0, |b| mlp(b.mlp.dims()));
+        let flops = mlp(self.dense.top.dims()) + bottom + self.interaction_flops;
+        let towers = match (&self.dense.towers, &mut self.embeddings) {
+            (Some(t), _) => Some(t.counts()),
+            (None, Embeddings::Sharded(s)) => s.towers_mut().map(|t| t.counts()),
             (None, Embeddings::Local(_)) => None,
         };
-        flops + towers.map_or(0, |t| t.counts().1 as u64)
+        flops + towers.map_or(0, |(_, f)| f as u64)
     }
 
     /// How the dense gradients are summed over the world (default hierarchical). Every
@@ -651,7 +530,7 @@ impl Model {
     /// Moves this rank's part of a sharded model's tables to `plan` (every rank at
     /// once): the same values and optimizer state, spread anew. Collective.
     pub fn move_rows(&mut self, plan: &Plan) -> Result<()> {
-        if self.towers.is_some() {
+        if self.dense.towers.is_some() {
             return Err(Error::Plan(
                 "a DMT model's tables cannot move to another plan inside a run".into(),
             ));
@@ -670,7 +549,7 @@ impl Model {
 
     /// A DMT model's Tower Modules: their parameters and forward FLOPs per sample.
     pub fn tower_counts(&self) -> Option<(usize, usize)> {
-        self.towers.as_ref().map(ModelTowers::counts)
+        self.dense.towers.as_ref().map(ModelTowers::counts)
     }
 
     /// The embedding tables, wherever they live.
@@ -778,34 +657,6 @@ impl Model {
 /// DCN's dense features): every table's pooled vector in table order.
 fn feature_slots(base: usize, dim: usize, tables: usize) -> Result<FeatureSlots> {
     FeatureSlots::contiguous(base + tables * dim, base, std::iter::repeat_n(dim, tables))
-}
-
-fn dense_params<'a>(
-    interaction: &'a mut Interaction,
-    top: &'a mut Mlp<f32>,
-    towers: Option<&'a mut ModelTowers>,
-) -> Vec<ParamMut<'a, f32>> {
-    let mut out = Vec::new();
-    if let Some(t) = towers {
-        out.extend(t.params());
-    }
-    match interaction {
-        Interaction::Dot { bottom, .. } => out.extend(prefixed("bottom", bottom.params())),
-        Interaction::Cross(cross) => out.extend(prefixed("cross", cross.params())),
-    }
-    out.extend(prefixed("top", top.params()));
-    out
-}
-
-fn prefixed<'a>(
-    prefix: &str,
-    params: Vec<ParamMut<'a, f32>>,
-) -> impl Iterator<Item = ParamMut<'a, f32>> + 'a {
-    let prefix = prefix.to_string();
-    params.into_iter().map(move |mut p| {
-        p.name = format!("{prefix}.{}", p.name);
-        p
-    })
 }
 
 /// Buffers of the dense gradients' AllReduce, kept from step to step.
