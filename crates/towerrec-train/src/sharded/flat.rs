@@ -2,18 +2,19 @@
 //! one AlltoAllv of the pooled vectors from every shard to the sample owners, who place
 //! table-wise blocks, concatenate column-wise blocks and sum row-wise partial sums (a
 //! ReduceScatter done as a direct exchange and a sum in owner-rank order; mean pooling
-//! divides after the sum); a step in halves exchanges each half of the samples on its
+//! divides after the sum); a step in parts exchanges each part of the samples on its
 //! own ([`Part`]). The backward is in [`super::flat_grad`]. A row-partitioned store
-//! (OPER) exchanges only the bags that read it, both ways. Table-row-wise tables, on a cluster of several hosts,
-//! go through [`super::trw`] instead: summed within their host, then across hosts once.
+//! (OPER) exchanges only the bags that read it, both ways. Table-row-wise tables, on a
+//! cluster of several hosts, go through [`super::trw`] instead: summed within their
+//! host, then across hosts once.
 
-use super::own::add_partial;
-use super::route::bag_of;
-use super::{Part, ShardedEmbeddings};
+use super::output::{GradWork, OutputDist, RowsWork};
+use super::own::{add_partial, own_pass, OwnSplit};
+use super::route::{bag_of, Part};
+use super::spread::Spread;
 use crate::error::Result;
 use crate::slots::FeatureSlots;
 use towerrec_comm::Phase;
-use towerrec_core::embedding::Pooling;
 use towerrec_core::simd::{prefetch_for_write, ROWS_APART_AHEAD};
 use towerrec_core::Batch;
 
@@ -93,102 +94,168 @@ impl Placement {
     }
 }
 
-impl ShardedEmbeddings {
-    /// Sends every sample owner its rows of every local shard and assembles this rank's
-    /// `b_local` feature rows in `out`, after [`ShardedEmbeddings::pool_flat`]. This
-    /// rank's own rows do not go through the exchange: the own pass pools most of them
-    /// into place while the exchange runs, the rest are placed from where they were
-    /// pooled. The exchange's time in its phase includes the own pass's.
-    pub(super) fn flat_output_dist(
+/// The flat output distribution over the tables it carries (all but table-row-wise
+/// tables summed in two steps), with its exchange buffers.
+pub(super) struct Flat {
+    /// Per table, whether this distribution carries it.
+    pub(super) carries: Vec<bool>,
+    pub(super) send: Vec<f32>,
+    pub(super) recv: Vec<f32>,
+    /// The first half's gradient rows, when the exchange runs in halves.
+    pub(super) recv_first: Vec<f32>,
+    /// Per table, which of this rank's rows hold a partial sum.
+    written: Vec<Vec<bool>>,
+    /// Per local shard that pools into the rows, its bags with partial sums elsewhere.
+    own_split: Vec<OwnSplit>,
+}
+
+impl OutputDist for Flat {
+    fn max_parts(&self) -> usize {
+        2
+    }
+
+    /// Sends every sample owner its rows of every local shard and assembles this
+    /// rank's feature rows in `out`, after [`Spread::pool`]. This rank's own rows do
+    /// not go through the exchange: the own pass pools most of them into place while
+    /// the first part's exchange runs, the rest are placed from where they were pooled.
+    /// The exchange's time in its phase includes the own pass's.
+    fn forward_part(
         &mut self,
+        sp: &mut Spread,
         batch: &Batch,
         out: &mut [f32],
         slots: &FeatureSlots,
+        (k, parts): (usize, usize),
+        work: Option<RowsWork<'_>>,
     ) -> Result<()> {
-        self.output_part_with_own_pass(batch, out, slots, Part::Whole)?;
-        let width = slots.width();
-        self.trw_output_dist(&mut out[..batch.batch_size() * width], slots)?;
-        self.scale_mean_row_split(batch, out, slots, Part::Whole);
+        let part = match (k, parts) {
+            (0, 1) => Part::Whole,
+            (0, _) => Part::First,
+            _ => {
+                let work = work.expect("a later part runs the previous part's work");
+                return self.output_second_half(sp, batch, out, slots, work);
+            }
+        };
+        self.output_part_with_own_pass(sp, batch, out, slots, part)?;
+        self.scale_mean_row_split(sp, batch, out, slots, part);
         Ok(())
+    }
+
+    fn backward_part(
+        &mut self,
+        sp: &mut Spread,
+        batch: &Batch,
+        grad: &mut [f32],
+        slots: &FeatureSlots,
+        _: (usize, usize),
+        work: GradWork<'_>,
+    ) -> Result<()> {
+        self.grads_first_half(sp, batch, grad, slots, work)
+    }
+
+    fn backward_last(
+        &mut self,
+        sp: &mut Spread,
+        batch: &Batch,
+        grad: &[f32],
+        slots: &FeatureSlots,
+        parts: usize,
+    ) -> Result<()> {
+        if parts == 1 {
+            self.output_grad(sp, batch, grad, slots)
+        } else {
+            self.grads_second_half(sp, batch, grad, slots)
+        }
+    }
+}
+
+impl Flat {
+    pub(super) fn new(carries: Vec<bool>) -> Self {
+        Self {
+            carries,
+            send: Vec::new(),
+            recv: Vec::new(),
+            recv_first: Vec::new(),
+            written: Vec::new(),
+            own_split: Vec::new(),
+        }
     }
 
     /// The output exchange of `part` (whole or first half) with the own pass during
     /// it, and the part's rows placed; the own pass pools every own bag, of both halves.
-    pub(super) fn output_part_with_own_pass(
+    fn output_part_with_own_pass(
         &mut self,
+        sp: &mut Spread,
         batch: &Batch,
         out: &mut [f32],
         slots: &FeatureSlots,
         part: Part,
     ) -> Result<()> {
-        let (send, counts, own_firsts) = self.pack_rows(part);
-        let mut recv = std::mem::take(&mut self.bufs.vec_recv);
-        let mut own_split = std::mem::take(&mut self.bufs.own_split);
-        let (comm, pass) = self.own_pass(&mut own_split);
+        let (send, counts, own_firsts) = self.pack_rows(sp, part);
+        let mut recv = std::mem::take(&mut self.recv);
+        let mut own_split = std::mem::take(&mut self.own_split);
+        let (comm, pass) = own_pass(sp, &mut own_split);
         let exchanged =
             comm.all_to_all_v_during(&send, &counts, &mut recv, Phase::OutputDist, |progress| {
                 pass.run(batch, out, slots, progress)
             });
-        self.bufs.vec_send = send;
-        self.bufs.own_split = own_split;
+        self.send = send;
+        self.own_split = own_split;
         let placed = exchanged.map_err(Into::into).and_then(|(_, pass)| pass);
         if placed.is_ok() {
-            self.start_written(batch.batch_size());
-            self.place_part(out, slots, part, &recv, own_firsts, batch.batch_size());
+            self.start_written(sp, batch.batch_size());
+            self.place_part(sp, out, slots, part, &recv, own_firsts, batch.batch_size());
         }
-        self.bufs.vec_recv = recv;
+        self.recv = recv;
         placed
     }
 
     /// The second half's output exchange, with `work` run during it on the first half's
-    /// finished feature rows; then the second half's rows placed. Returns what `work`
-    /// returns.
-    pub(super) fn output_second_half<R>(
+    /// finished feature rows; then the second half's rows placed.
+    fn output_second_half(
         &mut self,
+        sp: &Spread,
         batch: &Batch,
         out: &mut [f32],
         slots: &FeatureSlots,
-        work: impl FnOnce(&[f32], &mut dyn FnMut()) -> R,
-    ) -> Result<R> {
+        work: RowsWork<'_>,
+    ) -> Result<()> {
         let b_local = batch.batch_size();
-        let (send, counts, own_firsts) = self.pack_rows(Part::Second);
-        let mut recv = std::mem::take(&mut self.bufs.vec_recv);
+        let (send, counts, own_firsts) = self.pack_rows(sp, Part::Second);
+        let mut recv = std::mem::take(&mut self.recv);
         let first = &out[..Part::First.range(b_local).end * slots.width()];
-        let exchanged = self.comm.all_to_all_v_during(
-            &send,
-            &counts,
-            &mut recv,
-            Phase::OutputDist,
-            |progress| work(first, progress),
-        );
-        self.bufs.vec_send = send;
-        let placed = exchanged.map(|(_, done)| {
-            self.place_part(out, slots, Part::Second, &recv, own_firsts, b_local);
-            self.scale_mean_row_split(batch, out, slots, Part::Second);
-            done
+        let exchanged =
+            sp.comm
+                .all_to_all_v_during(&send, &counts, &mut recv, Phase::OutputDist, |progress| {
+                    work(first, progress)
+                });
+        self.send = send;
+        let placed = exchanged.map(|_| {
+            self.place_part(sp, out, slots, Part::Second, &recv, own_firsts, b_local);
+            self.scale_mean_row_split(sp, batch, out, slots, Part::Second);
         });
-        self.bufs.vec_recv = recv;
+        self.recv = recv;
         Ok(placed?)
     }
 
     /// The send buffer of `part`'s output exchange (to each owner, every local shard's
     /// pooled rows of the owner's samples in the part), its counts, and where each local
     /// shard's rows of this rank's own part start in its `pooled`.
-    fn pack_rows(&mut self, part: Part) -> (Vec<f32>, Vec<usize>, Vec<usize>) {
-        let (p, me) = (self.comm.size(), self.comm.rank());
-        let mut send = std::mem::take(&mut self.bufs.vec_send);
+    fn pack_rows(&mut self, sp: &Spread, part: Part) -> (Vec<f32>, Vec<usize>, Vec<usize>) {
+        let (p, me) = (sp.comm.size(), sp.comm.rank());
+        let mut send = std::mem::take(&mut self.send);
         send.clear();
         let mut counts = vec![0usize; p];
-        let mut own_firsts = vec![0usize; self.local.len()];
+        let mut own_firsts = vec![0usize; sp.local.len()];
         for (owner, count) in counts.iter_mut().enumerate() {
             let before = send.len();
-            for (l, own) in self.local.iter().zip(&mut own_firsts) {
-                if self.hierarchical(l.table) {
+            for (l, own) in sp.local.iter().zip(&mut own_firsts) {
+                if !self.carries[l.table] {
                     continue;
                 }
                 let cols = l.columns();
                 // A row-partitioned store holds only the bags that read it.
-                let rows = l.part_of_source(owner, &self.samples, part);
+                let rows = l.part_of_source(owner, &sp.samples, part);
                 if owner == me {
                     *own = rows.start * cols;
                 } else {
@@ -202,29 +269,31 @@ impl ShardedEmbeddings {
 
     /// Which of this rank's rows hold a partial sum per row-split table, before a
     /// forward's first placement: the rows the own pass finished.
-    fn start_written(&mut self, b_local: usize) {
-        let mut written = std::mem::take(&mut self.bufs.written);
-        written.resize(self.tables.len(), Vec::new());
+    fn start_written(&mut self, sp: &Spread, b_local: usize) {
+        let mut written = std::mem::take(&mut self.written);
+        written.resize(sp.tables.len(), Vec::new());
         for (t, w) in written.iter_mut().enumerate() {
             w.clear();
-            if self.tables[t].row_split() && !self.hierarchical(t) {
+            if sp.tables[t].row_split() && self.carries[t] {
                 w.resize(b_local, false);
             }
         }
-        for (k, split) in self.bufs.own_split.iter().enumerate() {
-            if self.direct[k] && !written[self.local[k].table].is_empty() {
-                written[self.local[k].table].copy_from_slice(split.only_own());
+        for (k, split) in self.own_split.iter().enumerate() {
+            if sp.direct[k] && !written[sp.local[k].table].is_empty() {
+                written[sp.local[k].table].copy_from_slice(split.only_own());
             }
         }
-        self.bufs.written = written;
+        self.written = written;
     }
 
     /// Places the rows of `part` of this rank's samples from `recv` (every other rank's,
     /// in rank order) and from its own shards (`own_firsts`, where each one's rows of the
     /// part start in its `pooled`), then zeroes every slot of the part that no shard
     /// wrote (a bag no store served).
+    #[allow(clippy::too_many_arguments)]
     fn place_part(
         &mut self,
+        sp: &Spread,
         out: &mut [f32],
         slots: &FeatureSlots,
         part: Part,
@@ -232,35 +301,35 @@ impl ShardedEmbeddings {
         mut own_firsts: Vec<usize>,
         b_local: usize,
     ) {
-        let (p, me) = (self.comm.size(), self.comm.rank());
+        let (p, me) = (sp.comm.size(), sp.comm.rank());
         let width = slots.width();
         let range = part.range(b_local);
         let out = &mut out[..b_local * width];
         // A row-split table's slot takes its first partial sum as it comes and adds the
         // rest in arrival order (what adding them to zero gives).
-        let mut written = std::mem::take(&mut self.bufs.written);
+        let mut written = std::mem::take(&mut self.written);
         let mut at = 0;
         for src in 0..p {
-            for (k, (t, s)) in self.router.held_by(src).enumerate() {
-                if self.hierarchical(t) {
+            for (k, (t, s)) in sp.router.held_by(src).enumerate() {
+                if !self.carries[t] {
                     continue;
                 }
                 let (rows, cursor) = if src == me {
-                    debug_assert_eq!(self.local[k].table, t, "local shards in wire order");
-                    if self.direct[k] {
-                        self.bufs.own_split[k].place(out, width, &mut written[t], &range);
+                    debug_assert_eq!(sp.local[k].table, t, "local shards in wire order");
+                    if sp.direct[k] {
+                        self.own_split[k].place(out, width, &mut written[t], &range);
                         continue;
                     }
-                    (&self.local[k].pooled[..], &mut own_firsts[k])
+                    (&sp.local[k].pooled[..], &mut own_firsts[k])
                 } else {
                     (recv, &mut at)
                 };
                 let place = Placement {
                     width,
-                    off: slots.slot(t).offset + self.tables[t].shards[s].columns.0,
-                    cols: self.tables[t].shards[s].num_columns(),
+                    off: slots.slot(t).offset + sp.tables[t].shards[s].columns.0,
+                    cols: sp.tables[t].shards[s].num_columns(),
                 };
-                let bags = self
+                let bags = sp
                     .router
                     .addressed_bags(t, s)
                     .map(|bags| part.bags_in(bags, b_local));
@@ -279,57 +348,20 @@ impl ShardedEmbeddings {
                 row[cols.clone()].fill(0.0);
             }
         }
-        self.bufs.written = written;
+        self.written = written;
     }
 
-    /// Divides the summed slots of mean-pooled row-split tables by each bag's length, for
-    /// the samples of `part`.
-    pub(super) fn scale_mean_row_split(
+    /// Divides the summed slots of the mean-pooled row-split tables it carries by each
+    /// bag's length, for the samples of `part`.
+    fn scale_mean_row_split(
         &self,
+        sp: &Spread,
         batch: &Batch,
         out: &mut [f32],
         slots: &FeatureSlots,
         part: Part,
     ) {
         let samples = part.range(batch.batch_size());
-        for t in 0..self.tables.len() {
-            let Some(scale) = self.mean_scales(batch, t) else {
-                continue;
-            };
-            let range = slots.slot(t).range();
-            let rows = out.chunks_exact_mut(slots.width()).enumerate();
-            for (b, row) in rows.skip(samples.start).take(samples.len()) {
-                let s = scale(b);
-                if s != 1.0 {
-                    row[range.clone()].iter_mut().for_each(|v| *v *= s);
-                }
-            }
-        }
-    }
-
-    /// For a mean-pooled row-split table, the factor `1 / bag length` of each sample of
-    /// `batch` (1 for empty and single-id bags); `None` for other tables.
-    pub(super) fn mean_scales<'a>(
-        &self,
-        batch: &'a Batch,
-        t: usize,
-    ) -> Option<impl Fn(usize) -> f32 + 'a> {
-        let table = &self.tables[t];
-        if !(table.row_split() && table.pooling == Pooling::Mean) {
-            return None;
-        }
-        let ids = batch.sparse.feature(t);
-        Some(move |b: usize| mean_scale(ids.ids(b).len()))
-    }
-}
-
-/// The factor that turns the sum of a bag of `len` rows into their mean (1 for empty
-/// and single-id bags); the flat and SPTT paths both scale by it, so they agree bit
-/// for bit.
-pub(super) fn mean_scale(len: usize) -> f32 {
-    if len > 1 {
-        1.0 / len as f32
-    } else {
-        1.0
+        sp.scale_mean_rows(batch, (out, slots), |t| self.carries[t], samples);
     }
 }

@@ -3,61 +3,67 @@
 //! when a step runs in halves ([`super::schedule`]); this rank's own segment skips the
 //! exchange and is pushed into its stores while the exchange runs.
 
-use super::route::bag_of;
-use super::{Part, ShardedEmbeddings};
+use super::flat::Flat;
+use super::lookup::LocalShard;
+use super::output::GradWork;
+use super::route::{bag_of, Part};
+use super::spread::Spread;
 use crate::error::Result;
 use crate::slots::FeatureSlots;
 use towerrec_comm::Phase;
 use towerrec_core::simd::{prefetch, ROWS_APART_AHEAD};
 use towerrec_core::Batch;
 
-impl ShardedEmbeddings {
+impl Flat {
     /// Sends each shard its columns of the gradient `grad` of this rank's feature rows,
     /// leaving in each local shard's `grad` the gradient of the whole global batch. This
     /// rank's own segment goes straight from `grad` into its shards while the exchange
     /// runs (it needs nothing from the other ranks); the earlier ranks' segments, which
     /// come before it, are written over a zeroed placeholder when they arrive.
-    pub(super) fn flat_output_grad(
+    pub(super) fn output_grad(
         &mut self,
+        sp: &mut Spread,
         batch: &Batch,
         grad: &[f32],
         slots: &FeatureSlots,
     ) -> Result<()> {
-        let (send, counts) = self.pack_grad_rows(batch, grad, slots, Part::Whole);
-        let mut recv = std::mem::take(&mut self.bufs.vec_recv);
+        let (send, counts) = self.pack_grad_rows(sp, batch, grad, slots, Part::Whole);
+        let mut recv = std::mem::take(&mut self.recv);
         let received =
-            self.grad_part_with_own_rows(batch, grad, slots, (&send, &counts), &mut recv);
-        self.bufs.vec_send = send;
-        let assembled = received.map(|local| self.assemble_grads(local, &[(&recv, Part::Whole)]));
-        self.bufs.vec_recv = recv;
-        assembled?;
-        self.trw_output_grad(batch, grad, slots)
+            self.grad_part_with_own_rows(sp, batch, grad, slots, (&send, &counts), &mut recv);
+        self.send = send;
+        let assembled =
+            received.map(|local| self.assemble_grads(sp, local, &[(&recv, Part::Whole)]));
+        self.recv = recv;
+        assembled
     }
 
     /// The first half's gradient exchange on the flat path, while `work` fills the
     /// second half's gradient rows; what arrives is kept for
-    /// [`ShardedEmbeddings::flat_grads_second_half`].
-    pub(super) fn flat_grads_first_half(
+    /// [`Flat::grads_second_half`].
+    pub(super) fn grads_first_half(
         &mut self,
+        sp: &Spread,
         batch: &Batch,
         grad: &mut [f32],
         slots: &FeatureSlots,
-        work: impl FnOnce(&mut [f32], &mut dyn FnMut()),
+        work: GradWork<'_>,
     ) -> Result<()> {
         let width = slots.width();
-        let (send, counts) = self.pack_grad_rows(batch, grad, slots, Part::First);
-        let mut first = std::mem::take(&mut self.bufs.vec_recv_first);
+        let grad = &mut grad[..batch.batch_size() * width];
+        let (send, counts) = self.pack_grad_rows(sp, batch, grad, slots, Part::First);
+        let mut first = std::mem::take(&mut self.recv_first);
         let split = Part::First.range(batch.batch_size()).end * width;
         let second = &mut grad[split..];
-        let exchanged = self.comm.all_to_all_v_during(
+        let exchanged = sp.comm.all_to_all_v_during(
             &send,
             &counts,
             &mut first,
             Phase::OutputDist,
             |progress| work(second, progress),
         );
-        self.bufs.vec_send = send;
-        self.bufs.vec_recv_first = first;
+        self.send = send;
+        self.recv_first = first;
         exchanged?;
         Ok(())
     }
@@ -66,23 +72,24 @@ impl ShardedEmbeddings {
     /// segment pushed during it, and every local shard's gradient assembled from both
     /// halves as [`ShardedEmbeddings::flat_output_grad`] leaves it, the same values in
     /// the same order.
-    pub(super) fn flat_grads_second_half(
+    pub(super) fn grads_second_half(
         &mut self,
+        sp: &mut Spread,
         batch: &Batch,
         grad: &[f32],
         slots: &FeatureSlots,
     ) -> Result<()> {
-        let first = std::mem::take(&mut self.bufs.vec_recv_first);
-        let (send, counts) = self.pack_grad_rows(batch, grad, slots, Part::Second);
-        let mut recv = std::mem::take(&mut self.bufs.vec_recv);
+        let first = std::mem::take(&mut self.recv_first);
+        let (send, counts) = self.pack_grad_rows(sp, batch, grad, slots, Part::Second);
+        let mut recv = std::mem::take(&mut self.recv);
         let received =
-            self.grad_part_with_own_rows(batch, grad, slots, (&send, &counts), &mut recv);
-        self.bufs.vec_send = send;
+            self.grad_part_with_own_rows(sp, batch, grad, slots, (&send, &counts), &mut recv);
+        self.send = send;
         let assembled = received.map(|local| {
-            self.assemble_grads(local, &[(&first, Part::First), (&recv, Part::Second)])
+            self.assemble_grads(sp, local, &[(&first, Part::First), (&recv, Part::Second)])
         });
-        self.bufs.vec_recv = recv;
-        self.bufs.vec_recv_first = first;
+        self.recv = recv;
+        self.recv_first = first;
         assembled
     }
 
@@ -90,20 +97,22 @@ impl ShardedEmbeddings {
     /// columns of `grad` for this rank's bags of the part) and its counts.
     fn pack_grad_rows(
         &mut self,
+        sp: &Spread,
         batch: &Batch,
         grad: &[f32],
         slots: &FeatureSlots,
         part: Part,
     ) -> (Vec<f32>, Vec<usize>) {
-        let (p, me) = (self.comm.size(), self.comm.rank());
-        let mut send = std::mem::take(&mut self.bufs.vec_send);
+        let (p, me) = (sp.comm.size(), sp.comm.rank());
+        let mut send = std::mem::take(&mut self.send);
         send.clear();
         let mut counts = vec![0usize; p];
         for (dest, count) in counts.iter_mut().enumerate().filter(|(d, _)| *d != me) {
             let before = send.len();
-            for (t, s) in self.router.held_by(dest) {
-                if !self.hierarchical(t) {
-                    self.push_grad_rows(&mut send, batch, grad, slots, (t, s, false), part);
+            for (t, s) in sp.router.held_by(dest) {
+                if self.carries[t] {
+                    let at = (t, s, false);
+                    push_grad_rows(sp, &mut send, batch, grad, slots, at, part);
                 }
             }
             *count = send.len() - before;
@@ -115,39 +124,38 @@ impl ShardedEmbeddings {
     /// rank's own segment of every local store pushed during it; returns the local
     /// shards, taken out for the push (their `grad` now holds zeros for the earlier
     /// ranks' segments, then this rank's).
+    #[allow(clippy::too_many_arguments)]
     fn grad_part_with_own_rows(
-        &mut self,
+        &self,
+        sp: &mut Spread,
         batch: &Batch,
         grad: &[f32],
         slots: &FeatureSlots,
         (send, counts): (&[f32], &[usize]),
         recv: &mut Vec<f32>,
-    ) -> Result<Vec<super::lookup::LocalShard>> {
-        let me = self.comm.rank();
-        let mut local = std::mem::take(&mut self.local);
+    ) -> Result<Vec<LocalShard>> {
+        let me = sp.comm.rank();
+        let mut local = std::mem::take(&mut sp.local);
         // The length of the earlier ranks' segments in each store's `grad`.
         let before: Vec<usize> = local
             .iter()
-            .map(|l| (0..me).map(|src| self.segment(l, src, Part::Whole)).sum())
+            .map(|l| (0..me).map(|src| segment(sp, l, src, Part::Whole)).sum())
             .collect();
-        let this = &*self;
+        let there = &*sp;
         let exchanged =
-            this.comm
+            there
+                .comm
                 .all_to_all_v_during(send, counts, recv, Phase::OutputDist, |progress| {
-                    this.push_own_grad_rows(&mut local, &before, batch, grad, slots, progress)
+                    let own = (&mut local[..], &before[..]);
+                    self.push_own_grad_rows(there, own, batch, grad, slots, progress)
                 });
         match exchanged {
             Ok(_) => Ok(local),
             Err(e) => {
-                self.local = local;
+                sp.local = local;
                 Err(e.into())
             }
         }
-    }
-
-    /// The length of store `l`'s segment of `part` of rank `src`'s samples in its `grad`.
-    fn segment(&self, l: &super::lookup::LocalShard, src: usize, part: Part) -> usize {
-        l.part_of_source(src, &self.samples, part).len() * l.columns()
     }
 
     /// Puts back the local shards `local`, each with its gradient completed from the
@@ -155,20 +163,21 @@ impl ShardedEmbeddings {
     /// its samples, in rank order): the earlier ranks' segments over the zeroed
     /// placeholder, the later ranks' after this rank's own.
     fn assemble_grads(
-        &mut self,
-        mut local: Vec<super::lookup::LocalShard>,
+        &self,
+        sp: &mut Spread,
+        mut local: Vec<LocalShard>,
         parts: &[(&Vec<f32>, Part)],
     ) {
-        let (p, me) = (self.comm.size(), self.comm.rank());
+        let (p, me) = (sp.comm.size(), sp.comm.rank());
         let mut cursors = vec![0usize; local.len()];
         let mut at = vec![0usize; parts.len()];
         for src in (0..p).filter(|&src| src != me) {
             for (l, cursor) in local.iter_mut().zip(&mut cursors) {
-                if self.hierarchical(l.table) {
+                if !self.carries[l.table] {
                     continue;
                 }
                 for ((recv, part), at) in parts.iter().zip(&mut at) {
-                    let len = self.segment(l, src, *part);
+                    let len = segment(sp, l, src, *part);
                     let rows = &recv[*at..*at + len];
                     if src < me {
                         l.grad[*cursor..*cursor + len].copy_from_slice(rows);
@@ -180,86 +189,85 @@ impl ShardedEmbeddings {
                 }
             }
         }
-        self.local = local;
+        sp.local = local;
     }
 
     /// This rank's own segment of every local store's gradient (after `before[k]` zeroed
     /// values, the earlier ranks' segments of store `k`), during the gradient exchange.
     fn push_own_grad_rows(
         &self,
-        local: &mut [super::lookup::LocalShard],
-        before: &[usize],
+        sp: &Spread,
+        (local, before): (&mut [LocalShard], &[usize]),
         batch: &Batch,
         grad: &[f32],
         slots: &FeatureSlots,
         progress: &mut dyn FnMut(),
     ) {
-        let own = self.router.held_by(self.comm.rank());
+        let own = sp.router.held_by(sp.comm.rank());
         for (k, (l, (t, s))) in local.iter_mut().zip(own).enumerate() {
             l.grad.clear();
-            if self.hierarchical(l.table) {
+            if !self.carries[l.table] {
                 continue;
             }
             debug_assert_eq!(l.table, t, "local shards in wire order");
             l.grad.resize(before[k], 0.0);
             // This rank's own store holds every bag of its slice when it pooled them
             // into the rank's rows.
-            self.push_grad_rows(
-                &mut l.grad,
-                batch,
-                grad,
-                slots,
-                (t, s, self.direct[k]),
-                Part::Whole,
-            );
+            let at = (t, s, sp.direct[k]);
+            push_grad_rows(sp, &mut l.grad, batch, grad, slots, at, Part::Whole);
             progress();
         }
     }
+}
 
-    /// Appends to `out` shard `s` of table `t`'s columns of the gradient `grad`, for
-    /// each bag this rank sent it ids of (`every_bag`: for every bag), mean-pooled bags
-    /// of row-split tables scaled by their length.
-    fn push_grad_rows(
-        &self,
-        out: &mut Vec<f32>,
-        batch: &Batch,
-        grad: &[f32],
-        slots: &FeatureSlots,
-        (t, s, every_bag): (usize, usize, bool),
-        part: Part,
-    ) {
-        let width = slots.width();
-        let shard = &self.tables[t].shards[s];
-        let off = slots.slot(t).offset + shard.columns.0;
-        let cols = shard.num_columns();
-        let scales = self.mean_scales(batch, t);
-        let b_local = batch.batch_size();
-        let push = |out: &mut Vec<f32>, b: usize| {
-            let part = &grad[b * width + off..b * width + off + cols];
-            match scales.as_ref().map(|f| f(b)) {
-                Some(scale) if scale != 1.0 => out.extend(part.iter().map(|&g| g * scale)),
-                _ => out.extend_from_slice(part),
-            }
-        };
-        match self.router.addressed_bags(t, s).filter(|_| !every_bag) {
-            // Only the bags that sent the store ids.
-            Some(bags) => {
-                let bags = part.bags_in(bags, b_local);
-                for (i, &packed) in bags.iter().enumerate() {
-                    if let Some(&ahead) = bags.get(i + ROWS_APART_AHEAD) {
-                        prefetch(grad, bag_of(ahead).0 * width + off, cols);
-                    }
-                    push(out, bag_of(packed).0);
+/// The length of store `l`'s segment of `part` of rank `src`'s samples in its `grad`.
+fn segment(sp: &Spread, l: &LocalShard, src: usize, part: Part) -> usize {
+    l.part_of_source(src, &sp.samples, part).len() * l.columns()
+}
+
+/// Appends to `out` shard `s` of table `t`'s columns of the gradient `grad`, for
+/// each bag this rank sent it ids of (`every_bag`: for every bag), mean-pooled bags
+/// of row-split tables scaled by their length.
+fn push_grad_rows(
+    sp: &Spread,
+    out: &mut Vec<f32>,
+    batch: &Batch,
+    grad: &[f32],
+    slots: &FeatureSlots,
+    (t, s, every_bag): (usize, usize, bool),
+    part: Part,
+) {
+    let width = slots.width();
+    let shard = &sp.tables[t].shards[s];
+    let off = slots.slot(t).offset + shard.columns.0;
+    let cols = shard.num_columns();
+    let scales = sp.mean_scales(batch, t);
+    let b_local = batch.batch_size();
+    let push = |out: &mut Vec<f32>, b: usize| {
+        let part = &grad[b * width + off..b * width + off + cols];
+        match scales.as_ref().map(|f| f(b)) {
+            Some(scale) if scale != 1.0 => out.extend(part.iter().map(|&g| g * scale)),
+            _ => out.extend_from_slice(part),
+        }
+    };
+    match sp.router.addressed_bags(t, s).filter(|_| !every_bag) {
+        // Only the bags that sent the store ids.
+        Some(bags) => {
+            let bags = part.bags_in(bags, b_local);
+            for (i, &packed) in bags.iter().enumerate() {
+                if let Some(&ahead) = bags.get(i + ROWS_APART_AHEAD) {
+                    prefetch(grad, bag_of(ahead).0 * width + off, cols);
                 }
+                push(out, bag_of(packed).0);
             }
-            None => {
-                let rows = part.range(b_local);
-                for b in rows.clone() {
-                    if b + ROWS_APART_AHEAD < rows.end {
-                        prefetch(grad, (b + ROWS_APART_AHEAD) * width + off, cols);
-                    }
-                    push(out, b);
+        }
+        None => {
+            let rows = part.range(b_local);
+            for b in rows.clone() {
+                if b + ROWS_APART_AHEAD < rows.end {
+                    prefetch(grad, (b + ROWS_APART_AHEAD) * width + off, cols);
                 }
+                push(out, b);
             }
         }
     }

@@ -3,9 +3,8 @@
 //! in global sample order, that the input distribution brought it, and its backward is
 //! the fused optimizer update where the rows live.
 
-use super::route::bag_of;
+use super::route::{bag_of, Part};
 use super::store::{Store, Touched};
-use super::Part;
 use crate::error::Result;
 use std::ops::Range;
 use towerrec_core::batch::JaggedView;
@@ -142,11 +141,6 @@ fn unpack_source(recv: &[u64], at: &mut usize, local: &mut [LocalShard], samples
         l.values.extend_from_slice(&recv[*at..*at + end - first]);
         *at += end - first;
     }
-}
-
-/// Pools every bag each local shard received.
-pub(super) fn pool(local: &mut [LocalShard]) -> Result<()> {
-    local.iter_mut().try_for_each(LocalShard::pool)
 }
 
 impl LocalShard {

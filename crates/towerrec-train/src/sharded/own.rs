@@ -18,9 +18,10 @@
 
 use super::lookup::LocalShard;
 use super::route::{bag_of, Router};
-use super::ShardedEmbeddings;
+use super::spread::Spread;
 use crate::error::Result;
 use crate::slots::FeatureSlots;
+use towerrec_comm::Comm;
 use towerrec_core::Batch;
 
 /// Adds one partial sum of a row-split bag to its slot `row`: copied if it is the first
@@ -104,50 +105,21 @@ impl OwnSplit {
     }
 }
 
-impl ShardedEmbeddings {
-    /// Whether local shard `k` pools this rank's own bags straight into the rank's
-    /// feature rows: on the flat path, for a table not summed in two steps, if it is
-    /// table-wise or column-wise or a row-partitioned store.
-    pub(super) fn pools_into_rows(&self, k: usize) -> bool {
-        let table = &self.tables[self.local[k].table];
-        self.sptt.is_none()
-            && !self.hierarchical(self.local[k].table)
-            && (!table.row_split() || table.addresses.is_some())
-    }
-
-    /// Pools every local shard's bags except this rank's own of the shards that
-    /// [pool into rows](ShardedEmbeddings::pools_into_rows): what the output
-    /// distribution sends. Before [`ShardedEmbeddings::flat_output_dist`], which runs
-    /// the [`OwnPass`] during its exchange.
-    pub(super) fn pool_flat(&mut self) -> Result<()> {
-        let me = self.comm.rank();
-        for (l, &direct) in self.local.iter_mut().zip(&self.direct) {
-            if direct {
-                let own = l.bags_of_source(me, &self.samples);
-                l.pool_others(own)?;
-            } else {
-                l.pool()?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The own pass of the last forward, borrowing the fields it needs apart from the
-    /// communicator (it runs inside the output exchange); it fills `splits`.
-    pub(super) fn own_pass<'a>(
-        &'a mut self,
-        splits: &'a mut Vec<OwnSplit>,
-    ) -> (&'a towerrec_comm::Comm, OwnPass<'a>) {
-        let pass = OwnPass {
-            local: &mut self.local,
-            direct: &self.direct,
-            router: &self.router,
-            samples: &self.samples,
-            splits,
-            me: self.comm.rank(),
-        };
-        (&self.comm, pass)
-    }
+/// The own pass of the last forward, borrowing the parts of `sp` it needs apart from
+/// the communicator (it runs inside the output exchange); it fills `splits`.
+pub(super) fn own_pass<'a>(
+    sp: &'a mut Spread,
+    splits: &'a mut Vec<OwnSplit>,
+) -> (&'a Comm, OwnPass<'a>) {
+    let pass = OwnPass {
+        local: &mut sp.local,
+        direct: &sp.direct,
+        router: &sp.router,
+        samples: &sp.samples,
+        splits,
+        me: sp.comm.rank(),
+    };
+    (&sp.comm, pass)
 }
 
 /// This rank's own bags of the shards that pool into rows, pooled straight into its

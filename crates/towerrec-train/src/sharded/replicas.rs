@@ -4,10 +4,9 @@
 //! gradient, touching the same rows as one process would (a dense AllReduce would also
 //! move the state of lazy optimizers).
 
-use super::ShardedEmbeddings;
 use crate::error::Result;
 use crate::slots::FeatureSlots;
-use towerrec_comm::Phase;
+use towerrec_comm::{Comm, Phase};
 use towerrec_core::batch::JaggedView;
 use towerrec_core::embedding::EmbeddingBag;
 use towerrec_core::Batch;
@@ -18,15 +17,19 @@ pub(super) struct Replica {
     pub(super) bag: EmbeddingBag,
 }
 
-impl ShardedEmbeddings {
+/// The data-parallel tables' replicas on this rank.
+#[derive(Default)]
+pub(super) struct Replicas(pub(super) Vec<Replica>);
+
+impl Replicas {
     /// Pools every replica for this rank's samples into its slot of `out`.
-    pub(super) fn replicas_forward(
+    pub(super) fn forward(
         &self,
         batch: &Batch,
         out: &mut [f32],
         slots: &FeatureSlots,
     ) -> Result<()> {
-        for r in &self.replicas {
+        for r in &self.0 {
             let off = slots.slot(r.table).offset;
             r.bag
                 .forward(batch.sparse.feature(r.table), out, slots.width(), off)?;
@@ -37,8 +40,11 @@ impl ShardedEmbeddings {
     /// Gathers every rank's bags and pooled gradients, then applies the whole batch's
     /// update to each replica. Returns the first table whose gathered gradient rows
     /// (of bags with ids) held NaN or infinity, with the value.
-    pub(super) fn sync_replicas(
+    /// `samples`: each rank's samples of the step, over the ranks of `comm`.
+    pub(super) fn sync(
         &mut self,
+        comm: &Comm,
+        samples: &[usize],
         batch: &Batch,
         grad: &[f32],
         slots: &FeatureSlots,
@@ -46,7 +52,7 @@ impl ShardedEmbeddings {
     ) -> Result<Option<(usize, f32)>> {
         let mut ids_send = Vec::new();
         let mut grad_send = Vec::new();
-        for r in &self.replicas {
+        for r in &self.0 {
             let ids = batch.sparse.feature(r.table);
             ids_send.extend((0..ids.batch_size()).map(|b| ids.ids(b).len() as u64));
             ids_send.extend_from_slice(ids.values);
@@ -55,15 +61,15 @@ impl ShardedEmbeddings {
                 grad_send.extend_from_slice(&row[range.clone()]);
             }
         }
-        let (ids_all, _) = self.comm.all_gather(&ids_send, Phase::SparseGradSync)?;
-        let (grad_all, _) = self.comm.all_gather(&grad_send, Phase::SparseGradSync)?;
-        let k_max = self.replicas.len();
+        let (ids_all, _) = comm.all_gather(&ids_send, Phase::SparseGradSync)?;
+        let (grad_all, _) = comm.all_gather(&grad_send, Phase::SparseGradSync)?;
+        let k_max = self.0.len();
         let mut offsets: Vec<Vec<usize>> = vec![vec![0]; k_max];
         let mut values: Vec<Vec<u64>> = vec![Vec::new(); k_max];
         let mut grads: Vec<Vec<f32>> = vec![Vec::new(); k_max];
         let (mut at, mut gat) = (0, 0);
-        for &n in &self.samples {
-            for (k, r) in self.replicas.iter().enumerate() {
+        for &n in samples {
+            for (k, r) in self.0.iter().enumerate() {
                 let lengths = &ids_all[at..at + n];
                 at += n;
                 let mut end = *offsets[k].last().expect("offsets start with 0");
@@ -80,7 +86,7 @@ impl ShardedEmbeddings {
             }
         }
         let mut bad: Option<(usize, f32)> = None;
-        for (k, r) in self.replicas.iter_mut().enumerate() {
+        for (k, r) in self.0.iter_mut().enumerate() {
             let dim = slots.slot(r.table).width;
             let has_ids = |b: usize| offsets[k][b + 1] > offsets[k][b];
             if let Some(x) = crate::finite::bad_grad_rows(&grads[k], dim, has_ids) {

@@ -383,6 +383,38 @@ impl Router {
     }
 }
 
+/// Which samples of each rank's slice an output exchange carries, both ways: all of
+/// them, or the first or second half (a slice of `n` samples splits at `n / 2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part {
+    Whole,
+    First,
+    Second,
+}
+
+impl Part {
+    /// The samples of a slice of `n` that the part holds.
+    pub(crate) fn range(self, n: usize) -> std::ops::Range<usize> {
+        match self {
+            Part::Whole => 0..n,
+            Part::First => 0..n / 2,
+            Part::Second => n / 2..n,
+        }
+    }
+
+    /// The bags of `bags` (packed as [`bag_of`] reads them, in sample order) whose
+    /// samples the part of a slice of `n` holds.
+    pub(super) fn bags_in(self, bags: &[u64], n: usize) -> &[u64] {
+        if self == Part::Whole {
+            return bags;
+        }
+        let want = self.range(n);
+        let first = bags.partition_point(|&p| bag_of(p).0 < want.start);
+        let end = bags.partition_point(|&p| bag_of(p).0 < want.end);
+        &bags[first..end]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@ use super::*;
 use crate::init::TableInit;
 use towerrec_comm::{run_in_process, Topology};
 use towerrec_core::batch::KeyedJagged;
-use towerrec_plan::TablePlan;
+use towerrec_plan::{ShardingType, TablePlan};
 
 const ROWS: [usize; 2] = [10, 12];
 const DIM: usize = 4;

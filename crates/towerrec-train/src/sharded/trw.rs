@@ -14,11 +14,13 @@
 //! cross.
 
 use super::lookup::LocalShard;
+use super::output::{GradWork, OutputDist, RowsWork};
 use super::route::Router;
-use super::TableState;
+use super::spread::{firsts, Spread, TableState};
 use crate::error::Result;
 use crate::slots::FeatureSlots;
 use towerrec_comm::{Comm, Phase, Topology};
+use towerrec_core::Batch;
 use towerrec_plan::ShardingType;
 
 /// The two communicators and the tables that go through them.
@@ -132,23 +134,18 @@ impl HierTrw {
 }
 
 /// What the exchange reads of the collection.
-pub(super) struct View<'a> {
-    pub(super) local: &'a mut [LocalShard],
-    pub(super) router: &'a Router,
-    pub(super) tables: &'a [TableState],
+struct View<'a> {
+    local: &'a mut [LocalShard],
+    router: &'a Router,
+    tables: &'a [TableState],
     /// Samples of each world rank, and the first of each in the global batch.
-    pub(super) samples: &'a [usize],
+    samples: &'a [usize],
     pub(super) firsts: &'a [usize],
 }
 
 impl HierTrw {
     /// Writes this rank's rows of every table-row-wise table into `out` (`slots`).
-    pub(super) fn forward(
-        &mut self,
-        v: View<'_>,
-        out: &mut [f32],
-        slots: &FeatureSlots,
-    ) -> Result<()> {
+    fn forward(&mut self, v: View<'_>, out: &mut [f32], slots: &FeatureSlots) -> Result<()> {
         let topo = self.topology;
         let me = self.host.world_rank();
         let (h, j) = (topo.host_of(me), topo.local_rank(me));
@@ -228,7 +225,7 @@ impl HierTrw {
     /// From the gradient of this rank's rows (`grad`, each table's columns already
     /// scaled as the flat path scales them, by `scale(t, sample)`), each local
     /// table-row-wise shard's gradient of the whole global batch.
-    pub(super) fn backward(
+    fn backward(
         &mut self,
         v: View<'_>,
         grad: &[f32],
@@ -310,54 +307,69 @@ impl HierTrw {
     }
 }
 
-impl super::ShardedEmbeddings {
-    /// Whether table `t`'s output goes through the two-step exchange.
-    pub(super) fn hierarchical(&self, t: usize) -> bool {
-        self.trw.as_ref().is_some_and(|h| h.mine[t])
+impl OutputDist for HierTrw {
+    fn max_parts(&self) -> usize {
+        1
     }
 
-    /// The table-row-wise tables' rows of this rank's samples into `out`, if any.
-    pub(super) fn trw_output_dist(&mut self, out: &mut [f32], slots: &FeatureSlots) -> Result<()> {
-        let Some(mut trw) = self.trw.take() else {
-            return Ok(());
-        };
-        let firsts = super::sptt::firsts(&self.samples);
-        let result = trw.forward(self.trw_view(&firsts), out, slots);
-        self.trw = Some(trw);
-        result
-    }
-
-    /// What the two-step exchange reads, with `firsts` of this step's samples.
-    fn trw_view<'a>(&'a mut self, firsts: &'a [usize]) -> View<'a> {
-        View {
-            local: &mut self.local,
-            router: &self.router,
-            tables: &self.tables,
-            samples: &self.samples,
-            firsts,
-        }
-    }
-
-    /// The reverse of [`Self::trw_output_dist`] from the gradient of this rank's rows.
-    pub(super) fn trw_output_grad(
+    /// The table-row-wise tables' rows of this rank's samples into `out`.
+    fn forward_part(
         &mut self,
-        batch: &towerrec_core::Batch,
+        sp: &mut Spread,
+        batch: &Batch,
+        out: &mut [f32],
+        slots: &FeatureSlots,
+        _: (usize, usize),
+        _: Option<RowsWork<'_>>,
+    ) -> Result<()> {
+        let firsts = firsts(&sp.samples);
+        let rows = &mut out[..batch.batch_size() * slots.width()];
+        self.forward(view(sp, &firsts), rows, slots)?;
+        let samples = 0..batch.batch_size();
+        sp.scale_mean_rows(batch, (out, slots), |t| self.mine[t], samples);
+        Ok(())
+    }
+
+    fn backward_part(
+        &mut self,
+        _: &mut Spread,
+        _: &Batch,
+        _: &mut [f32],
+        _: &FeatureSlots,
+        _: (usize, usize),
+        _: GradWork<'_>,
+    ) -> Result<()> {
+        unreachable!("table-row-wise tables across hosts run whole steps")
+    }
+
+    /// The reverse of the forward from the gradient of this rank's rows.
+    fn backward_last(
+        &mut self,
+        sp: &mut Spread,
+        batch: &Batch,
         grad: &[f32],
         slots: &FeatureSlots,
+        _: usize,
     ) -> Result<()> {
-        let Some(mut trw) = self.trw.take() else {
-            return Ok(());
-        };
-        let firsts = super::sptt::firsts(&self.samples);
-        let scales: Vec<Option<Vec<f32>>> = (0..self.tables.len())
+        let firsts = firsts(&sp.samples);
+        let scales: Vec<Option<Vec<f32>>> = (0..sp.tables.len())
             .map(|t| {
-                let f = self.mean_scales(batch, t)?;
+                let f = sp.mean_scales(batch, t)?;
                 Some((0..batch.batch_size()).map(f).collect())
             })
             .collect();
         let scale = |t: usize, b: usize| scales[t].as_ref().map_or(1.0, |s| s[b]);
-        let result = trw.backward(self.trw_view(&firsts), grad, slots, scale);
-        self.trw = Some(trw);
-        result
+        self.backward(view(sp, &firsts), grad, slots, scale)
+    }
+}
+
+/// What the two-step exchange reads, with `firsts` of this step's samples.
+fn view<'a>(sp: &'a mut Spread, firsts: &'a [usize]) -> View<'a> {
+    View {
+        local: &mut sp.local,
+        router: &sp.router,
+        tables: &sp.tables,
+        samples: &sp.samples,
+        firsts,
     }
 }

@@ -2,9 +2,10 @@
 //! process would hold it, so a run may resume on another topology) gathered on rank 0,
 //! and each rank's blocks taken from it on load.
 
-use super::ShardedEmbeddings;
+use super::replicas::Replicas;
+use super::spread::Spread;
+use super::spread::TableDesc;
 use crate::error::{Error, Result};
-use crate::sharded::TableDesc;
 use towerrec_comm::{Phase, ROUND_BYTES};
 use towerrec_core::embedding::SparseOptimizer;
 use towerrec_plan::Shard;
@@ -91,7 +92,7 @@ fn take_rows(
     }
 }
 
-impl ShardedEmbeddings {
+impl Spread {
     /// Where the rows of `shard` of table `t` sit in the whole table.
     fn rows_of(&self, t: usize, shard: &Shard) -> Rows {
         match &self.tables[t].addresses {
@@ -101,7 +102,7 @@ impl ShardedEmbeddings {
     }
 
     /// Per-row state makes no sense split by columns: refuse such a model.
-    pub fn check_optimizer(&self, optimizer: SparseOptimizer) -> Result<()> {
+    pub(super) fn check_optimizer(&self, optimizer: SparseOptimizer) -> Result<()> {
         if matches!(optimizer, SparseOptimizer::RowWiseAdagrad { .. }) {
             if let Some(t) = self
                 .tables
@@ -118,18 +119,11 @@ impl ShardedEmbeddings {
         Ok(())
     }
 
-    /// Gathers every table whole on rank 0 (`Some` there, `None` elsewhere). Collective.
-    pub fn gather_whole(
+    /// Gathers every table whole (with `replicas`) on rank 0, or on every rank with
+    /// `everyone` (`Some` there, `None` elsewhere). Collective.
+    pub(super) fn gather_whole(
         &self,
-        descs: &[TableDesc],
-        optimizer: SparseOptimizer,
-    ) -> Result<Option<Vec<WholeTable>>> {
-        self.gather_whole_to(descs, optimizer, false)
-    }
-
-    /// Gathers every table whole on rank 0, or on every rank with `everyone`.
-    pub(super) fn gather_whole_to(
-        &self,
+        replicas: &Replicas,
         descs: &[TableDesc],
         optimizer: SparseOptimizer,
         everyone: bool,
@@ -180,7 +174,7 @@ impl ShardedEmbeddings {
                     .collect(),
             })
             .collect();
-        for r in &self.replicas {
+        for r in &replicas.0 {
             let w = &mut whole[r.table];
             w.step = r.bag.step();
             w.weights.copy_from_slice(r.bag.weights());
@@ -211,8 +205,13 @@ impl ShardedEmbeddings {
         Ok(Some(whole))
     }
 
-    /// Loads this rank's shards and replicas from the whole tables (in model order).
-    pub fn load_whole(&mut self, whole: &[WholeTable], optimizer: SparseOptimizer) -> Result<()> {
+    /// Loads this rank's shards and `replicas` from the whole tables (in model order).
+    pub(super) fn load_whole(
+        &mut self,
+        replicas: &mut Replicas,
+        whole: &[WholeTable],
+        optimizer: SparseOptimizer,
+    ) -> Result<()> {
         let places: Vec<Rows> = self
             .local
             .iter()
@@ -236,7 +235,7 @@ impl ShardedEmbeddings {
             }
             l.bag.set_step(w.step);
         }
-        for r in &mut self.replicas {
+        for r in &mut replicas.0 {
             let w = &whole[r.table];
             r.bag.weights_mut().copy_from_slice(&w.weights);
             for ((_, dst), (_, src)) in r.bag.optimizer_state_mut().into_iter().zip(&w.state) {

@@ -1,123 +1,150 @@
 //! SPTT's exchange (paper §3.1, Figure 7): steps c–f of the forward and their reverse,
-//! on the sharded embedding collection (see the parent module for the steps).
+//! as an output distribution (see the parent module for the steps).
 
-use super::{firsts, mean_scale_of, peer_order, stores, Sptt};
-use crate::error::{Error, Result};
+use super::{mean_scale_of, peer_order, stores, Sptt};
+use crate::error::Result;
 use crate::sharded::flat::place_block;
-use crate::sharded::ShardedEmbeddings;
+use crate::sharded::output::{GradWork, OutputDist, RowsWork};
+use crate::sharded::spread::{firsts, Spread};
 use crate::slots::FeatureSlots;
 use towerrec_comm::Phase;
 use towerrec_core::Batch;
 
-impl ShardedEmbeddings {
-    /// SPTT steps c–f: this rank's `b_local` feature rows in `out`.
-    pub(in crate::sharded) fn sptt_output_dist(
+impl OutputDist for Sptt {
+    /// Two where the maps run before step d (the chunks are cut from the halves of
+    /// every slice), else one.
+    fn max_parts(&self) -> usize {
+        if self.early.is_some() {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Steps c–f: this rank's feature rows in `out`. In two parts, the chunks all run
+    /// in the second, and its work (the first half's dense layers) during the last
+    /// chunk's step f.
+    fn forward_part(
         &mut self,
+        st: &mut Spread,
         batch: &Batch,
         out: &mut [f32],
         slots: &FeatureSlots,
+        (k, parts): (usize, usize),
+        work: Option<RowsWork<'_>>,
     ) -> Result<()> {
-        self.with_sptt(|this, sp| this.sptt_forward(sp, batch, out, slots))
+        let out = &mut out[..batch.batch_size() * slots.width()];
+        let (local, router, samples) = (&st.local, &st.router, &st.samples);
+        match (k, parts) {
+            (_, 1) if self.early.is_some() => {
+                self.pipelined_forward(local, router, samples, out, slots)
+            }
+            (_, 1) => self.forward_whole(st, batch, out, slots),
+            (0, _) => Ok(()),
+            _ => {
+                let work = work.expect("a later part runs the previous part's work");
+                let last = Some(|rows: &[f32], p: &mut dyn FnMut()| work(rows, p));
+                let done = self.pipelined_forward_with(local, router, samples, out, slots, last)?;
+                debug_assert!(done.is_some(), "the last chunk's step f runs the work");
+                Ok(())
+            }
+        }
     }
 
-    /// Runs `f` with SPTT taken out of `self` (so both can be borrowed), then puts it
-    /// back; an error without towers.
-    fn with_sptt<R>(&mut self, f: impl FnOnce(&mut Self, &mut Sptt) -> Result<R>) -> Result<R> {
-        let Some(mut sp) = self.sptt.take() else {
-            return Err(Error::Plan("no towers".into()));
-        };
-        let result = f(self, &mut sp);
-        self.sptt = Some(sp);
-        result
-    }
-
-    /// The second part's forward exchange of a step in halves through SPTT's chunks
-    /// ([`Sptt::pipelined_forward_with`] and its work), after the lookups.
-    pub(in crate::sharded) fn sptt_forward_in_halves<R>(
+    /// The chunks' gradient exchange, the first chunk's step f during `work` (the
+    /// second half's dense layers).
+    fn backward_part(
         &mut self,
-        out: &mut [f32],
-        slots: &FeatureSlots,
-        work: impl FnOnce(&[f32], &mut dyn FnMut()) -> R,
-    ) -> Result<R> {
-        self.with_sptt(|this, sp| {
-            let (local, router, samples) = (&this.local, &this.router, &this.samples);
-            let done = sp.pipelined_forward_with(local, router, samples, out, slots, Some(work))?;
-            Ok(done.expect("the last chunk's step f runs the work"))
-        })
-    }
-
-    /// The first part's gradient exchange of a step in halves through SPTT's chunks
-    /// ([`Sptt::pipelined_backward_in_halves`]): `grad` is this rank's rows' gradient.
-    pub(in crate::sharded) fn sptt_grads_in_halves<R>(
-        &mut self,
+        st: &mut Spread,
+        batch: &Batch,
         grad: &mut [f32],
         slots: &FeatureSlots,
-        work: impl FnOnce(&mut [f32], &mut dyn FnMut()) -> R,
-    ) -> Result<R> {
-        self.with_sptt(|this, sp| {
-            let (router, samples) = (&this.router, &this.samples);
-            sp.pipelined_backward_in_halves(&mut this.local, router, samples, grad, slots, work)
-        })
+        _: (usize, usize),
+        work: GradWork<'_>,
+    ) -> Result<()> {
+        let grad = &mut grad[..batch.batch_size() * slots.width()];
+        let (router, samples) = (&st.router, &st.samples);
+        let work = |g: &mut [f32], p: &mut dyn FnMut()| work(g, p);
+        self.pipelined_backward_in_halves(&mut st.local, router, samples, grad, slots, work)
     }
 
-    fn sptt_forward(
+    fn backward_last(
         &mut self,
-        sp: &mut Sptt,
+        st: &mut Spread,
+        batch: &Batch,
+        grad: &[f32],
+        slots: &FeatureSlots,
+        parts: usize,
+    ) -> Result<()> {
+        if parts > 1 {
+            // The chunks ran back in the first part.
+            return Ok(());
+        }
+        let grad = &grad[..batch.batch_size() * slots.width()];
+        if self.early.is_some() {
+            let (router, samples) = (&st.router, &st.samples);
+            return self.pipelined_backward(&mut st.local, router, samples, grad, slots);
+        }
+        self.backward_whole(st, grad, slots)
+    }
+}
+
+impl Sptt {
+    fn forward_whole(
+        &mut self,
+        st: &mut Spread,
         batch: &Batch,
         out: &mut [f32],
         slots: &FeatureSlots,
     ) -> Result<()> {
-        if sp.early.is_some() {
-            return sp.pipelined_forward(&self.local, &self.router, &self.samples, out, slots);
-        }
-        let firsts = firsts(&self.samples);
+        let firsts = firsts(&st.samples);
         // c, d: every group-mate gets its peers' rows of every local shard (a store's:
         // only the bags it served, their samples on the index channel).
-        sp.send.clear();
-        sp.index_send.clear();
-        let mut counts = vec![0; sp.group.size()];
-        let mut index_counts = vec![0; sp.group.size()];
-        let order = peer_order(&sp.rank_of);
-        for (j, dests) in order.chunks(sp.rank_of.len()).enumerate() {
-            let (before, index_before) = (sp.send.len(), sp.index_send.len());
-            for l in &self.local {
+        self.send.clear();
+        self.index_send.clear();
+        let mut counts = vec![0; self.group.size()];
+        let mut index_counts = vec![0; self.group.size()];
+        let order = peer_order(&self.rank_of);
+        for (j, dests) in order.chunks(self.rank_of.len()).enumerate() {
+            let (before, index_before) = (self.send.len(), self.index_send.len());
+            for l in &st.local {
                 if l.store().is_some() {
-                    stores::send_rows(l, dests, &mut sp.send, &mut sp.index_send);
+                    stores::send_rows(l, dests, &mut self.send, &mut self.index_send);
                     continue;
                 }
                 let cols = l.columns();
                 for &w in dests {
-                    let (f, n) = (firsts[w], self.samples[w]);
-                    sp.send
+                    let (f, n) = (firsts[w], st.samples[w]);
+                    self.send
                         .extend_from_slice(&l.pooled[f * cols..(f + n) * cols]);
                 }
             }
-            counts[j] = sp.send.len() - before;
-            index_counts[j] = sp.index_send.len() - index_before;
+            counts[j] = self.send.len() - before;
+            index_counts[j] = self.index_send.len() - index_before;
         }
-        if sp.addressed {
-            sp.group.all_to_all_v_into(
-                &sp.index_send,
+        if self.addressed {
+            self.group.all_to_all_v_into(
+                &self.index_send,
                 &index_counts,
-                &mut sp.index_recv,
+                &mut self.index_recv,
                 Phase::TowerIntra,
             )?;
         }
-        sp.group
-            .all_to_all_v_into(&sp.send, &counts, &mut sp.recv, Phase::TowerIntra)?;
+        self.group
+            .all_to_all_v_into(&self.send, &counts, &mut self.recv, Phase::TowerIntra)?;
         // e: the blocks laid out as group rows, peers in group order.
-        let peer_rows = sp.peer_rows(&self.samples);
-        let width = sp.widths[sp.my_group];
+        let peer_rows = self.peer_rows(&st.samples);
+        let width = self.widths[self.my_group];
         let total: usize = peer_rows.iter().map(|&(_, n)| n).sum();
         // Row-split blocks add into their slots.
-        sp.rows.clear();
-        sp.rows.resize(total * width, 0.0);
+        self.rows.clear();
+        self.rows.resize(total * width, 0.0);
         let (mut at, mut iat) = (0, 0);
-        for j in 0..sp.group.size() {
-            for (t, s) in self.router.held_by(sp.rank_of[sp.my_group][j]) {
-                let table = &self.tables[t];
+        for j in 0..self.group.size() {
+            for (t, s) in st.router.held_by(self.rank_of[self.my_group][j]) {
+                let table = &st.tables[t];
                 let shard = &table.shards[s];
-                let (cols, off) = (shard.num_columns(), sp.offset_of[t] + shard.columns.0);
+                let (cols, off) = (shard.num_columns(), self.offset_of[t] + shard.columns.0);
                 for &(first, n) in &peer_rows {
                     if table.addresses.is_some() {
                         let b = stores::Block {
@@ -126,37 +153,37 @@ impl ShardedEmbeddings {
                             off,
                             cols,
                         };
-                        let (index, recv) = (&sp.index_recv, &sp.recv);
-                        stores::add_rows(index, &mut iat, recv, &mut at, &mut sp.rows, b);
+                        let (index, recv) = (&self.index_recv, &self.recv);
+                        stores::add_rows(index, &mut iat, recv, &mut at, &mut self.rows, b);
                         continue;
                     }
-                    let block = &sp.recv[at..at + n * cols];
+                    let block = &self.recv[at..at + n * cols];
                     at += n * cols;
-                    let rows = &mut sp.rows[first * width..(first + n) * width];
+                    let rows = &mut self.rows[first * width..(first + n) * width];
                     place_block(rows, width, off, block, cols, table.row_split());
                 }
             }
         }
-        sp.gather_mean_scales(batch, &peer_rows)?;
-        sp.scale_mean_rows(total);
+        self.gather_mean_scales(batch, &peer_rows)?;
+        self.scale_mean_rows(total);
         // Between e and f: the Tower Modules, if any.
-        let between = sp.modules.is_some();
+        let between = self.modules.is_some();
         if between {
-            sp.run_modules(total);
+            self.run_modules(total);
         }
         // f: each peer gets the rows of its own samples.
-        let sent = sp.sent_width(sp.my_group);
+        let sent = self.sent_width(self.my_group);
         let counts: Vec<usize> = peer_rows.iter().map(|&(_, n)| n * sent).collect();
-        let rows = if between { &sp.outs } else { &sp.rows };
-        sp.peers
-            .all_to_all_v_into(rows, &counts, &mut sp.recv, Phase::TowerPeer)?;
+        let rows = if between { &self.outs } else { &self.rows };
+        self.peers
+            .all_to_all_v_into(rows, &counts, &mut self.recv, Phase::TowerPeer)?;
         let b_local = batch.batch_size();
         let out_width = slots.width();
         let mut at = 0;
-        for g in 0..sp.features.len() {
-            let w = sp.sent_width(g);
-            let placed = sp.placed(g, slots);
-            let block = &sp.recv[at..at + b_local * w];
+        for g in 0..self.features.len() {
+            let w = self.sent_width(g);
+            let placed = self.placed(g, slots);
+            let block = &self.recv[at..at + b_local * w];
             at += b_local * w;
             for (row, part) in out
                 .chunks_exact_mut(out_width)
@@ -170,86 +197,79 @@ impl ShardedEmbeddings {
         Ok(())
     }
 
-    /// Reverse of [`ShardedEmbeddings::sptt_output_dist`]: leaves in each local shard's
-    /// `grad` the gradient of the whole global batch.
-    pub(in crate::sharded) fn sptt_output_grad(
+    /// Reverse of [`Sptt::forward_whole`]: leaves in each local shard's `grad` the
+    /// gradient of the whole global batch.
+    fn backward_whole(
         &mut self,
+        st: &mut Spread,
         grad: &[f32],
         slots: &FeatureSlots,
     ) -> Result<()> {
-        self.with_sptt(|this, sp| this.sptt_backward(sp, grad, slots))
-    }
-
-    fn sptt_backward(&mut self, sp: &mut Sptt, grad: &[f32], slots: &FeatureSlots) -> Result<()> {
-        if sp.early.is_some() {
-            let (router, samples) = (&self.router, &self.samples);
-            return sp.pipelined_backward(&mut self.local, router, samples, grad, slots);
-        }
         // f reversed: each group's columns of this rank's rows to that group's peer.
-        sp.send.clear();
-        let mut counts = vec![0; sp.peers.size()];
+        self.send.clear();
+        let mut counts = vec![0; self.peers.size()];
         for (g, count) in counts.iter_mut().enumerate() {
-            let before = sp.send.len();
-            let placed = sp.placed(g, slots);
+            let before = self.send.len();
+            let placed = self.placed(g, slots);
             for row in grad.chunks_exact(slots.width()) {
                 for (slot, _) in &placed {
-                    sp.send.extend_from_slice(&row[slot.range()]);
+                    self.send.extend_from_slice(&row[slot.range()]);
                 }
             }
-            *count = sp.send.len() - before;
+            *count = self.send.len() - before;
         }
-        let peer_rows = sp.peer_rows(&self.samples);
+        let peer_rows = self.peer_rows(&st.samples);
         let total: usize = peer_rows.iter().map(|&(_, n)| n).sum();
-        if sp.modules.is_some() {
-            sp.peers
-                .all_to_all_v_into(&sp.send, &counts, &mut sp.outs, Phase::TowerPeer)?;
-            sp.modules_backward(total);
+        if self.modules.is_some() {
+            self.peers
+                .all_to_all_v_into(&self.send, &counts, &mut self.outs, Phase::TowerPeer)?;
+            self.modules_backward(total);
         } else {
-            sp.peers
-                .all_to_all_v_into(&sp.send, &counts, &mut sp.rows, Phase::TowerPeer)?;
+            self.peers
+                .all_to_all_v_into(&self.send, &counts, &mut self.rows, Phase::TowerPeer)?;
         }
         // e, d, c reversed: each shard's columns of its group-mates' peers' rows.
-        let width = sp.widths[sp.my_group];
-        sp.send.clear();
-        let mut counts = vec![0; sp.group.size()];
+        let width = self.widths[self.my_group];
+        self.send.clear();
+        let mut counts = vec![0; self.group.size()];
         let mut iat = 0;
         for (j, count) in counts.iter_mut().enumerate() {
-            let before = sp.send.len();
-            for (t, s) in self.router.held_by(sp.rank_of[sp.my_group][j]) {
-                let shard = &self.tables[t].shards[s];
-                let (cols, off) = (shard.num_columns(), sp.offset_of[t] + shard.columns.0);
+            let before = self.send.len();
+            for (t, s) in st.router.held_by(self.rank_of[self.my_group][j]) {
+                let shard = &st.tables[t].shards[s];
+                let (cols, off) = (shard.num_columns(), self.offset_of[t] + shard.columns.0);
                 for &(first, n) in &peer_rows {
-                    if self.tables[t].addresses.is_some() {
+                    if st.tables[t].addresses.is_some() {
                         // The gradients of the rows the store sent, in its order.
-                        let (index, rows, send) = (&sp.index_recv, &sp.rows, &mut sp.send);
+                        let (index, rows, send) = (&self.index_recv, &self.rows, &mut self.send);
                         stores::for_each_row(index, &mut iat, first, |r| {
                             let part = &rows[r * width + off..r * width + off + cols];
-                            match mean_scale_of(&sp.mean_split, &sp.scales, t, r, total) {
+                            match mean_scale_of(&self.mean_split, &self.scales, t, r, total) {
                                 1.0 => send.extend_from_slice(part),
                                 scale => send.extend(part.iter().map(|&g| g * scale)),
                             }
                         });
                         continue;
                     }
-                    let rows = &sp.rows[first * width..(first + n) * width];
+                    let rows = &self.rows[first * width..(first + n) * width];
                     for (k, row) in rows.chunks_exact(width.max(1)).enumerate() {
                         let part = &row[off..off + cols];
-                        let scale = sp.mean_scale_of(t, first + k, total);
+                        let scale = self.mean_scale_of(t, first + k, total);
                         if scale != 1.0 {
-                            sp.send.extend(part.iter().map(|&g| g * scale));
+                            self.send.extend(part.iter().map(|&g| g * scale));
                         } else {
-                            sp.send.extend_from_slice(part);
+                            self.send.extend_from_slice(part);
                         }
                     }
                 }
             }
-            *count = sp.send.len() - before;
+            *count = self.send.len() - before;
         }
-        sp.group
-            .all_to_all_v_into(&sp.send, &counts, &mut sp.recv, Phase::TowerIntra)?;
-        let firsts = firsts(&self.samples);
-        let global: usize = self.samples.iter().sum();
-        for l in &mut self.local {
+        self.group
+            .all_to_all_v_into(&self.send, &counts, &mut self.recv, Phase::TowerIntra)?;
+        let firsts = firsts(&st.samples);
+        let global: usize = st.samples.iter().sum();
+        for l in &mut st.local {
             let rows = match l.store() {
                 Some(_) => l.bags_from().iter().sum(),
                 None => global,
@@ -258,17 +278,17 @@ impl ShardedEmbeddings {
             l.grad.resize(rows * l.columns(), 0.0);
         }
         let mut at = 0;
-        for j in 0..sp.group.size() {
-            for l in &mut self.local {
+        for j in 0..self.group.size() {
+            for l in &mut st.local {
                 let cols = l.columns();
-                for g in &sp.rank_of {
+                for g in &self.rank_of {
                     let w = g[j];
                     if l.store().is_some() {
-                        stores::place_grads(l, w, &sp.recv, &mut at);
+                        stores::place_grads(l, w, &self.recv, &mut at);
                         continue;
                     }
-                    let (f, n) = (firsts[w], self.samples[w]);
-                    l.grad[f * cols..(f + n) * cols].copy_from_slice(&sp.recv[at..at + n * cols]);
+                    let (f, n) = (firsts[w], st.samples[w]);
+                    l.grad[f * cols..(f + n) * cols].copy_from_slice(&self.recv[at..at + n * cols]);
                     at += n * cols;
                 }
             }

@@ -41,7 +41,7 @@ mod stores;
 
 pub(crate) use modules::TowerDomain;
 
-use super::flat::mean_scale;
+use super::spread::mean_scale;
 use crate::error::{Error, Result};
 use crate::towers::ModelTowers;
 use towerrec_comm::{Comm, Phase, Topology};
@@ -297,17 +297,6 @@ fn mean_scale_of(mean_split: &[usize], scales: &[f32], t: usize, row: usize, tot
         Some(i) => scales[i * total + row],
         None => 1.0,
     }
-}
-
-/// First global sample of each world rank's slice.
-pub(in crate::sharded) fn firsts(samples: &[usize]) -> Vec<usize> {
-    samples
-        .iter()
-        .scan(0, |at, &n| {
-            *at += n;
-            Some(*at - n)
-        })
-        .collect()
 }
 
 #[cfg(test)]

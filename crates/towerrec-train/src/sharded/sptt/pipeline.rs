@@ -21,11 +21,12 @@
 //! value) depends on it.
 
 use super::early::Early;
-use super::{firsts, peer_order, Sptt};
+use super::{peer_order, Sptt};
 use crate::error::{Error, Result};
 use crate::sharded::flat::place_block;
 use crate::sharded::lookup::LocalShard;
 use crate::sharded::route::Router;
+use crate::sharded::spread::firsts;
 use crate::slots::{FeatureSlots, Slot};
 use crate::towers::ModelTowers;
 use towerrec_comm::{even_split, Comm, Phase};
@@ -153,12 +154,6 @@ pub(super) struct Work<'a> {
 type NoWork = fn(&[f32], &mut dyn FnMut());
 
 impl Sptt {
-    /// Whether a step can run in halves: where the maps run before step d, whose
-    /// chunks can be cut from the halves of every slice.
-    pub(in crate::sharded) fn splits_in_halves(&self) -> bool {
-        self.early.is_some()
-    }
-
     /// The forward with the maps before step d: this rank's feature rows in `out`.
     pub(super) fn pipelined_forward(
         &mut self,
