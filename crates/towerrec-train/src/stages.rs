@@ -1,11 +1,10 @@
 //! The two halves of a model's forward, as stages that borrow the model's parts: the
-//! *front* (table lookups and, for DLRM, the bottom MLP) and the *back* (the dense
-//! layers after the feature rows, `model::dense`). [`crate::Model::forward`] runs them one after the other;
+//! *front* (table lookups and, for DLRM, the bottom MLP) and, in `model::dense`, the
+//! *back* (the dense layers after the feature rows). [`crate::Model::forward`] runs them one after the other;
 //! `forward::PipelinedForward` overlaps consecutive groups of batches.
 
 use crate::embeddings::Embeddings;
 use crate::error::Result;
-use crate::model::Dense;
 use crate::slots::FeatureSlots;
 use crate::times::PhaseTimes;
 use std::time::Instant;
@@ -21,13 +20,6 @@ pub(crate) struct Front<'a> {
     pub slots: &'a FeatureSlots,
     pub dim: usize,
     pub num_dense: usize,
-}
-
-/// What the back of a forward uses: the dense layers after the feature rows, and the
-/// rows' slots.
-pub(crate) struct Back<'a> {
-    pub dense: &'a mut Dense,
-    pub slots: &'a FeatureSlots,
 }
 
 /// Seconds spent in each phase of fronts or backs.
@@ -104,15 +96,6 @@ impl Front<'_> {
             }
         }
         Ok(times)
-    }
-}
-
-impl Back<'_> {
-    /// Computes `b` logits into `logits` (resized to `b`) from the feature rows of a
-    /// front.
-    pub fn run(&mut self, features: &[f32], b: usize, logits: &mut Vec<f32>) -> StageTimes {
-        resize(logits, b);
-        self.dense.forward(features, self.slots, b, logits)
     }
 }
 

@@ -238,3 +238,19 @@ fn prefixed<'a>(
         p
     })
 }
+
+/// What the back of a forward uses: the dense layers after the feature rows, and the
+/// rows' slots.
+pub(crate) struct Back<'a> {
+    pub dense: &'a mut Dense,
+    pub slots: &'a FeatureSlots,
+}
+
+impl Back<'_> {
+    /// Computes `b` logits into `logits` (resized to `b`) from the feature rows of a
+    /// front.
+    pub fn run(&mut self, features: &[f32], b: usize, logits: &mut Vec<f32>) -> StageTimes {
+        resize(logits, b);
+        self.dense.forward(features, self.slots, b, logits)
+    }
+}

@@ -14,7 +14,9 @@
 //! The outputs are the paper's, up to the order in which the map's weight gradient is
 //! summed over rows (docs/DMT.md, "Where a module runs").
 
+#[cfg(doc)]
 use super::Sptt;
+use crate::towers::ModelTowers;
 
 /// Where each table's compressed columns come from and go, and each local shard's
 /// map output and its gradient (the exchange is [`super::pipeline`]'s).
@@ -28,29 +30,26 @@ pub(super) struct Early {
     pub(super) douts: Vec<Vec<f32>>,
 }
 
-impl Sptt {
-    /// Runs the adopted modules before step d from now on, if every module is one map
-    /// per feature and every table `t` is in a tower and `whole(t, its width)` (one
-    /// shard, all its columns, not split by rows); else leaves the modules between steps
-    /// e and f.
-    pub(in crate::sharded) fn move_maps_to_lookup(
-        &mut self,
-        tables: usize,
-        local: usize,
-        whole: impl Fn(usize, usize) -> bool,
-    ) {
-        let Some(modules) = &self.modules else {
-            return;
-        };
+impl Early {
+    /// Where each table's compressed columns go, if every module of `modules` is one
+    /// map per feature and every table `t` is in a tower and `whole(t)` (one shard, all
+    /// its columns, not split by rows); else `None` (the modules stay between steps e
+    /// and f). `towers` and `features` are [`Sptt`]'s, per group; `local` counts the
+    /// local shards.
+    pub(super) fn plan(
+        modules: &ModelTowers,
+        towers: &[Vec<(usize, usize, usize)>],
+        features: &[Vec<(usize, usize)>],
+        (tables, local): (usize, usize),
+        whole: impl Fn(usize) -> bool,
+    ) -> Option<Self> {
         let mut of_table = vec![None; tables];
-        for (g, list) in self.towers.iter().enumerate() {
+        for (g, list) in towers.iter().enumerate() {
             let mut at = 0;
             for &(tower, start, cols) in list {
-                let Some(w) = modules.per_feature_width(tower) else {
-                    return;
-                };
+                let w = modules.per_feature_width(tower)?;
                 let mut k = 0;
-                for &(t, off) in &self.features[g] {
+                for &(t, off) in &features[g] {
                     if (start..start + cols).contains(&off) {
                         of_table[t] = Some((tower, at + k * w, w));
                         k += 1;
@@ -62,14 +61,12 @@ impl Sptt {
         let of_table: Option<Vec<_>> = of_table
             .into_iter()
             .enumerate()
-            .map(|(t, e)| e.filter(|_| whole(t, self.dim_of[t])))
+            .map(|(t, e)| e.filter(|_| whole(t)))
             .collect();
-        if let Some(of_table) = of_table {
-            self.early = Some(Early {
-                of_table,
-                outs: vec![Vec::new(); local],
-                douts: vec![Vec::new(); local],
-            });
-        }
+        Some(Early {
+            of_table: of_table?,
+            outs: vec![Vec::new(); local],
+            douts: vec![Vec::new(); local],
+        })
     }
 }

@@ -1,7 +1,7 @@
 //! SPTT's exchange (paper §3.1, Figure 7): steps c–f of the forward and their reverse,
 //! as an output distribution (see the parent module for the steps).
 
-use super::{mean_scale_of, peer_order, stores, Sptt};
+use super::{mean_scale_of, peer_order, pipeline, pipeline_back, stores, Sptt};
 use crate::error::Result;
 use crate::sharded::flat::place_block;
 use crate::sharded::output::{GradWork, OutputDist, RowsWork};
@@ -37,16 +37,15 @@ impl OutputDist for Sptt {
         let (local, router, samples) = (&st.local, &st.router, &st.samples);
         match (k, parts) {
             (_, 1) if self.early.is_some() => {
-                self.pipelined_forward(local, router, samples, out, slots)
+                let step = self.pipeline(local, router, samples, slots, false)?;
+                pipeline::forward(step, local, out, slots, None)
             }
             (_, 1) => self.forward_whole(st, batch, out, slots),
             (0, _) => Ok(()),
             _ => {
-                let work = work.expect("a later part runs the previous part's work");
-                let last = Some(|rows: &[f32], p: &mut dyn FnMut()| work(rows, p));
-                let done = self.pipelined_forward_with(local, router, samples, out, slots, last)?;
-                debug_assert!(done.is_some(), "the last chunk's step f runs the work");
-                Ok(())
+                debug_assert!(work.is_some(), "a later part runs the previous part's work");
+                let step = self.pipeline(local, router, samples, slots, true)?;
+                pipeline::forward(step, local, out, slots, work)
             }
         }
     }
@@ -63,9 +62,8 @@ impl OutputDist for Sptt {
         work: GradWork<'_>,
     ) -> Result<()> {
         let grad = &mut grad[..batch.batch_size() * slots.width()];
-        let (router, samples) = (&st.router, &st.samples);
-        let work = |g: &mut [f32], p: &mut dyn FnMut()| work(g, p);
-        self.pipelined_backward_in_halves(&mut st.local, router, samples, grad, slots, work)
+        let step = self.pipeline(&st.local, &st.router, &st.samples, slots, true)?;
+        pipeline_back::backward_in_halves(step, &mut st.local, grad, slots, work)
     }
 
     fn backward_last(
@@ -82,8 +80,8 @@ impl OutputDist for Sptt {
         }
         let grad = &grad[..batch.batch_size() * slots.width()];
         if self.early.is_some() {
-            let (router, samples) = (&st.router, &st.samples);
-            return self.pipelined_backward(&mut st.local, router, samples, grad, slots);
+            let step = self.pipeline(&st.local, &st.router, &st.samples, slots, false)?;
+            return pipeline_back::backward(step, &mut st.local, grad, slots);
         }
         self.backward_whole(st, grad, slots)
     }
@@ -169,7 +167,8 @@ impl Sptt {
         // Between e and f: the Tower Modules, if any.
         let between = self.modules.is_some();
         if between {
-            self.run_modules(total);
+            let (rows, modules) = self.group_rows();
+            rows.run(modules, total);
         }
         // f: each peer gets the rows of its own samples.
         let sent = self.sent_width(self.my_group);
@@ -223,7 +222,8 @@ impl Sptt {
         if self.modules.is_some() {
             self.peers
                 .all_to_all_v_into(&self.send, &counts, &mut self.outs, Phase::TowerPeer)?;
-            self.modules_backward(total);
+            let (rows, modules) = self.group_rows();
+            rows.backward(modules, total);
         } else {
             self.peers
                 .all_to_all_v_into(&self.send, &counts, &mut self.rows, Phase::TowerPeer)?;

@@ -41,6 +41,8 @@ mod stores;
 
 pub(crate) use modules::TowerDomain;
 
+use crate::slots::{FeatureSlots, Slot};
+
 use super::spread::mean_scale;
 use crate::error::{Error, Result};
 use crate::towers::ModelTowers;
@@ -274,6 +276,106 @@ impl Sptt {
     /// Whether table `t` is in one of this rank's group's towers.
     pub(in crate::sharded) fn in_my_group(&self, t: usize) -> bool {
         self.features[self.my_group].iter().any(|&(f, _)| f == t)
+    }
+
+    /// Runs the adopted modules before step d from now on, if every module is one map
+    /// per feature and every one of the `tables` tables is in a tower and `whole(t, its
+    /// width)` ([`early::Early::plan`]); `local` counts the local shards.
+    pub(in crate::sharded) fn move_maps_to_lookup(
+        &mut self,
+        tables: usize,
+        local: usize,
+        whole: impl Fn(usize, usize) -> bool,
+    ) {
+        let Some(modules) = &self.modules else {
+            return;
+        };
+        let whole = |t: usize| whole(t, self.dim_of[t]);
+        let (towers, features) = (&self.towers, &self.features);
+        self.early = early::Early::plan(modules, towers, features, (tables, local), whole);
+    }
+
+    /// Takes a DMT model's Tower Modules, to run them between steps e and f.
+    pub(in crate::sharded) fn adopt(&mut self, modules: ModelTowers) {
+        self.modules = Some(modules);
+    }
+
+    pub(in crate::sharded) fn modules_mut(&mut self) -> Option<&mut ModelTowers> {
+        self.modules.as_mut()
+    }
+
+    /// The sync domain of the adopted Tower Modules, if any.
+    pub(in crate::sharded) fn domain(&mut self) -> Option<TowerDomain<'_>> {
+        let towers = self.towers.iter().map(Vec::len).sum();
+        let mut mine = vec![false; towers];
+        let mut owner = vec![0; towers];
+        for (g, list) in self.towers.iter().enumerate() {
+            for &(t, _, _) in list {
+                mine[t] = g == self.my_group;
+                owner[t] = self.rank_of[g][0];
+            }
+        }
+        let modules = self.modules.as_mut()?;
+        Some(TowerDomain {
+            group: &self.group,
+            mine,
+            owner,
+            modules,
+        })
+    }
+
+    /// Columns of group `g`'s towers' outputs.
+    fn out_width(&self, g: usize, modules: &ModelTowers) -> usize {
+        self.towers[g]
+            .iter()
+            .map(|&(t, _, _)| modules.out_dim(t))
+            .sum()
+    }
+
+    /// Columns group `g` sends in step f: its towers' outputs, or its group rows.
+    pub(super) fn sent_width(&self, g: usize) -> usize {
+        match &self.modules {
+            Some(m) => self.out_width(g, m),
+            None => self.widths[g],
+        }
+    }
+
+    /// Where group `g`'s step-f columns go in a row laid out by `slots`: `(slot, first
+    /// column in the group's block)`, per tower output with modules, else per table.
+    pub(super) fn placed(&self, g: usize, slots: &FeatureSlots) -> Vec<(Slot, usize)> {
+        match &self.modules {
+            Some(m) => {
+                let mut at = 0;
+                self.towers[g]
+                    .iter()
+                    .map(|&(t, _, _)| {
+                        let o = m.out_dim(t);
+                        at += o;
+                        (slots.slot(t), at - o)
+                    })
+                    .collect()
+            }
+            None => self.features[g]
+                .iter()
+                .map(|&(t, off)| (slots.slot(t), off))
+                .collect(),
+        }
+    }
+
+    /// This group's rows and buffers, and the adopted modules (the whole-step path
+    /// runs them between steps e and f). Only with modules.
+    fn group_rows(&mut self) -> (modules::GroupRows<'_>, &mut ModelTowers) {
+        let g = self.my_group;
+        let rows = modules::GroupRows {
+            towers: &self.towers[g],
+            width: self.widths[g],
+            rows: &mut self.rows,
+            outs: &mut self.outs,
+            x: &mut self.x,
+            dx: &mut self.dx,
+        };
+        let modules = self.modules.as_mut().expect("called with modules");
+        (rows, modules)
     }
 
     /// Samples of each peer of this rank (in group order) and the first group row of each.

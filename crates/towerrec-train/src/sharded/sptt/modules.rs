@@ -2,8 +2,8 @@
 //! and f, so that step f carries their (compressed) outputs, and their backward; the
 //! sync domain of their weights (the tower group's ranks).
 
+#[cfg(doc)]
 use super::Sptt;
-use crate::slots::{FeatureSlots, Slot};
 use crate::towers::ModelTowers;
 use towerrec_comm::Comm;
 
@@ -20,68 +20,39 @@ pub(crate) struct TowerDomain<'a> {
     pub(crate) modules: &'a mut ModelTowers,
 }
 
-impl Sptt {
-    /// Takes a DMT model's Tower Modules, to run them between steps e and f.
-    pub(in crate::sharded) fn adopt(&mut self, modules: ModelTowers) {
-        self.modules = Some(modules);
-    }
+/// A tower group's rows and the buffers its Tower Modules run through (parts of
+/// [`Sptt`] handed in apart): the group's towers `(tower, first column, columns)`, the
+/// width of its rows, the rows (or their gradient), the modules' outputs (or theirs).
+pub(super) struct GroupRows<'a> {
+    pub(super) towers: &'a [(usize, usize, usize)],
+    pub(super) width: usize,
+    pub(super) rows: &'a mut Vec<f32>,
+    pub(super) outs: &'a mut Vec<f32>,
+    pub(super) x: &'a mut Vec<f32>,
+    pub(super) dx: &'a mut Vec<f32>,
+}
 
-    pub(in crate::sharded) fn modules_mut(&mut self) -> Option<&mut ModelTowers> {
-        self.modules.as_mut()
-    }
-
-    /// The sync domain of the adopted Tower Modules, if any.
-    pub(in crate::sharded) fn domain(&mut self) -> Option<TowerDomain<'_>> {
-        let towers = self.towers.iter().map(Vec::len).sum();
-        let mut mine = vec![false; towers];
-        let mut owner = vec![0; towers];
-        for (g, list) in self.towers.iter().enumerate() {
-            for &(t, _, _) in list {
-                mine[t] = g == self.my_group;
-                owner[t] = self.rank_of[g][0];
-            }
-        }
-        let modules = self.modules.as_mut()?;
-        Some(TowerDomain {
-            group: &self.group,
-            mine,
-            owner,
-            modules,
-        })
-    }
-
-    /// Columns of group `g`'s towers' outputs.
-    pub(super) fn out_width(&self, g: usize, modules: &ModelTowers) -> usize {
-        self.towers[g]
+impl GroupRows<'_> {
+    /// Columns of the group's towers' outputs.
+    fn out_width(&self, modules: &ModelTowers) -> usize {
+        self.towers
             .iter()
             .map(|&(t, _, _)| modules.out_dim(t))
             .sum()
     }
 
-    /// Columns group `g` sends in step f: its towers' outputs, or its group rows.
-    pub(super) fn sent_width(&self, g: usize) -> usize {
-        match &self.modules {
-            Some(m) => self.out_width(g, m),
-            None => self.widths[g],
-        }
-    }
-
     /// Runs this group's Tower Modules on the `total` group rows into `outs`. The rows
     /// are not needed after (step f sends `outs`): a tower as wide as the row takes
     /// their buffer whole instead of a copy.
-    pub(super) fn run_modules(&mut self, total: usize) {
-        let Some(mut modules) = self.modules.take() else {
-            return;
-        };
-        let g = self.my_group;
-        let (width, out_width) = (self.widths[g], self.out_width(g, &modules));
+    pub(super) fn run(self, modules: &mut ModelTowers, total: usize) {
+        let (width, out_width) = (self.width, self.out_width(modules));
         self.outs.clear();
         self.outs.resize(total * out_width, 0.0);
         let mut at = 0;
-        for &(t, start, cols) in &self.towers[g] {
+        for &(t, start, cols) in self.towers {
             if cols == width {
                 // `rows` holds exactly `total` rows (step e sized it).
-                std::mem::swap(&mut self.x, &mut self.rows);
+                std::mem::swap(self.x, self.rows);
             } else {
                 self.x.clear();
                 for row in self.rows.chunks_exact(width.max(1)).take(total) {
@@ -89,7 +60,7 @@ impl Sptt {
                 }
             }
             let o = modules.out_dim(t);
-            let y = modules.forward_tower(t, &mut self.x, total);
+            let y = modules.forward_tower(t, self.x, total);
             for (dst, src) in self
                 .outs
                 .chunks_exact_mut(out_width.max(1))
@@ -99,23 +70,18 @@ impl Sptt {
             }
             at += o;
         }
-        self.modules = Some(modules);
     }
 
-    /// The reverse of [`Sptt::run_modules`]: from the gradient of `outs` (in `outs`),
+    /// The reverse of [`GroupRows::run`]: from the gradient of `outs` (in `outs`),
     /// the gradient of the group rows into `rows`.
-    pub(super) fn modules_backward(&mut self, total: usize) {
-        let Some(mut modules) = self.modules.take() else {
-            return;
-        };
+    pub(super) fn backward(self, modules: &mut ModelTowers, total: usize) {
         modules.zero_grads();
-        let g = self.my_group;
-        let (width, out_width) = (self.widths[g], self.out_width(g, &modules));
+        let (width, out_width) = (self.width, self.out_width(modules));
         // The towers tile the row and each writes its whole input gradient: no zeroing.
         self.rows.resize(total * width, 0.0);
         self.rows.truncate(total * width);
         let mut at = 0;
-        for &(t, start, cols) in &self.towers[g] {
+        for &(t, start, cols) in self.towers {
             let o = modules.out_dim(t);
             self.x.clear();
             for row in self.outs.chunks_exact(out_width.max(1)).take(total) {
@@ -123,12 +89,12 @@ impl Sptt {
             }
             at += o;
             if cols == width {
-                modules.backward_tower(t, &self.x, &mut self.rows, total);
+                modules.backward_tower(t, self.x, self.rows, total);
                 continue;
             }
             self.dx.resize(total * cols, 0.0);
             self.dx.truncate(total * cols);
-            modules.backward_tower(t, &self.x, &mut self.dx, total);
+            modules.backward_tower(t, self.x, self.dx, total);
             for (row, d) in self
                 .rows
                 .chunks_exact_mut(width.max(1))
@@ -136,29 +102,6 @@ impl Sptt {
             {
                 row[start..start + cols].copy_from_slice(d);
             }
-        }
-        self.modules = Some(modules);
-    }
-
-    /// Where group `g`'s step-f columns go in a row laid out by `slots`: `(slot, first
-    /// column in the group's block)`, per tower output with modules, else per table.
-    pub(super) fn placed(&self, g: usize, slots: &FeatureSlots) -> Vec<(Slot, usize)> {
-        match &self.modules {
-            Some(m) => {
-                let mut at = 0;
-                self.towers[g]
-                    .iter()
-                    .map(|&(t, _, _)| {
-                        let o = m.out_dim(t);
-                        at += o;
-                        (slots.slot(t), at - o)
-                    })
-                    .collect()
-            }
-            None => self.features[g]
-                .iter()
-                .map(|&(t, off)| (slots.slot(t), off))
-                .collect(),
         }
     }
 }

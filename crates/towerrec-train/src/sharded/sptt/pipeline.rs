@@ -25,6 +25,7 @@ use super::{peer_order, Sptt};
 use crate::error::{Error, Result};
 use crate::sharded::flat::place_block;
 use crate::sharded::lookup::LocalShard;
+use crate::sharded::output::RowsWork;
 use crate::sharded::route::Router;
 use crate::sharded::spread::firsts;
 use crate::slots::{FeatureSlots, Slot};
@@ -68,8 +69,9 @@ pub(super) struct Layout {
     pub(super) rank_of: Vec<Vec<usize>>,
     my_group: usize,
     my_index: usize,
-    /// First global sample of each world rank's slice.
+    /// First global sample of each world rank's slice, and the global batch's size.
     firsts: Vec<usize>,
+    global: usize,
     /// Per chunk, per world rank: its part ([`chunk_parts`], [`chunk_parts_in_halves`]).
     pub(super) parts: Vec<Vec<(usize, usize)>>,
     /// Per group index `j`: the tables the group-mate of index `j` holds, in its order.
@@ -108,6 +110,11 @@ impl Layout {
         (0..self.parts[k].len())
             .map(move |w| self.global_rows(k, w))
             .filter(|r| !r.is_empty())
+    }
+
+    /// Samples of the global batch.
+    pub(super) fn global(&self) -> usize {
+        self.global
     }
 
     pub(super) fn me(&self) -> usize {
@@ -150,97 +157,88 @@ pub(super) struct Work<'a> {
     pub(super) recv: &'a mut Vec<f32>,
 }
 
-/// The type of the work a forward in whole steps does not run during its last step f.
-type NoWork = fn(&[f32], &mut dyn FnMut());
+/// What one step of the pipeline works with: its layout, the chunks' state, their
+/// buffers and the peer group ([`Sptt::pipeline`]).
+pub(super) type Pipeline<'a> = (Layout, Work<'a>, &'a mut ChunkBufs, &'a Comm);
 
-impl Sptt {
-    /// The forward with the maps before step d: this rank's feature rows in `out`.
-    pub(super) fn pipelined_forward(
-        &mut self,
-        local: &[LocalShard],
-        router: &Router,
-        samples: &[usize],
-        out: &mut [f32],
-        slots: &FeatureSlots,
-    ) -> Result<()> {
-        self.pipelined_forward_with(local, router, samples, out, slots, None::<NoWork>)
-            .map(drop)
+/// The forward with the maps before step d: this rank's feature rows in `out`. In
+/// halves (the pipeline's chunks cut from the halves of every slice, the first half of
+/// the chunks carrying the first half of each rank's samples) `during_last` runs on
+/// this rank's finished first-half rows while the last chunk's step f runs.
+pub(super) fn forward(
+    (lay, mut work, bufs, peers): Pipeline<'_>,
+    local: &[LocalShard],
+    out: &mut [f32],
+    slots: &FeatureSlots,
+    mut during_last: Option<RowsWork<'_>>,
+) -> Result<()> {
+    let chunks = lay.parts.len();
+    for (li, l) in local.iter().enumerate() {
+        let w = work.early.of_table[l.table].2;
+        let rows = l.pooled.len() / l.columns().max(1);
+        // Every value is written, chunk by chunk.
+        work.early.outs[li].resize(rows * w, 0.0);
     }
-
-    /// [`Sptt::pipelined_forward`], in halves when `during_last` is given: the chunks
-    /// are cut from the halves of every slice (the first half of the chunks carries the
-    /// first half of each rank's samples), and `during_last` runs on this rank's
-    /// finished first-half rows (`n / 2` rows of `out`) while the last chunk's step f
-    /// runs; its result is returned.
-    pub(super) fn pipelined_forward_with<R>(
-        &mut self,
-        local: &[LocalShard],
-        router: &Router,
-        samples: &[usize],
-        out: &mut [f32],
-        slots: &FeatureSlots,
-        mut during_last: Option<impl FnOnce(&[f32], &mut dyn FnMut()) -> R>,
-    ) -> Result<Option<R>> {
-        let lay = self.layout(local, router, samples, slots, during_last.is_some());
-        let chunks = lay.parts.len();
-        let (mut work, bufs, peers) = self.chunk_parts(chunks)?;
-        for (li, l) in local.iter().enumerate() {
-            let w = work.early.of_table[l.table].2;
-            let rows = l.pooled.len() / l.columns().max(1);
-            // Every value is written, chunk by chunk.
-            work.early.outs[li].resize(rows * w, 0.0);
-        }
-        map_and_lay_out(&lay, local, &mut work, 0, &mut bufs.rows[0], &mut || {})?;
-        let counts_of = |k: usize| -> Vec<usize> {
-            let rows = lay.peer_rows(k);
-            rows.iter().map(|&(_, n)| n * lay.width).collect()
-        };
-        let mut result = None;
-        for k in 0..chunks {
-            let (done, next) = bufs.rows.split_at_mut(k + 1);
-            let into = &mut bufs.peer[k];
-            match next.first_mut() {
-                Some(next_rows) => {
-                    let (_, laid) = peers.all_to_all_v_during(
+    map_and_lay_out(&lay, local, &mut work, 0, &mut bufs.rows[0], &mut || {})?;
+    let counts_of = |k: usize| -> Vec<usize> {
+        let rows = lay.peer_rows(k);
+        rows.iter().map(|&(_, n)| n * lay.width).collect()
+    };
+    for k in 0..chunks {
+        let (done, next) = bufs.rows.split_at_mut(k + 1);
+        let into = &mut bufs.peer[k];
+        match next.first_mut() {
+            Some(next_rows) => {
+                let (_, laid) = peers.all_to_all_v_during(
+                    &done[k],
+                    &counts_of(k),
+                    into,
+                    Phase::TowerPeer,
+                    |progress| map_and_lay_out(&lay, local, &mut work, k + 1, next_rows, progress),
+                )?;
+                laid?;
+            }
+            // The last chunk's step f: the work, if any, on the first half's rows.
+            None => match during_last.take() {
+                Some(last) => {
+                    let first = &out[..lay.first_half_rows() * slots.width()];
+                    peers.all_to_all_v_during(
                         &done[k],
                         &counts_of(k),
                         into,
                         Phase::TowerPeer,
-                        |progress| {
-                            map_and_lay_out(&lay, local, &mut work, k + 1, next_rows, progress)
-                        },
+                        |progress| last(first, progress),
                     )?;
-                    laid?;
                 }
-                // The last chunk's step f: the work, if any, on the first half's rows.
-                None => match during_last.take() {
-                    Some(last) => {
-                        let first = &out[..lay.first_half_rows() * slots.width()];
-                        let (_, r) = peers.all_to_all_v_during(
-                            &done[k],
-                            &counts_of(k),
-                            into,
-                            Phase::TowerPeer,
-                            |progress| last(first, progress),
-                        )?;
-                        result = Some(r);
-                    }
-                    None => {
-                        peers.all_to_all_v_into(&done[k], &counts_of(k), into, Phase::TowerPeer)?;
-                    }
-                },
-            }
-            place_chunk(&lay, k, &bufs.peer[k], slots.width(), out);
+                None => {
+                    peers.all_to_all_v_into(&done[k], &counts_of(k), into, Phase::TowerPeer)?;
+                }
+            },
         }
-        Ok(result)
+        place_chunk(&lay, k, &bufs.peer[k], slots.width(), out);
+    }
+    Ok(())
+}
+
+impl Sptt {
+    /// The pipeline of one step after the lookups: its layout (the chunks cut from the
+    /// halves of every slice if `halves`), the chunks' state and the peer group.
+    pub(super) fn pipeline(
+        &mut self,
+        local: &[LocalShard],
+        router: &Router,
+        samples: &[usize],
+        slots: &FeatureSlots,
+        halves: bool,
+    ) -> Result<Pipeline<'_>> {
+        let lay = self.layout(local, router, samples, slots, halves);
+        let (work, bufs, peers) = self.chunk_parts(lay.parts.len())?;
+        Ok((lay, work, bufs, peers))
     }
 
     /// What the chunks' stages change, apart: the maps and their buffers, the buffers of
     /// `chunks` chunks, and the peer group.
-    pub(super) fn chunk_parts(
-        &mut self,
-        chunks: usize,
-    ) -> Result<(Work<'_>, &mut ChunkBufs, &Comm)> {
+    fn chunk_parts(&mut self, chunks: usize) -> Result<(Work<'_>, &mut ChunkBufs, &Comm)> {
         let (Some(early), Some(maps)) = (&mut self.early, &mut self.modules) else {
             return Err(Error::Plan("no per-feature maps".into()));
         };
@@ -257,7 +255,7 @@ impl Sptt {
 
     /// The step's layout, its chunks cut from the halves of every slice if `halves`
     /// (`chunks` rounded up to even, at least 2).
-    pub(super) fn layout(
+    fn layout(
         &self,
         local: &[LocalShard],
         router: &Router,
@@ -287,6 +285,7 @@ impl Sptt {
             my_group: self.my_group,
             my_index: self.my_index,
             firsts: firsts(samples),
+            global: samples.iter().sum(),
             parts: (0..chunks).map(part).collect(),
             held,
             tables: local.iter().map(|l| l.table).collect(),

@@ -3,78 +3,65 @@
 //! while the next chunk's step f runs. In a step in halves the first chunk's step f runs
 //! while the dense layers write the second half's gradient.
 
-use super::pipeline::{ChunkBufs, Layout, Work};
-use super::Sptt;
+use super::pipeline::{ChunkBufs, Layout, Pipeline, Work};
 use crate::error::Result;
 use crate::sharded::lookup::LocalShard;
-use crate::sharded::route::Router;
+use crate::sharded::output::GradWork;
 use crate::slots::FeatureSlots;
 use towerrec_comm::{Comm, Phase};
 use towerrec_core::layers::linear::Linear;
 use towerrec_core::Layer;
 
-impl Sptt {
-    /// The reverse of [`Sptt::pipelined_forward`] from the gradient of its output:
-    /// leaves in each local shard's `grad` the gradient of the whole global batch, and
-    /// in the maps their parameter gradients.
-    pub(super) fn pipelined_backward(
-        &mut self,
-        local: &mut [LocalShard],
-        router: &Router,
-        samples: &[usize],
-        grad: &[f32],
-        slots: &FeatureSlots,
-    ) -> Result<()> {
-        let lay = self.layout(local, router, samples, slots, false);
-        let chunks = lay.parts.len();
-        let (mut work, bufs, peers) = self.chunk_parts(chunks)?;
-        let counts: Vec<Vec<usize>> = (0..chunks)
-            .map(|k| chunk_grads(&lay, k, grad, slots.width(), &mut bufs.peer[k]))
-            .collect();
-        prepare_backward(local, &mut work, bufs, samples.iter().sum());
-        peers.all_to_all_v_into(
-            &bufs.peer[0],
-            &counts[0],
-            &mut bufs.rows[0],
-            Phase::TowerPeer,
-        )?;
-        chunks_backward(&lay, local, &mut work, bufs, peers, &counts)
-    }
+/// The reverse of the pipelined forward, in whole steps, from the gradient `grad` of
+/// its output: leaves in each local shard's `grad` the gradient of the whole global
+/// batch, and in the maps their parameter gradients.
+pub(super) fn backward(
+    (lay, mut work, bufs, peers): Pipeline<'_>,
+    local: &mut [LocalShard],
+    grad: &[f32],
+    slots: &FeatureSlots,
+) -> Result<()> {
+    let chunks = lay.parts.len();
+    let counts: Vec<Vec<usize>> = (0..chunks)
+        .map(|k| chunk_grads(&lay, k, grad, slots.width(), &mut bufs.peer[k]))
+        .collect();
+    prepare_backward(local, &mut work, bufs, lay.global());
+    peers.all_to_all_v_into(
+        &bufs.peer[0],
+        &counts[0],
+        &mut bufs.rows[0],
+        Phase::TowerPeer,
+    )?;
+    chunks_backward(&lay, local, &mut work, bufs, peers, &counts)
+}
 
-    /// [`Sptt::pipelined_backward`] of a forward in halves
-    /// ([`Sptt::pipelined_forward_with`]), from a gradient whose first half (`n / 2` rows
-    /// of `grad`) is ready: `work_on_second` writes the second half's while the first
-    /// chunk's step f runs, and its result is returned.
-    pub(super) fn pipelined_backward_in_halves<R>(
-        &mut self,
-        local: &mut [LocalShard],
-        router: &Router,
-        samples: &[usize],
-        grad: &mut [f32],
-        slots: &FeatureSlots,
-        work_on_second: impl FnOnce(&mut [f32], &mut dyn FnMut()) -> R,
-    ) -> Result<R> {
-        let lay = self.layout(local, router, samples, slots, true);
-        let (chunks, width) = (lay.parts.len(), slots.width());
-        let (mut work, bufs, peers) = self.chunk_parts(chunks)?;
-        let mut counts: Vec<Vec<usize>> = (0..chunks / 2)
-            .map(|k| chunk_grads(&lay, k, grad, width, &mut bufs.peer[k]))
-            .collect();
-        prepare_backward(local, &mut work, bufs, samples.iter().sum());
-        let second = &mut grad[lay.first_half_rows() * width..];
-        let (_, done) = peers.all_to_all_v_during(
-            &bufs.peer[0],
-            &counts[0],
-            &mut bufs.rows[0],
-            Phase::TowerPeer,
-            |progress| work_on_second(second, progress),
-        )?;
-        for k in chunks / 2..chunks {
-            counts.push(chunk_grads(&lay, k, grad, width, &mut bufs.peer[k]));
-        }
-        chunks_backward(&lay, local, &mut work, bufs, peers, &counts)?;
-        Ok(done)
+/// [`backward`] of a forward in halves, from a gradient whose first half (`n / 2` rows
+/// of `grad`) is ready: `work_on_second` writes the second half's while the first
+/// chunk's step f runs.
+pub(super) fn backward_in_halves(
+    (lay, mut work, bufs, peers): Pipeline<'_>,
+    local: &mut [LocalShard],
+    grad: &mut [f32],
+    slots: &FeatureSlots,
+    work_on_second: GradWork<'_>,
+) -> Result<()> {
+    let (chunks, width) = (lay.parts.len(), slots.width());
+    let mut counts: Vec<Vec<usize>> = (0..chunks / 2)
+        .map(|k| chunk_grads(&lay, k, grad, width, &mut bufs.peer[k]))
+        .collect();
+    prepare_backward(local, &mut work, bufs, lay.global());
+    let second = &mut grad[lay.first_half_rows() * width..];
+    peers.all_to_all_v_during(
+        &bufs.peer[0],
+        &counts[0],
+        &mut bufs.rows[0],
+        Phase::TowerPeer,
+        |progress| work_on_second(second, progress),
+    )?;
+    for k in chunks / 2..chunks {
+        counts.push(chunk_grads(&lay, k, grad, width, &mut bufs.peer[k]));
     }
+    chunks_backward(&lay, local, &mut work, bufs, peers, &counts)
 }
 
 /// Step f reversed, chunk `k`'s payload in `send`: each group's columns of this rank's
