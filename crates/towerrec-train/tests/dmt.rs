@@ -420,6 +420,38 @@ fn towers_can_come_from_a_partition_file() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+/// A relative `model.towers.file` is read from the config file's directory, not from
+/// the working directory (docs/CONFIG.md), so a config and its partition travel together.
+#[test]
+fn a_relative_towers_file_is_relative_to_the_config() {
+    let dir = std::env::temp_dir().join(format!("towerrec-dmt-relfile-{}", std::process::id()));
+    let conf = dir.join("conf");
+    std::fs::create_dir_all(conf.join("parts")).unwrap();
+    let json = r#"{"mode":"coherent","towers":[["C2","C5"],["C1","C3","C4"]]}"#;
+    std::fs::write(conf.join("parts/partition.json"), json).unwrap();
+    let towers =
+        "[model.towers]\nmodule = \"dlrm\"\nfile = \"parts/partition.json\"\nd = 4\nc = 1\np = 1";
+    let path = conf.join("c.toml");
+    std::fs::write(&path, config_text("dlrm", towers)).unwrap();
+    // The tests run in the crate's directory, which holds no parts/partition.json.
+    assert!(!Path::new("parts/partition.json").exists());
+    let cfg = Config::load(&path, &[]).expect("the partition beside the config");
+    let want: Vec<Vec<String>> = vec![
+        vec!["C2".into(), "C5".into()],
+        vec!["C1".into(), "C3".into(), "C4".into()],
+    ];
+    assert_eq!(
+        cfg.model.towers.as_ref().unwrap().features.as_ref(),
+        Some(&want)
+    );
+    // A missing one is named where it was looked for: beside the config.
+    std::fs::remove_file(conf.join("parts/partition.json")).unwrap();
+    let err = Config::load(&path, &[]).unwrap_err().to_string();
+    let looked = conf.join("parts/partition.json");
+    assert!(err.contains(&looked.display().to_string()), "{err}");
+    std::fs::remove_dir_all(dir).ok();
+}
+
 #[test]
 fn the_summary_counts_dense_and_embedding_parameters() {
     // Tables of 50, 50, 97, 97 and 7 rows of width 8.

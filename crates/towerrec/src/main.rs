@@ -9,6 +9,7 @@ mod partition_cmd;
 mod partition_plot;
 mod plan_cmd;
 mod plan_oper;
+mod plan_summary;
 mod profile_cmd;
 mod progress;
 mod simulate;

@@ -47,8 +47,9 @@ pub struct PartitionArgs {
     /// coherent: interacting features together; diverse: spread apart.
     #[arg(long, value_enum, default_value = "coherent")]
     mode: ModeArg,
-    /// Write the partition here; the SVGs go beside it (NAME.interaction.svg,
-    /// NAME.embedding.svg) [default: partition.json in the run directory].
+    /// Write the partition here (its directory and parents are created); the SVGs go
+    /// beside it (NAME.interaction.svg, NAME.embedding.svg) [default: partition.json in
+    /// the run directory].
     #[arg(long, value_name = "FILE.json")]
     out: Option<PathBuf>,
     /// Dimensions of the feature embedding the towers are clustered in.
@@ -122,17 +123,16 @@ pub fn run(a: PartitionArgs) -> Result<()> {
     files.output("--out", &json_path)?;
     files.output("--out's interaction plot", &heat_path)?;
     files.output("--out's embedding plot", &scatter_path)?;
-    // Before the work, not after it.
-    let dir = json_path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if !dir.is_dir() {
-        bail!(
-            "--out {}: the directory {} does not exist",
-            json_path.display(),
-            dir.display()
-        );
+    // The folder (and its parents) made before the work, as `profile` makes its own,
+    // so that a path it cannot make fails at once.
+    if let Some(dir) = json_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| {
+            format!(
+                "--out {}: creating the directory {}",
+                json_path.display(),
+                dir.display()
+            )
+        })?;
     }
 
     crate::commands::clean(&files);

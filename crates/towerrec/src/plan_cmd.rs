@@ -1,8 +1,11 @@
 //! `towerrec plan`: a sharding plan for a run config's embedding tables on a cluster of
-//! `--hosts` × `--ranks-per-host` workers, written as JSON (see docs/PLANS.md), with a
-//! per-rank summary of bytes and estimated cost on stderr.
+//! `--hosts` × `--ranks-per-host` workers (by default the config's `[cluster]`), written
+//! as JSON (see docs/PLANS.md), with a short summary of what was planned on stdout (on
+//! stderr when the plan itself goes to stdout) and per-rank bytes and estimated cost on
+//! stderr.
 
 use crate::plan_oper::{self, OperArgs};
+use crate::plan_summary;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
@@ -70,12 +73,12 @@ pub struct PlanArgs {
     /// Override a config key (see `train --set`).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
-    /// Hosts in the cluster.
+    /// Hosts in the cluster [default: the config's cluster.hosts].
     #[arg(long)]
-    hosts: usize,
-    /// Ranks (workers) per host.
+    hosts: Option<usize>,
+    /// Ranks (workers) per host [default: the config's cluster.ranks_per_host].
     #[arg(long)]
-    ranks_per_host: usize,
+    ranks_per_host: Option<usize>,
     /// How to spread the tables.
     #[arg(long, value_enum, default_value = "greedy")]
     strategy: Strategy,
@@ -109,13 +112,11 @@ pub struct PlanArgs {
 }
 
 pub fn run(a: PlanArgs) -> Result<()> {
-    let topology = Topology::new(a.hosts, a.ranks_per_host).map_err(|e| {
-        anyhow!(
-            "--hosts {} --ranks-per-host {}: {e}",
-            a.hosts,
-            a.ranks_per_host
-        )
-    })?;
+    let cfg = match &a.config {
+        Some(p) => Config::load(p, &a.set)?,
+        None => Config::quickstart(&a.set)?,
+    };
+    let (topology, topology_from) = topology(&a, &cfg)?;
     let budget = a
         .memory_budget_mib
         .map(|m| {
@@ -124,10 +125,6 @@ pub fn run(a: PlanArgs) -> Result<()> {
             })
         })
         .transpose()?;
-    let cfg = match &a.config {
-        Some(p) => Config::load(p, &a.set)?,
-        None => Config::quickstart(&a.set)?,
-    };
     let mut files = Files::new("plan");
     files.config(a.config.as_deref(), &cfg)?;
     a.oper.inputs(&mut files)?;
@@ -208,20 +205,80 @@ pub fn run(a: PlanArgs) -> Result<()> {
     .with_context(|| format!("planning {label}"))?;
     plan.validate(&tables, topology, budget)
         .with_context(|| format!("the {label} plan does not fit"))?;
-    match (&a.output, &a.rate) {
-        (Some(path), _) => plan.save(path)?,
-        (None, None) => print!("{}", plan.to_json_pretty()),
-        (None, Some(_)) => {}
-    }
+    let written = match (&a.output, &a.rate) {
+        (Some(path), _) => {
+            plan.save(path)?;
+            format!("wrote the plan to {}", path.display())
+        }
+        (None, None) => {
+            print!("{}", plan.to_json_pretty());
+            "wrote the plan to stdout (--output FILE writes it to a file)".to_string()
+        }
+        (None, Some(_)) => "rated only: no plan written".to_string(),
+    };
     report(&plan, &tables, &cost, &label, budget);
-    if let Some(profile) = &profile {
-        let heatmap = a.oper.heatmap_path(a.output.as_deref());
-        plan_oper::report(&plan, &tables, profile, &cost, heatmap.as_deref())?;
-    }
-    if let Some(path) = &a.output {
-        eprintln!("wrote {}", path.display());
+    let oper = match &profile {
+        Some(profile) => {
+            let heatmap = a.oper.heatmap_path(a.output.as_deref());
+            let r = plan_oper::report(&plan, &tables, profile, &cost, heatmap.as_deref())?;
+            Some((r.max_seconds(), r.total_bytes()))
+        }
+        None => None,
+    };
+    let summary = plan_summary::text(
+        &plan,
+        &tables,
+        &cost,
+        &plan_summary::Summary {
+            label: &label,
+            rated: a.rate.is_some(),
+            topology_from: &topology_from,
+            oper,
+            written: &written,
+        },
+    );
+    if a.output.is_none() && a.rate.is_none() {
+        // The plan's JSON is on stdout: keep it parseable.
+        eprint!("{summary}");
+    } else {
+        print!("{summary}");
     }
     Ok(())
+}
+
+/// The cluster to plan for: `--hosts` and `--ranks-per-host` where given, else the
+/// config's `[cluster]` (as `train` reads it); and where it came from, in words.
+fn topology(a: &PlanArgs, cfg: &Config) -> Result<(Topology, String)> {
+    let hosts = a.hosts.unwrap_or(cfg.cluster.hosts);
+    let ranks_per_host = a.ranks_per_host.unwrap_or(cfg.cluster.ranks_per_host);
+    let named = |flag: Option<usize>, name: &str, key: &str, value: usize| match flag {
+        Some(_) => format!("--{name} {value}"),
+        None => format!("cluster.{key} = {value}"),
+    };
+    let given = format!(
+        "{} {}",
+        named(a.hosts, "hosts", "hosts", hosts),
+        named(
+            a.ranks_per_host,
+            "ranks-per-host",
+            "ranks_per_host",
+            ranks_per_host
+        )
+    );
+    let topology = Topology::new(hosts, ranks_per_host).map_err(|e| anyhow!("{given}: {e}"))?;
+    let from = match (a.hosts, a.ranks_per_host) {
+        (Some(_), Some(_)) => "from --hosts and --ranks-per-host".to_string(),
+        (None, None) => format!("from the [cluster] of {}", cfg.origin),
+        (Some(_), None) => format!(
+            "from --hosts and the cluster.ranks_per_host of {}",
+            cfg.origin
+        ),
+        (None, Some(_)) => format!(
+            "from --ranks-per-host and the cluster.hosts of {}",
+            cfg.origin
+        ),
+    };
+    Ok((topology, from))
 }
 
 /// One [`TableSpec`] per sparse feature, derived as `train` derives them.

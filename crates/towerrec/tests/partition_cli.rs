@@ -129,12 +129,29 @@ fn writes_into_the_run_directory_by_default() {
     assert!(text(&o).1.contains("partition.json"), "{}", describe(&o));
 }
 
+/// `--out` in a directory that does not exist yet: the directory and its parents are
+/// made, as `towerrec profile` makes its own.
+#[test]
+fn makes_the_directory_of_its_output() {
+    let dir = common::tmp("partition-cli", "mkdir");
+    let out = dir.join("new/deeper/towers.json");
+    let (p, towers, _) = partition(&out, &["--towers", "2", "--naive"], 1.0);
+    assert_eq!(p.mode, Method::Naive);
+    assert_eq!(towers.len(), 2);
+    assert!(out.with_extension("interaction.svg").is_file());
+    std::fs::remove_dir_all(dir).ok();
+}
+
 #[test]
 fn bad_requests_say_why() {
     let run = run_dir().to_str().unwrap();
     let dir = common::tmp("partition-cli", "bad");
     let out = dir.join("p.json");
     let out = out.to_str().unwrap();
+    // A directory that cannot be made: its parent is a file.
+    std::fs::write(dir.join("file"), "").unwrap();
+    let blocked = dir.join("file/sub/p.json");
+    let blocked = blocked.to_str().unwrap();
     let cases: [(&[&str], &[&str]); 6] = [
         (
             &["--towers", "9", "--out", out],
@@ -157,8 +174,8 @@ fn bad_requests_say_why() {
             &["--dims 0"],
         ),
         (
-            &["--towers", "2", "--out", "/nonexistent-dir/p.json"],
-            &["/nonexistent-dir/p.json"],
+            &["--towers", "2", "--out", blocked],
+            &[blocked, "creating the directory"],
         ),
     ];
     for (args, needles) in cases {

@@ -57,9 +57,13 @@ fn every_strategy_writes_a_plan_that_validates() {
         ]);
         let err = stderr(&o);
         assert!(o.status.success(), "{strategy}: {err}");
+        // The plan goes to the file only; stdout says what was planned.
+        let said = String::from_utf8_lossy(&o.stdout);
         assert!(
-            o.stdout.is_empty(),
-            "{strategy}: the plan goes to the file only"
+            said.starts_with(&format!("planned {strategy}: 26 tables"))
+                && !said.contains('{')
+                && said.contains(&format!("wrote the plan to {}", out.display())),
+            "{strategy}: {said}"
         );
         assert!(
             err.contains("est. ms/step") && err.contains("26 tables"),
@@ -182,9 +186,10 @@ fn bad_requests_fail_with_a_clear_message() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("diagonal"), "{}", stderr(&o));
 
-    let o = towerrec(&["plan", "--hosts", "1"]);
+    // A topology from the config is checked as the config's.
+    let o = towerrec(&["plan", "--set", "cluster.hosts=0"]);
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("--ranks-per-host"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cluster: hosts (0)"), "{}", stderr(&o));
 
     let o = towerrec(&[
         "plan",
@@ -227,4 +232,90 @@ fn bad_requests_fail_with_a_clear_message() {
         "{}",
         stderr(&o)
     );
+}
+
+/// Without --hosts and --ranks-per-host the topology is the config's `[cluster]`, as
+/// `train` reads it (a flag overrides its key only); stdout says what was planned: the
+/// topology and where it came from, the towers, every table's sharding, the predicted
+/// cost and where the plan went.
+#[test]
+fn the_topology_comes_from_the_config_and_stdout_says_what_was_planned() {
+    let dir = tmp_dir("summary");
+    let out = dir.join("p.json");
+    let plan = |args: &[&str]| {
+        let mut all = vec!["plan", "--output", out.to_str().unwrap()];
+        all.extend(args);
+        let o = towerrec(&all);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        let said = String::from_utf8_lossy(&o.stdout).into_owned();
+        (Plan::load(&out).unwrap(), said)
+    };
+    let one_by_three = [
+        "--set",
+        "cluster.hosts=1",
+        "--set",
+        "cluster.ranks_per_host=3",
+    ];
+
+    // The quickstart's [cluster] (2 × 2), then as overridden in the config.
+    let (p, said) = plan(&["--strategy", "row-wise"]);
+    assert_eq!(p.topology, Topology::new(2, 2).unwrap());
+    assert!(
+        said.contains(
+            "2 host(s) × 2 rank(s) per host (from the [cluster] of examples/quickstart.toml"
+        ),
+        "{said}"
+    );
+    let mut args = vec!["--strategy", "row-wise"];
+    args.extend(one_by_three);
+    let (p, said) = plan(&args);
+    assert_eq!(p.topology, Topology::new(1, 3).unwrap());
+    p.validate(&quickstart_tables(), p.topology, None).unwrap();
+    for needle in [
+        "planned row-wise: 26 tables on 1 host(s) × 3 rank(s) per host (from the [cluster] of",
+        "towers: none",
+        "C1   row_wise         3 shard(s) on ranks 0-2",
+        "C26  row_wise         3 shard(s) on ranks 0-2",
+        "predicted embedding time per step",
+        &format!("wrote the plan to {}", out.display()),
+    ] {
+        assert!(said.contains(needle), "{needle:?} in\n{said}");
+    }
+
+    // A flag sets its own key only.
+    let mut args = vec!["--hosts", "2", "--strategy", "table-wise"];
+    args.extend(one_by_three);
+    let (p, said) = plan(&args);
+    assert_eq!(p.topology, Topology::new(2, 3).unwrap());
+    assert!(
+        said.contains(
+            "2 host(s) × 3 rank(s) per host (from --hosts and the cluster.ranks_per_host of"
+        ),
+        "{said}"
+    );
+    assert!(said.contains("C1   table_wise       rank "), "{said}");
+
+    // Towers, each with its hosts and tables.
+    let (p, said) = plan(&["--towers", "2", "--strategy", "table-wise"]);
+    assert_eq!(p.towers.len(), 2);
+    assert!(said.contains("towers: 2\n"), "{said}");
+    assert!(
+        said.contains("tower 0: host(s) 0; 13 table(s): C1, C3, C5,")
+            && said.contains("tower 1: host(s) 1; 13 table(s): C2, C4, C6,"),
+        "{said}"
+    );
+
+    // With the plan on stdout, the summary goes to stderr and stdout stays the JSON.
+    let o = towerrec(&["plan", "--strategy", "data-parallel"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let p = Plan::from_json(&String::from_utf8_lossy(&o.stdout)).unwrap();
+    assert_eq!(p.topology, Topology::new(2, 2).unwrap());
+    let err = stderr(&o);
+    assert!(
+        err.contains("planned data-parallel: 26 tables")
+            && err.contains("C7   data_parallel    a copy on every rank")
+            && err.contains("wrote the plan to stdout"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(dir).ok();
 }

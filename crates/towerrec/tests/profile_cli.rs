@@ -61,6 +61,54 @@ fn no_data_is_an_error() {
 }
 
 /// Four Zipf(1.05) tables of 4,000 rows, 20,000 training samples.
+/// OPER's first steps, `profile` then `plan`, are single-process commands: on a build
+/// without the `mpi` feature they run as docs/OPER.md gives them (the topology from the
+/// config's `[cluster]`, the profile into a folder not there yet) and never mention MPI.
+#[test]
+fn profile_and_plan_need_no_mpi_build() {
+    let dir = common::tmp("profile_cli", "oper-steps");
+    let config = "bench/oper/speed.toml";
+    let prof = dir.join("runs/speed.profile");
+    let o = towerrec(&[
+        "profile",
+        "--config",
+        config,
+        "--max-samples",
+        "8192",
+        "--quiet",
+        "--out",
+        prof.to_str().unwrap(),
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let plan = dir.join("runs/oper.json");
+    let p = towerrec(&[
+        "plan",
+        "--config",
+        config,
+        "--strategy",
+        "oper",
+        "--profile",
+        prof.to_str().unwrap(),
+        "--extra-memory",
+        "5%",
+        "--output",
+        plan.to_str().unwrap(),
+    ]);
+    let (plan_out, plan_err) = text(&p);
+    assert!(p.status.success(), "{plan_err}");
+    let plan = towerrec_plan::Plan::load(&plan).unwrap();
+    assert_eq!(plan.topology, towerrec_plan::Topology::new(2, 2).unwrap());
+    assert!(
+        plan_out.contains("predicted by OPER's model (--profile)"),
+        "{plan_out}"
+    );
+    for said in [out, err, plan_out, plan_err] {
+        let mut words = said.split(|c: char| !c.is_alphanumeric());
+        assert!(!words.any(|w| w.eq_ignore_ascii_case("mpi")), "{said}");
+    }
+}
+
 const SMALL_ZIPF: [&str; 4] = [
     "--set",
     "data.tables=[{rows=4000,zipf_exponent=1.05,count=4}]",

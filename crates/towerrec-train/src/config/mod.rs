@@ -176,8 +176,11 @@ pub struct ClusterConfig {
     pub tower_chunks: usize,
     /// Run each training step's embedding exchanges in two halves of every rank's
     /// samples, the dense layers of one half during the other half's exchange
-    /// (docs/OPER.md, "A step in halves"); plans with towers or table-row-wise tables
-    /// across hosts run whole steps. Default on.
+    /// (docs/OPER.md, "A step in halves"). Tower plans split too where their Tower
+    /// Modules run as per-feature maps before SPTT's step d (the chunks of
+    /// `tower_chunks` cut from the two halves); towers whose modules run after step e,
+    /// and table-row-wise tables across hosts, run whole steps (docs/CONFIG.md). Default
+    /// on.
     #[serde(default = "default_overlap_halves")]
     pub overlap_halves: bool,
 }

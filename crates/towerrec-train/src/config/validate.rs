@@ -146,9 +146,13 @@ impl Config {
             }
             non_negative("cluster.drift.threshold", d.threshold)?;
             if d.move_rows && self.model.towers.is_some() {
+                // Tower plans do take row-partitioned (OPER) tables; what the watch
+                // cannot do is re-plan with towers.
                 return Err(
-                    "cluster.drift.move: a DMT model's tables cannot move to another plan \
-                     (tower plans do not take row-partitioned tables)"
+                    "cluster.drift.move: a DMT model ([model.towers]) cannot move its rows: \
+                     the drift watch re-plans as a flat OPER plan, without the model's towers \
+                     (and a run on a plan with towers refuses [cluster.drift] altogether); drop \
+                     cluster.drift or [model.towers]"
                         .into(),
                 );
             }
@@ -373,6 +377,22 @@ mod tests {
             let e = error_of(sets);
             assert!(e.contains(key), "{sets:?}: {e:?}");
         }
+    }
+
+    /// The refusal of `cluster.drift.move` for a DMT model says what the watch cannot
+    /// do (re-plan with towers), not that tower plans refuse row-partitioned tables:
+    /// OPER plans inside towers train.
+    #[test]
+    fn drift_move_with_towers_is_refused_for_the_right_reason() {
+        let e = error_of(&[
+            "model.towers={ module = \"dlrm\", count = 2, d = 8, c = 1 }",
+            "cluster.drift={ check_every = 5, move = true }",
+        ]);
+        assert!(
+            e.contains("cluster.drift.move") && e.contains("re-plans as a flat OPER plan"),
+            "{e}"
+        );
+        assert!(!e.contains("do not take row-partitioned"), "{e}");
     }
 
     #[test]
