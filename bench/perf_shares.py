@@ -1,6 +1,5 @@
 #!/usr/bin/env python3
-"""Where a towerrec run's CPU time goes, by kind of work, from a `perf record -a` file
-(docs/OPER.md, "Where the 100,000-row training step goes").
+"""Where a towerrec run's CPU time goes, by kind of work, from a `perf record -a` file.
 
     python3 bench/perf_shares.py PERF.DATA [--window 10%-75%] [--comm towerrec-mpi]
         [--step-ms MS]

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# DMT-DLRM's slow start (docs/DMT.md, "Tower Module biases"): flat DLRM against 2-tower
-# DMT-DLRM (c = 1, p = 0, D = 8) with the modules' biases drawn (the default) and
-# zero (`bias_init = "zero"`), on MovieLens-100k, the Criteo and the Avazu samples,
-# SEEDS seeds (default 5), one process, one thread, two runs at a time. Prints one
-# line per run (data variant seed auc) and the medians. Build first:
+# DMT-DLRM's slow start (docs/DMT.md, "Model quality"): flat DLRM against 2-tower
+# DMT-DLRM (c = 1, p = 0, D = 8) with the modules' biases drawn (`bias_init =
+# "normal"`) and zero (`bias_init = "zero"`, the DLRM module's default), on
+# MovieLens-100k, the Criteo and the Avazu samples, SEEDS seeds (default 5), one
+# process, one thread, two runs at a time. Prints one line per run (data variant seed
+# auc) and the medians. Build first:
 #   cargo build --release && scripts/dmt-bias-init.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -13,8 +13,8 @@
 # on every rank). One line per run (plan, round, steady train, inference, cross-host
 # MB, whole-run train), then per plan the median of each and its ratio to the best
 # baseline's median.
-# The first line names the machine's CPU: the ratios depend on it (docs/OPER.md, "On an
-# Intel Xeon").
+# The first line names the machine's CPU: the ratios depend on it (docs/OPER.md, "Speed
+# on the emulated cluster").
 # TORCHREC=1 adds TorchRec's plan of the same tables as a fourth baseline
 # (bench/torchrec/torchrec_plan.py; its venv from bench/torchrec/setup.sh), with the
 # per-round ratios against the best baseline of each round printed after the table.

@@ -5,8 +5,9 @@
 //! JSON ([`Plan::load`], [`Plan::save`]), checked against the model and the cluster by
 //! [`Plan::validate`], and made by the [`planners`]: one baseline per sharding type and
 //! a cost- and memory-aware [`planners::greedy`], the default. [`oper`] is the OPER
-//! paper's planner (access-aware partitioning, balanced placement, hot-row replication)
-//! over the same types: row-partitioned tables, rated by OPER's cost model.
+//! paper's planner (§3.2–§4: access-aware partitioning of rows, balanced placement,
+//! hot-row replication), over the same types: its plans hold row-partitioned tables
+//! ([`partitioned`]).
 //!
 //! [`partition`] is DMT's Tower Partitioner: sparse features into balanced towers of
 //! features that interact, learned from a trained model's embeddings.

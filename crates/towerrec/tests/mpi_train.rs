@@ -401,8 +401,9 @@ fn mpi_equals_in_process_on_2x2() {
                 "model.bottom_mlp=[64,8]",
                 "cluster.tower_chunks=3",
             ],
-            // Steps in halves are the default on the flat path (every plan above but
-            // the table-row-wise and tower ones); this one runs whole steps.
+            // Steps in halves are the default: the flat plans here run in halves, and of
+            // the tower cases the per-feature model (maps before step d); the
+            // table-row-wise plan and the other tower cases run whole steps, as this one.
             "oper plan, whole steps" => &["cluster.overlap_halves=false"],
             "row-wise towers of 2 hosts" => &[
                 "model.pooling=\"mean\"",

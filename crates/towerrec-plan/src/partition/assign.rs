@@ -21,7 +21,7 @@
 //! clusters the last cycle touched, and a cycle shows up after a few rounds). Warm-started from the previous k-means iteration's assignment, few cycles
 //! remain. `pathfinding`'s Hungarian method on a point × slot matrix is exact too but
 //! `O(F³)` per step (0.25 s for 1,000 points into 64 clusters, against 0.2 s for the
-//! whole k-means of about 100 steps here; docs/DMT.md); it serves as a check in the
+//! whole k-means of about 100 steps here; docs/DMT.md, "Tower Partitioner"); it serves as a check in the
 //! tests.
 
 /// Points `0..F` to clusters `0..T` (`cost[g·T + t]`, finite) with every cluster size

@@ -171,22 +171,22 @@ pub struct ClusterConfig {
     pub drift: Option<DriftConfig>,
     /// DMT with per-feature Tower Modules: SPTT exchanges a step's samples in this many
     /// chunks, each chunk's cross-host step under the next chunk's work (docs/DMT.md,
-    /// "Chunks"); 1: the whole step at once.
+    /// "Chunks and steps in halves"); 1: the whole step at once.
     #[serde(default = "default_tower_chunks")]
     pub tower_chunks: usize,
     /// Run each training step's embedding exchanges in two halves of every rank's
     /// samples, the dense layers of one half during the other half's exchange
-    /// (docs/OPER.md, "A step in halves"). Tower plans split too where their Tower
-    /// Modules run as per-feature maps before SPTT's step d (the chunks of
-    /// `tower_chunks` cut from the two halves); towers whose modules run after step e,
-    /// and table-row-wise tables across hosts, run whole steps (docs/CONFIG.md). Default
-    /// on.
+    /// (docs/OPER.md, "A step in halves"). Flat plans split, and so do DMT towers whose
+    /// per-feature maps run before SPTT's step d (SPTT's chunks cut from the two halves;
+    /// docs/DMT.md, "Chunks and steps in halves"); plans with table-row-wise tables
+    /// across hosts, and towers whose modules run after step e, run whole steps.
+    /// Default on.
     #[serde(default = "default_overlap_halves")]
     pub overlap_halves: bool,
 }
 
-/// The default of `cluster.tower_chunks`, chosen by measurement (docs/DMT.md, "Eleventh
-/// and twelfth measurements").
+/// The default of `cluster.tower_chunks`, chosen from runs of 1 to 16 chunks on the
+/// emulated cluster (docs/DMT.md, "Chunks and steps in halves").
 pub const DEFAULT_TOWER_CHUNKS: usize = 4;
 
 fn default_overlap_halves() -> bool {

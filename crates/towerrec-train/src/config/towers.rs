@@ -71,7 +71,7 @@ pub struct TowersConfig {
 impl TowersConfig {
     /// How the modules' linear biases start: as given, else zero for the DLRM module
     /// and drawn for the others. Measured on MovieLens-100k and the Criteo and Avazu
-    /// samples (docs/DMT.md, "Tower Module biases"): zero biases train DMT-DLRM better
+    /// samples (docs/DMT.md, "Model quality: the paper's Tables 4, 5 and 6"): zero biases train DMT-DLRM better
     /// on all three, and DMT-DCN worse on Avazu.
     pub fn bias_init(&self) -> BiasInit {
         self.bias_init.unwrap_or(match self.module {
