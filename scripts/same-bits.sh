@@ -2,8 +2,8 @@
 # Trains the same runs with two towerrec binaries and checks that they end the same, bit
 # for bit: every logged loss and evaluation figure (metrics.jsonl, less its speed
 # fields) and every tensor of the checkpoint (names, shapes and bytes). Used to show that
-# a change to the runtime's structure changed no number (docs/PERFORMANCE.md, "Steps in
-# parts").
+# a change to the runtime's structure changed no number (docs/DISTRIBUTED.md, "The step
+# schedule and the runtime's files").
 #
 #   scripts/same-bits.sh OLD_BINARY NEW_BINARY [OUT_DIR]
 #

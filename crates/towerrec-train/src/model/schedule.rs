@@ -1,5 +1,5 @@
 //! A training step as one micro-batch schedule over parts of this rank's samples
-//! (docs/PERFORMANCE.md, "Steps in halves"): the tables' output exchange and gradient
+//! (docs/DISTRIBUTED.md, "The step schedule"): the tables' output exchange and gradient
 //! exchange run part by part, and the dense layers of part `k` run during part `k + 1`'s
 //! exchange; one part is a whole step.
 //!

@@ -161,11 +161,12 @@ impl OutputDist for Flat {
         slots: &FeatureSlots,
         parts: usize,
     ) -> Result<()> {
-        if parts == 1 {
-            self.output_grad(sp, batch, grad, slots)
+        let part = if parts == 1 {
+            Part::Whole
         } else {
-            self.grads_second_half(sp, batch, grad, slots)
-        }
+            Part::Second
+        };
+        self.grads_last(sp, (batch, grad, slots), part)
     }
 }
 

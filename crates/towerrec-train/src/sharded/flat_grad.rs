@@ -15,32 +15,8 @@ use towerrec_core::simd::{prefetch, ROWS_APART_AHEAD};
 use towerrec_core::Batch;
 
 impl Flat {
-    /// Sends each shard its columns of the gradient `grad` of this rank's feature rows,
-    /// leaving in each local shard's `grad` the gradient of the whole global batch. This
-    /// rank's own segment goes straight from `grad` into its shards while the exchange
-    /// runs (it needs nothing from the other ranks); the earlier ranks' segments, which
-    /// come before it, are written over a zeroed placeholder when they arrive.
-    pub(super) fn output_grad(
-        &mut self,
-        sp: &mut Spread,
-        batch: &Batch,
-        grad: &[f32],
-        slots: &FeatureSlots,
-    ) -> Result<()> {
-        let (send, counts) = self.pack_grad_rows(sp, batch, grad, slots, Part::Whole);
-        let mut recv = std::mem::take(&mut self.recv);
-        let received =
-            self.grad_part_with_own_rows(sp, batch, grad, slots, (&send, &counts), &mut recv);
-        self.send = send;
-        let assembled =
-            received.map(|local| self.assemble_grads(sp, local, &[(&recv, Part::Whole)]));
-        self.recv = recv;
-        assembled
-    }
-
     /// The first half's gradient exchange on the flat path, while `work` fills the
-    /// second half's gradient rows; what arrives is kept for
-    /// [`Flat::grads_second_half`].
+    /// second half's gradient rows; what arrives is kept for [`Flat::grads_last`].
     pub(super) fn grads_first_half(
         &mut self,
         sp: &Spread,
@@ -68,25 +44,33 @@ impl Flat {
         Ok(())
     }
 
-    /// The second half's gradient exchange on the flat path, with this rank's own
-    /// segment pushed during it, and every local shard's gradient assembled from both
-    /// halves as [`ShardedEmbeddings::flat_output_grad`] leaves it, the same values in
-    /// the same order.
-    pub(super) fn grads_second_half(
+    /// The last gradient exchange (`part`: of a whole step, or its second half after
+    /// [`Flat::grads_first_half`]): sends each shard its columns of the gradient `grad`
+    /// of this rank's feature rows, leaving in each local shard's `grad` the gradient of
+    /// the whole global batch, the same values in the same order whatever the parts.
+    /// This rank's own segment goes straight from `grad` into its shards while the
+    /// exchange runs (it needs nothing from the other ranks); the earlier ranks'
+    /// segments, which come before it, are written over a zeroed placeholder when they
+    /// arrive.
+    pub(super) fn grads_last(
         &mut self,
         sp: &mut Spread,
-        batch: &Batch,
-        grad: &[f32],
-        slots: &FeatureSlots,
+        (batch, grad, slots): (&Batch, &[f32], &FeatureSlots),
+        part: Part,
     ) -> Result<()> {
         let first = std::mem::take(&mut self.recv_first);
-        let (send, counts) = self.pack_grad_rows(sp, batch, grad, slots, Part::Second);
+        let (send, counts) = self.pack_grad_rows(sp, batch, grad, slots, part);
         let mut recv = std::mem::take(&mut self.recv);
         let received =
             self.grad_part_with_own_rows(sp, batch, grad, slots, (&send, &counts), &mut recv);
         self.send = send;
         let assembled = received.map(|local| {
-            self.assemble_grads(sp, local, &[(&first, Part::First), (&recv, Part::Second)])
+            let (whole, halves) = (
+                [(&recv, Part::Whole)],
+                [(&first, Part::First), (&recv, Part::Second)],
+            );
+            let parts: &[_] = if part == Part::Whole { &whole } else { &halves };
+            self.assemble_grads(sp, local, parts)
         });
         self.recv = recv;
         self.recv_first = first;

@@ -5,7 +5,7 @@
 //! step may combine them, each over its own tables (a plan with table-row-wise tables
 //! across hosts sends the others flat).
 //!
-//! The model's micro-batch schedule (`model::schedule`) runs a step's exchanges in parts
+//! The model's micro-batch schedule (`model::schedule`; docs/DISTRIBUTED.md, "The step schedule") runs a step's exchanges in parts
 //! of each rank's samples: part `k`'s forward exchange carries dense work on part
 //! `k - 1`'s finished rows, and a gradient exchange but the last carries the dense work
 //! that writes the next part's gradient. One part is a whole step.
