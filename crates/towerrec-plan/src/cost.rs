@@ -25,6 +25,7 @@
 
 use crate::error::{Error, Result};
 use crate::plan::{world_size_or_zero, Plan, Shard, ShardingType, TableSpec};
+use crate::rating::{CostModel, PlanCost};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use towerrec_comm::Topology;
@@ -81,27 +82,43 @@ impl CostParams {
 
     /// Seconds per step that `shard` of `spec` costs the rank holding it.
     pub(crate) fn shard_seconds(&self, spec: &TableSpec, shard: &Shard, topo: Topology) -> f64 {
+        self.shard_cost(spec, shard, topo).total
+    }
+
+    /// [`CostParams::shard_seconds`] by phase.
+    fn shard_cost(&self, spec: &TableSpec, shard: &Shard, topo: Topology) -> BlockCost {
         let b = self.batch_size as f64;
         let p = spec.pooling_factor;
         let f = shard.rows.1.saturating_sub(shard.rows.0) as f64 / spec.rows.max(1) as f64;
         let c = shard.columns.1.saturating_sub(shard.columns.0) as f64;
         let lookup = b * p * f * c * 4.0 / self.gather_bytes_per_s;
         let comm_bytes = b * (p * f * 8.0 + 2.0 * c * 4.0);
-        lookup + comm_bytes * self.seconds_per_exchanged_byte(topo)
+        let exchange = comm_bytes * self.seconds_per_exchanged_byte(topo);
+        BlockCost {
+            lookup,
+            exchange,
+            total: lookup + exchange,
+        }
     }
 
     /// Seconds per step that a table-row-wise `shard` of `spec` costs the rank holding
     /// it when its table's shards fill its host: its partial sums meet within the host
     /// before each sum goes to its sample's owner.
+    #[cfg(test)]
     pub(crate) fn host_summed_shard_seconds(
         &self,
         spec: &TableSpec,
         shard: &Shard,
         topo: Topology,
     ) -> f64 {
+        self.host_summed_shard_cost(spec, shard, topo).total
+    }
+
+    /// [`CostParams::host_summed_shard_seconds`] by phase.
+    fn host_summed_shard_cost(&self, spec: &TableSpec, shard: &Shard, topo: Topology) -> BlockCost {
         let l = topo.ranks_per_host.max(1) as f64;
         if topo.hosts <= 1 {
-            return self.shard_seconds(spec, shard, topo);
+            return self.shard_cost(spec, shard, topo);
         }
         let b = self.batch_size as f64;
         let p = spec.pooling_factor;
@@ -112,7 +129,12 @@ impl CostParams {
         let ids = b * p * f * 8.0 * per_byte;
         let sums = 2.0 * b * c * 4.0;
         let within = sums * (l - 1.0) / l / self.intra_host_bytes_per_s;
-        lookup + ids + within + sums / l * per_byte
+        let crossing = sums / l * per_byte;
+        BlockCost {
+            lookup,
+            exchange: ids + within + crossing,
+            total: lookup + ids + within + crossing,
+        }
     }
 
     /// Seconds per step `spec` costs when one rank holds all of it (table-wise).
@@ -127,11 +149,20 @@ impl CostParams {
 
     /// Seconds per step a data-parallel `spec` costs every rank.
     pub(crate) fn data_parallel_seconds(&self, spec: &TableSpec, topo: Topology) -> f64 {
+        let (lookup, sync) = self.data_parallel_cost(spec, topo);
+        lookup + sync
+    }
+
+    /// [`CostParams::data_parallel_seconds`]: its lookup and its all-reduce.
+    fn data_parallel_cost(&self, spec: &TableSpec, topo: Topology) -> (f64, f64) {
         let w = world_size_or_zero(topo).max(1) as f64;
         let weights = spec.rows as f64 * spec.dim as f64 * 4.0;
         let lookup = self.batch_size as f64 / w * spec.pooling_factor * spec.dim as f64 * 4.0
             / self.gather_bytes_per_s;
-        lookup + 2.0 * (w - 1.0) / w * weights / self.allreduce_bytes_per_s(topo)
+        (
+            lookup,
+            2.0 * (w - 1.0) / w * weights / self.allreduce_bytes_per_s(topo),
+        )
     }
 
     /// The rate of a ring all-reduce over every rank: its slowest link's.
@@ -168,43 +199,117 @@ impl CostParams {
 }
 
 /// Estimated embedding seconds per training step of each rank of `plan` (one entry per
-/// rank of its topology). Entries for tables not in `tables` and shards on ranks outside
-/// the topology count nothing; validate the plan first for a meaningful answer.
+/// rank of its topology): [`CostParams::rate`]'s seconds. Entries for tables not in
+/// `tables` and shards on ranks outside the topology count nothing; validate the plan
+/// first for a meaningful answer.
 pub fn estimate(plan: &Plan, tables: &[TableSpec], cost: &CostParams) -> Vec<f64> {
-    let topo = plan.topology;
-    let mut secs = vec![0.0; world_size_or_zero(topo)];
-    let specs: HashMap<&str, &TableSpec> = tables.iter().map(|t| (t.name.as_str(), t)).collect();
-    for entry in &plan.tables {
-        let Some(spec) = specs.get(entry.table.as_str()) else {
-            continue;
+    cost.rate(plan, tables).seconds
+}
+
+/// One block's seconds by phase, and their sum as the planner adds them.
+struct BlockCost {
+    lookup: f64,
+    exchange: f64,
+    total: f64,
+}
+
+impl CostParams {
+    /// This model's [`PlanCost`] of `plan` (see the module documentation): per rank the
+    /// phases `lookup`, `exchange` (ids in, pooled outputs out, their gradients in) and
+    /// `copy_sync` (data-parallel tables' all-reduce), the seconds the greedy planner
+    /// adds up, and the pooled outputs each rank sends every other (a row block sends a
+    /// partial sum per sample; a table-row-wise table's sums meet within its host
+    /// first). Partitions count as blocks of whole rows (this model knows no access
+    /// counts); replicas are not priced. Entries for tables not in `tables` and blocks
+    /// on ranks outside the topology count nothing.
+    pub fn rate(&self, plan: &Plan, tables: &[TableSpec]) -> PlanCost {
+        let topo = plan.topology;
+        let mut out = PlanCost::zero(topo, &["lookup", "exchange", "copy_sync"]);
+        let w = out.seconds.len();
+        out.memory = plan.rank_bytes(tables);
+        let specs: HashMap<&str, &TableSpec> =
+            tables.iter().map(|t| (t.name.as_str(), t)).collect();
+        let per_rank = self.batch_size as f64 / w.max(1) as f64;
+        for spec in tables {
+            out.even_rank_bytes +=
+                per_rank * spec.dim as f64 * 4.0 * w.saturating_sub(1) as f64 / w.max(1) as f64;
+        }
+        let add = |out: &mut PlanCost, rank: usize, block: BlockCost, row_bytes: f64| {
+            out.seconds[rank] += block.total;
+            out.lookup_seconds[rank] += block.lookup;
+            out.add(rank, "lookup", block.lookup);
+            out.add(rank, "exchange", block.exchange);
+            for (i, row) in out.traffic.iter_mut().enumerate() {
+                if i != rank {
+                    row[rank] += per_rank * row_bytes;
+                }
+            }
         };
-        if entry.sharding == ShardingType::DataParallel {
-            let s = cost.data_parallel_seconds(spec, topo);
-            secs.iter_mut().for_each(|x| *x += s);
-            continue;
-        }
-        for shard in &entry.shards {
-            if let Some(x) = secs.get_mut(shard.rank) {
-                *x += if entry.sharding == ShardingType::TableRowWise {
-                    cost.host_summed_shard_seconds(spec, shard, topo)
-                } else {
-                    cost.shard_seconds(spec, shard, topo)
-                };
-            }
-        }
-        // Partitions as blocks of whole rows: this model knows no access counts.
-        for p in &entry.partitions {
-            let block = crate::Shard {
-                rank: p.rank,
-                rows: p.order,
-                columns: (0, spec.dim),
+        for entry in &plan.tables {
+            let Some(spec) = specs.get(entry.table.as_str()) else {
+                continue;
             };
-            if let Some(x) = secs.get_mut(p.rank) {
-                *x += cost.shard_seconds(spec, &block, topo);
+            if entry.sharding == ShardingType::DataParallel {
+                let (lookup, sync) = self.data_parallel_cost(spec, topo);
+                let s = lookup + sync;
+                for r in 0..w {
+                    out.seconds[r] += s;
+                    out.lookup_seconds[r] += lookup;
+                    out.add(r, "lookup", lookup);
+                    out.add(r, "copy_sync", sync);
+                }
+                out.copy_sync_bytes += spec.rows as f64 * spec.dim as f64 * 4.0;
+                continue;
+            }
+            let host_summed = entry.sharding == ShardingType::TableRowWise && topo.hosts > 1;
+            for shard in entry.shards.iter().filter(|s| s.rank < w) {
+                let row_bytes = shard.num_columns() as f64 * 4.0;
+                if host_summed {
+                    let block = self.host_summed_shard_cost(spec, shard, topo);
+                    add(&mut out, shard.rank, block, 0.0);
+                    let shards = entry.shards.len();
+                    crate::rating::host_summed(
+                        &mut out.traffic,
+                        shard.rank,
+                        shards,
+                        row_bytes,
+                        self.batch_size,
+                        topo,
+                    );
+                } else {
+                    add(
+                        &mut out,
+                        shard.rank,
+                        self.shard_cost(spec, shard, topo),
+                        row_bytes,
+                    );
+                }
+            }
+            // Partitions as blocks of whole rows: this model knows no access counts.
+            for p in entry.partitions.iter().filter(|p| p.rank < w) {
+                let block = crate::Shard {
+                    rank: p.rank,
+                    rows: p.order,
+                    columns: (0, spec.dim),
+                };
+                let row_bytes = spec.dim as f64 * 4.0;
+                add(
+                    &mut out,
+                    p.rank,
+                    self.shard_cost(spec, &block, topo),
+                    row_bytes,
+                );
             }
         }
+        out
     }
-    secs
+}
+
+impl CostModel for CostParams {
+    fn price(&self, plan: &Plan, tables: &[TableSpec]) -> Result<PlanCost> {
+        self.check()?;
+        Ok(self.rate(plan, tables))
+    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@
 //! paper's planner (§3.2–§4: access-aware partitioning of rows, balanced placement,
 //! hot-row replication), over the same types: its plans hold row-partitioned tables
 //! ([`partitioned`]).
+//! A [`CostModel`] prices a plan per rank and phase ([`PlanCost`]): the greedy
+//! planner's model ([`CostParams`]) and OPER's ([`oper::OperModel`]) implement it.
 //!
 //! [`partition`] is DMT's Tower Partitioner: sparse features into balanced towers of
 //! features that interact, learned from a trained model's embeddings.
@@ -20,6 +22,7 @@ pub mod partition;
 pub mod partitioned;
 mod plan;
 pub mod planners;
+mod rating;
 mod validate;
 
 pub use cost::{estimate, CostParams};
@@ -27,5 +30,6 @@ pub use error::{Error, Result};
 pub use plan::{
     Partition, Plan, Shard, ShardingType, TablePlan, TableSpec, TowerPlan, MAX_WORLD_SIZE,
 };
+pub use rating::{CostModel, PhaseCost, PlanCost};
 /// The cluster shape plans are made for (re-exported from `towerrec-comm`).
 pub use towerrec_comm::Topology;

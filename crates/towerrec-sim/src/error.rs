@@ -32,6 +32,15 @@ pub enum Error {
     /// A plot that could not be drawn.
     #[error("plot {}: {reason}", path.display())]
     Plot { path: PathBuf, reason: String },
+    /// A sharding plan its cost model could not price.
+    #[error("{0}")]
+    Plan(towerrec_plan::Error),
+}
+
+impl From<towerrec_plan::Error> for Error {
+    fn from(e: towerrec_plan::Error) -> Self {
+        Error::Plan(e)
+    }
 }
 
 impl Error {

@@ -10,7 +10,10 @@
 //!   Module, hosts per tower) and what SPTT and the modules cost on a cluster.
 //! - [`ReaderCosts`] and [`SyntheticIds`]: what generating a step's samples costs.
 //! - [`simulate`]: one inference query or training step, phase by phase, for unsharded
-//!   or fully sharded tables and a flat, SPTT or DMT embedding exchange.
+//!   or fully sharded tables and a flat, SPTT or DMT embedding exchange;
+//!   [`simulate_parts`] the same step in micro-batches, as towerrec's runtime runs it.
+//! - [`simulate_plan`]: a particular sharding plan's step, each rank priced by the
+//!   lookups and traffic a `towerrec_plan::CostModel` gives it.
 //! - [`paper`]: the scale-in paper's Tables XVI and XVII, reproduced.
 //! - [`scale`]: the DMT-over-flat speedup against the number of GPUs.
 //! - [`plot`]: the papers' figures as SVG.
@@ -20,6 +23,7 @@ mod error;
 mod hardware;
 mod memory;
 pub mod paper;
+mod plans;
 pub mod plot;
 mod reader;
 pub mod scale;
@@ -33,9 +37,11 @@ pub use collective::{
 pub use error::{Error, Result};
 pub use hardware::{Compute, Hardware, SystemTraits};
 pub use memory::{DramTiming, MemorySystem, TimingRef};
+pub use plans::{cost_params, rank_loads, simulate_plan, PlanStep};
 pub use reader::{ReaderCosts, SyntheticIds};
 pub use step::{
-    simulate, simulate_rank, Exchange, Mode, Phase, RankLoad, Resource, Scenario, Sharding, Step,
+    simulate, simulate_parts, simulate_rank, Exchange, Mode, Overlap, Phase, RankLoad, Resource,
+    Scenario, Sharding, Step, MAX_PARTS,
 };
 pub use towerrec_core::layers::tower::TowerModuleKind;
 pub use towers::{GroupLoad, TowerCosts, Towers};

@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::hardware::Hardware;
-use crate::step::{simulate, Exchange, Mode, Scenario, Sharding, Step};
+use crate::step::{simulate_parts, Exchange, Mode, RankLoad, Scenario, Sharding, Step};
 use crate::towers::{TowerCosts, Towers};
 use crate::workload::Workload;
 
@@ -60,9 +60,9 @@ impl ScalePoint {
     }
 }
 
-/// Simulates `plans` for `workload` on `hw` resized to each of `chips`. SPTT and DMT
-/// use the towers `towers(hosts)` returns for the size's number of hosts (SPTT with
-/// their modules replaced by pass-through).
+/// Simulates `plans` for `workload` on `hw` resized to each of `chips`, in whole steps.
+/// SPTT and DMT use the towers `towers(hosts)` returns for the size's number of hosts
+/// (SPTT with their modules replaced by pass-through).
 pub fn compare(
     workload: &Workload,
     hw: &Hardware,
@@ -70,6 +70,20 @@ pub fn compare(
     plans: &[Plan],
     mode: Mode,
     towers: &dyn Fn(usize) -> Result<Towers>,
+) -> Result<Vec<ScalePoint>> {
+    compare_parts(workload, hw, chips, plans, mode, towers, 1)
+}
+
+/// [`compare`] with training steps in `parts` where each exchange splits
+/// ([`simulate_parts`]).
+pub fn compare_parts(
+    workload: &Workload,
+    hw: &Hardware,
+    chips: &[usize],
+    plans: &[Plan],
+    mode: Mode,
+    towers: &dyn Fn(usize) -> Result<Towers>,
+    parts: usize,
 ) -> Result<Vec<ScalePoint>> {
     chips
         .iter()
@@ -101,7 +115,8 @@ pub fn compare(
                         sharding: Sharding::Unsharded,
                         exchange,
                     };
-                    Ok((plan, simulate(workload, &sized, scenario)?))
+                    let step = simulate_parts(workload, &sized, scenario, RankLoad::EVEN, parts)?;
+                    Ok((plan, step))
                 })
                 .collect::<Result<Vec<_>>>()?;
             let towers = match (dmt_costs, &layout) {

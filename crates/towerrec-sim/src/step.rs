@@ -10,6 +10,22 @@
 //! backward pass (training: "pipelining the collective communications with
 //! backpropagation"). Looked-up rows stay buffered on chip, so the sparse update only
 //! writes them, and dense weights live on chip (unless the hardware says otherwise).
+//!
+//! A training step may run as towerrec's runtime runs it by default, in micro-batches
+//! ([`simulate_parts`]; docs/OPER.md, "A step in halves"; beyond both papers):
+//! the embedding exchanges in `P = 2` parts of each chip's samples, the dense work
+//! (interaction, top MLP, loss and their backward) of one part beside the other's
+//! exchange. In order: the id exchange beside the bottom MLP, the lookups and part 0's
+//! output exchange; part 1's output exchange beside part 0's dense work; part 0's
+//! gradient exchange beside part 1's dense work; part 1's gradient exchange, the
+//! sparse update, the bottom MLP's backward and the dense all-reduce. Each part's
+//! collective moves half the bytes and pays its own latency. With towers the parts are
+//! SPTT's chunks (the first half of the chunks carries the first half of every slice):
+//! part 0's dense work runs beside the last chunk's step f, part 1's beside the first
+//! chunk's step f back. Only exchanges that split do: the flat ones (whole or row-wise
+//! tables over all chips), and towers whose per-feature maps run before step d
+//! ([`TowerCosts::early_maps`]); others run whole steps, as the runtime does.
+//! [`Step::overlaps`] says what ran beside what.
 
 use crate::collective::{Collective, Group, LevelShares};
 use crate::error::{Error, Result};
@@ -45,6 +61,17 @@ pub enum Exchange {
     /// Modules compressing what crosses hosts (DMT §3.2), or pass-through towers (SPTT
     /// alone). [`Towers::costs`](crate::Towers::costs) gives the figures.
     Towers(TowerCosts),
+}
+
+impl Exchange {
+    /// Whether a training step can run this exchange in parts (the module docs): the
+    /// flat one, and towers whose maps run before step d.
+    pub fn splits(&self) -> bool {
+        match self {
+            Exchange::Flat => true,
+            Exchange::Towers(t) => t.early_maps,
+        }
+    }
 }
 
 /// What to simulate.
@@ -84,7 +111,31 @@ pub struct Step {
     pub chips: usize,
     /// Samples per step over the whole system.
     pub global_batch: f64,
+    /// Parts the step's exchanges ran in (1: a whole step; see the module docs).
+    pub parts: usize,
+    /// What the micro-batch schedule ran side by side (none in a whole step).
+    pub overlaps: Vec<Overlap>,
 }
+
+/// A part of an embedding exchange and a part's dense work run side by side in a step
+/// of several parts: the shorter is hidden under the longer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Overlap {
+    /// The exchange phase (`embedding_exchange` or `embedding_grad_exchange`).
+    pub exchange: &'static str,
+    /// Which part of it: `part 1`, `part 0`; with towers, `the last chunk's step f`
+    /// (forward) or `the first chunk's step f` (backward).
+    pub exchange_part: &'static str,
+    pub exchange_seconds: f64,
+    /// The part whose dense work (interaction, top MLP and their backward) runs beside it.
+    pub dense_part: usize,
+    pub dense_seconds: f64,
+    /// Seconds taken off the step: the shorter of the two.
+    pub hidden: f64,
+}
+
+/// The most parts a step's exchanges run in: the runtime runs whole steps or halves.
+pub const MAX_PARTS: usize = 2;
 
 impl Step {
     /// Queries (inference) or training steps per second: the paper's QPS.
@@ -205,6 +256,25 @@ pub fn simulate_rank(
     scenario: Scenario,
     load: RankLoad,
 ) -> Result<Step> {
+    simulate_parts(workload, hw, scenario, load, 1)
+}
+
+/// [`simulate_rank`] with a training step's exchanges in `parts` micro-batches (1 or
+/// [`MAX_PARTS`]; see the module docs) where the exchange splits; inference and
+/// exchanges that do not split run whole ([`Step::parts`] says which).
+pub fn simulate_parts(
+    workload: &Workload,
+    hw: &Hardware,
+    scenario: Scenario,
+    load: RankLoad,
+    parts: usize,
+) -> Result<Step> {
+    if !(1..=MAX_PARTS).contains(&parts) {
+        return Err(Error::invalid(
+            "parts",
+            format!("{parts}: a step runs whole (1) or in halves (2), as the runtime runs it"),
+        ));
+    }
     let share_ok = |x: f64| x.is_finite() && x >= 0.0;
     if ![load.lookups, load.exchange.intra, load.exchange.cross]
         .into_iter()
@@ -294,34 +364,54 @@ pub fn simulate_rank(
     let shares = load.exchange;
     // Towers are priced for an even spread; an uneven rank's larger share scales them.
     let tower_share = shares.intra.max(shares.cross);
+    let parts = if training && scenario.exchange.splits() {
+        parts
+    } else {
+        1
+    };
+    let split = parts > 1;
+    // A flat collective of `bytes` for the whole step, or for one of two parts.
+    let part = |bytes: f64| if split { bytes / 2.0 } else { bytes };
     let pooled = workload.pooled_bytes_per_sample() * b;
-    let exchange = match (scenario.exchange, scenario.sharding) {
-        (Exchange::Flat, Sharding::Unsharded) => {
-            net.flat_scaled(Collective::AllToAll, pooled, world, shares)
+    let forward = match (scenario.exchange, scenario.sharding) {
+        (Exchange::Flat, sharding) => {
+            let one = match sharding {
+                Sharding::Unsharded => {
+                    net.flat_scaled(Collective::AllToAll, part(pooled), world, shares)
+                }
+                Sharding::Sharded => net.flat_scaled(
+                    Collective::ReduceScatter,
+                    part(workload.unpooled_bytes_per_sample() * b),
+                    world,
+                    shares,
+                ),
+            };
+            Split::flat(one, split, "part 1")
         }
-        (Exchange::Flat, Sharding::Sharded) => net.flat_scaled(
-            Collective::ReduceScatter,
-            workload.unpooled_bytes_per_sample() * b,
-            world,
-            shares,
-        ),
         (Exchange::Towers(tc), _) => {
             let maps = compute(tc.busiest.module_flops);
-            tower_exchange(hw, workload, &tc, b, maps) * tower_share
+            tower_split(hw, workload, &tc, b, maps, split, Direction::Forward).scaled(tower_share)
         }
     };
-    t.overlapped(
-        phase("lookup", Resource::Memory, lookup),
-        phase("embedding_exchange", Resource::Network, exchange),
-        hw.system.lookup_comm_overlap,
-    );
+    let mut lookup = phase("lookup", Resource::Memory, lookup);
+    let mut exchange = phase("embedding_exchange", Resource::Network, forward.total());
+    // The lookups run under the part of the exchange that runs alone.
+    let hidden = hw.system.lookup_comm_overlap * lookup.seconds.min(forward.alone);
+    if lookup.seconds <= forward.alone {
+        lookup.exposed = lookup.seconds - hidden;
+    } else {
+        exchange.exposed = exchange.seconds - hidden;
+    }
+    t.phases.push(lookup);
+    t.phases.push(exchange);
+    let exchange_at = t.phases.len() - 1;
     t.push(
         "pooling",
         Resource::Compute,
         compute(workload.pooling_flops() * lookup_share),
     );
     // A pipelined exchange ran its maps inside it.
-    let unpipelined = |tc: &TowerCosts| tc.has_modules() && tc.chunks == 1;
+    let unpipelined = |tc: &TowerCosts| tc.has_modules() && tc.chunks == 1 && !split;
     if let Some(tm) = towers.filter(unpipelined) {
         t.push(
             "tower_modules",
@@ -334,6 +424,7 @@ pub fn simulate_rank(
         Some(width) => hw.interaction_time(flops * b, width),
         None => compute(flops),
     };
+    let dense_at = t.phases.len();
     t.push(
         "interaction",
         Resource::Compute,
@@ -341,6 +432,7 @@ pub fn simulate_rank(
     );
     t.push("top_mlp", Resource::Compute, compute(dense.top_flops));
 
+    let mut overlaps = Vec::new();
     if training {
         // Backward and updates (Algorithm 2).
         t.push(
@@ -348,24 +440,66 @@ pub fn simulate_rank(
             Resource::Compute,
             compute(2.0 * dense.top_flops) + interaction(2.0 * dense.interaction_flops),
         );
-        let grads = match (scenario.exchange, scenario.sharding) {
-            (Exchange::Flat, Sharding::Unsharded) => {
-                net.flat_scaled(Collective::AllToAll, pooled, world, shares)
-            }
-            (Exchange::Flat, Sharding::Sharded) => net.flat_scaled(
-                Collective::AllGather,
-                workload.pooled_bytes_per_sample() * workload.global_batch(chips),
-                world,
-                shares,
+        let backward = match (scenario.exchange, scenario.sharding) {
+            (Exchange::Flat, Sharding::Unsharded) => Split::flat(
+                net.flat_scaled(Collective::AllToAll, part(pooled), world, shares),
+                split,
+                "part 0",
+            ),
+            (Exchange::Flat, Sharding::Sharded) => Split::flat(
+                net.flat_scaled(
+                    Collective::AllGather,
+                    part(workload.pooled_bytes_per_sample() * workload.global_batch(chips)),
+                    world,
+                    shares,
+                ),
+                split,
+                "part 0",
             ),
             (Exchange::Towers(tc), _) => {
                 let maps = compute(2.0 * tc.busiest.module_flops);
-                tower_exchange(hw, workload, &tc, b, maps) * tower_share
+                tower_split(hw, workload, &tc, b, maps, split, Direction::Backward)
+                    .scaled(tower_share)
             }
         };
-        t.push("embedding_grad_exchange", Resource::Network, grads);
+        t.push(
+            "embedding_grad_exchange",
+            Resource::Network,
+            backward.total(),
+        );
+        if split {
+            // Part 1's exchange forward beside part 0's dense work, part 0's gradient
+            // exchange beside part 1's; each part's dense work is half the step's.
+            let dense_phases = dense_at..dense_at + 3;
+            let stages = [
+                (exchange_at, &forward, 0, "embedding_exchange"),
+                (t.phases.len() - 1, &backward, 1, "embedding_grad_exchange"),
+            ];
+            for (at, ex, dense_part, name) in stages {
+                let dense_seconds: f64 = t.phases[dense_phases.clone()]
+                    .iter()
+                    .map(|p| p.seconds / 2.0)
+                    .sum();
+                let hidden = dense_seconds.min(ex.beside);
+                if dense_seconds <= ex.beside {
+                    for p in &mut t.phases[dense_phases.clone()] {
+                        p.exposed -= p.seconds / 2.0;
+                    }
+                } else {
+                    t.phases[at].exposed -= ex.beside;
+                }
+                overlaps.push(Overlap {
+                    exchange: name,
+                    exchange_part: ex.part,
+                    exchange_seconds: ex.beside,
+                    dense_part,
+                    dense_seconds,
+                    hidden,
+                });
+            }
+        }
         if let Some(tm) = towers.filter(TowerCosts::has_modules) {
-            if tm.chunks == 1 {
+            if tm.chunks == 1 && !split {
                 t.push(
                     "tower_modules_backward",
                     Resource::Compute,
@@ -450,6 +584,8 @@ pub fn simulate_rank(
         seconds,
         chips,
         global_batch: workload.global_batch(chips),
+        parts,
+        overlaps,
     })
 }
 
@@ -484,6 +620,76 @@ fn sync_waits(phases: &[Phase], system: &crate::hardware::SystemTraits) -> f64 {
     total
 }
 
+/// One direction of an embedding exchange as the step's schedule runs it: the part
+/// that runs alone, and the part that runs beside a part's dense work (none in a whole
+/// step).
+struct Split {
+    alone: f64,
+    beside: f64,
+    /// Which part of the exchange runs beside the dense work.
+    part: &'static str,
+}
+
+impl Split {
+    /// A flat exchange: `one` collective for the whole step, or each of two parts'
+    /// (`part` running beside the dense work).
+    fn flat(one: f64, split: bool, part: &'static str) -> Split {
+        Split {
+            alone: one,
+            beside: if split { one } else { 0.0 },
+            part,
+        }
+    }
+
+    fn total(&self) -> f64 {
+        self.alone + self.beside
+    }
+
+    fn scaled(self, k: f64) -> Split {
+        Split {
+            alone: self.alone * k,
+            beside: self.beside * k,
+            ..self
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Direction {
+    Forward,
+    Backward,
+}
+
+/// One direction of the SPTT exchange ([`tower_exchange`]) as the schedule runs it: in a
+/// step of two parts the chunks are cut from the halves of every slice (`chunks` rounded
+/// up to even, at least 2: the runtime's `sptt/pipeline.rs`), the last chunk's step f
+/// runs beside part 0's dense work forward, and the first chunk's step f beside part
+/// 1's backward: `a + (C − 1)·max(a, f)` alone and `f` beside it.
+fn tower_split(
+    hw: &Hardware,
+    workload: &Workload,
+    tc: &TowerCosts,
+    b: f64,
+    maps: f64,
+    split: bool,
+    direction: Direction,
+) -> Split {
+    if !split {
+        return Split::flat(tower_exchange(hw, workload, tc, b, maps), false, "");
+    }
+    let chunks = (2 * tc.chunks.max(1).div_ceil(2)) as f64;
+    let (shuffles, intra, peers) = tower_stages(hw, workload, tc, b, chunks);
+    let a = maps / chunks + shuffles + intra;
+    Split {
+        alone: a + (chunks - 1.0) * a.max(peers),
+        beside: peers,
+        part: match direction {
+            Direction::Forward => "the last chunk's step f",
+            Direction::Backward => "the first chunk's step f",
+        },
+    }
+}
+
 /// Seconds of one direction of the SPTT exchange on a rank of the busiest tower group
 /// (DMT §3.1, Figure 7; the runtime's steps c–f): peer permute and shuffle on the memory
 /// system (each reads and writes the group rows), an all-to-all among the group's ranks
@@ -497,6 +703,22 @@ fn sync_waits(phases: &[Phase], system: &crate::hardware::SystemTraits) -> f64 {
 /// stages reversed. Each chunk's collectives pay their own latency.
 fn tower_exchange(hw: &Hardware, workload: &Workload, tc: &TowerCosts, b: f64, maps: f64) -> f64 {
     let chunks = tc.chunks.max(1) as f64;
+    let (shuffles, intra, peers) = tower_stages(hw, workload, tc, b, chunks);
+    if tc.chunks <= 1 {
+        return shuffles + intra + peers;
+    }
+    let a = maps / chunks + shuffles + intra;
+    a + (chunks - 1.0) * a.max(peers) + peers
+}
+
+/// One chunk's (of `chunks`) shuffles, step d and step f in [`tower_exchange`].
+fn tower_stages(
+    hw: &Hardware,
+    workload: &Workload,
+    tc: &TowerCosts,
+    b: f64,
+    chunks: f64,
+) -> (f64, f64, f64) {
     let part = b / chunks;
     let value = workload.wire_row_bytes() / workload.embedding_dim as f64;
     let rows = tc.busiest.intra_values * value * part;
@@ -508,9 +730,5 @@ fn tower_exchange(hw: &Hardware, workload: &Workload, tc: &TowerCosts, b: f64, m
     let intra = hw.network.flat(Collective::AllToAll, rows, group);
     let sent = tc.busiest.peer_values * value * part;
     let peers = hw.network.peers(Collective::AllToAll, sent, tc.groups);
-    if tc.chunks <= 1 {
-        return shuffles + intra + peers;
-    }
-    let a = maps / chunks + shuffles + intra;
-    a + (chunks - 1.0) * a.max(peers) + peers
+    (shuffles, intra, peers)
 }

@@ -86,6 +86,10 @@ pub struct TowerCosts {
     pub busiest: GroupLoad,
     /// Chunks of the pipelined exchange (1 unless the maps run at lookup in chunks).
     pub chunks: usize,
+    /// Whether the modules are per-feature maps run before step d
+    /// ([`Towers::maps_at_lookup`]): then a step's exchange can run in parts
+    /// (`simulate_parts`), as the runtime's can.
+    pub early_maps: bool,
 }
 
 impl TowerCosts {
@@ -320,6 +324,7 @@ impl Towers {
                 lookups: max(4),
             },
             chunks: if per_feature { self.chunks.max(1) } else { 1 },
+            early_maps: per_feature,
         })
     }
 }

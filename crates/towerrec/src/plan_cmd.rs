@@ -11,7 +11,7 @@ use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use towerrec_data::Schema;
 use towerrec_plan::oper::Placement;
-use towerrec_plan::{estimate, planners, CostParams, Plan, ShardingType, TableSpec, Topology};
+use towerrec_plan::{planners, CostModel, CostParams, Plan, ShardingType, TableSpec, Topology};
 use towerrec_train::files::Files;
 use towerrec_train::Config;
 
@@ -216,7 +216,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
         }
         (None, Some(_)) => "rated only: no plan written".to_string(),
     };
-    report(&plan, &tables, &cost, &label, budget);
+    report(&plan, &tables, &cost, &label, budget)?;
     let oper = match &profile {
         Some(profile) => {
             let heatmap = a.oper.heatmap_path(a.output.as_deref());
@@ -309,8 +309,15 @@ fn write_tables(
     Ok(())
 }
 
-/// The per-rank table on stderr: tables held, bytes, estimated embedding time per step.
-fn report(plan: &Plan, tables: &[TableSpec], cost: &CostParams, label: &str, budget: Option<u64>) {
+/// The per-rank table on stderr: tables held, bytes, estimated embedding time per step
+/// (the greedy planner's cost model, through [`CostModel::price`]).
+fn report(
+    plan: &Plan,
+    tables: &[TableSpec],
+    cost: &CostParams,
+    label: &str,
+    budget: Option<u64>,
+) -> Result<()> {
     let topo = plan.topology;
     let mut kinds: Vec<(ShardingType, usize)> = Vec::new();
     for e in &plan.tables {
@@ -332,8 +339,8 @@ fn report(plan: &Plan, tables: &[TableSpec], cost: &CostParams, label: &str, bud
         kinds.join(", "),
         cost.batch_size
     );
-    let bytes = plan.rank_bytes(tables);
-    let secs = estimate(plan, tables, cost);
+    let priced = cost.price(plan, tables)?;
+    let (bytes, secs) = (&priced.memory, &priced.seconds);
     let replicas = plan
         .tables
         .iter()
@@ -358,7 +365,7 @@ fn report(plan: &Plan, tables: &[TableSpec], cost: &CostParams, label: &str, bud
         "{:>6} {:>5} {:>7} {:>14} {:>10} {:>14}",
         "rank", "host", "tables", "bytes", "MiB", "est. ms/step"
     );
-    for (r, (b, s)) in bytes.iter().zip(&secs).enumerate() {
+    for (r, (b, s)) in bytes.iter().zip(secs).enumerate() {
         eprintln!(
             "{r:>6} {:>5} {:>7} {b:>14} {:>10.2} {:>14.4}",
             topo.host_of(r),
@@ -379,4 +386,5 @@ fn report(plan: &Plan, tables: &[TableSpec], cost: &CostParams, label: &str, bud
         cost.intra_host_bytes_per_s / 1e9,
         cost.cross_host_bytes_per_s / 1e9
     );
+    Ok(())
 }

@@ -7,9 +7,9 @@ use anyhow::{anyhow, Context, Result};
 use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
 use towerrec_data::AccessProfile;
-use towerrec_plan::oper::{self, Mode, OperParams, Placement, Rating};
+use towerrec_plan::oper::{self, Mode, OperModel, OperParams, Placement};
 use towerrec_plan::partition::Matrix;
-use towerrec_plan::{CostParams, Plan, TableSpec, Topology};
+use towerrec_plan::{CostModel, CostParams, Plan, PlanCost, TableSpec, Topology};
 use towerrec_sim::Hardware;
 use towerrec_train::files::Files;
 
@@ -101,7 +101,7 @@ impl OperArgs {
             return Ok(base);
         };
         let hw = Hardware::load(name).with_context(|| format!("--hardware {name}"))?;
-        Ok(from_hardware(&hw, base, tables))
+        Ok(towerrec_sim::cost_params(&hw, base, tables))
     }
 
     /// The heatmap's path, if one is drawn.
@@ -109,24 +109,6 @@ impl OperArgs {
         self.heatmap
             .clone()
             .or_else(|| output.map(|o| o.with_extension("comm.svg")))
-    }
-}
-
-/// Gathers at the memory's random-read rate for the tables' mean row; the all-to-all
-/// bandwidths within and between hosts for the links.
-pub fn from_hardware(hw: &Hardware, base: CostParams, tables: &[TableSpec]) -> CostParams {
-    let row = tables.iter().map(|t| 4.0 * t.dim as f64).sum::<f64>() / tables.len().max(1) as f64;
-    let intra = hw.network.intra_host.all_to_all.bandwidth_gbs * 1e9;
-    let cross = hw
-        .network
-        .cross_host
-        .as_ref()
-        .map_or(intra, |c| c.level.all_to_all.bandwidth_gbs * 1e9);
-    CostParams {
-        gather_bytes_per_s: hw.memory.random_read(row),
-        intra_host_bytes_per_s: intra,
-        cross_host_bytes_per_s: cross,
-        ..base
     }
 }
 
@@ -175,8 +157,12 @@ pub fn report(
     profile: &AccessProfile,
     cost: &CostParams,
     heatmap: Option<&Path>,
-) -> Result<Rating> {
-    let r = oper::rate(plan, tables, profile, cost)?;
+) -> Result<PlanCost> {
+    let model = OperModel {
+        profile,
+        cost: *cost,
+    };
+    let r = model.price(plan, tables)?;
     let extra = plan.replica_bytes(tables);
     let topo = plan.topology;
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
@@ -198,7 +184,7 @@ pub fn report(
             1e3 * r.lookup_seconds[rank],
             sent / 1e6,
             recv / 1e6,
-            1e3 * r.rank_seconds[rank]
+            1e3 * r.seconds[rank]
         );
     }
     let (mean, var) = r.link_mean_variance();
@@ -206,7 +192,7 @@ pub fn report(
         "embedding traffic {:.3} MB per iteration ({:.3} MB across hosts; per link mean {:.4} MB, \
          variance {:.3e} MB²); slowest rank {:.4} ms; degree of balance {:.2}%; extra memory {:.2}% of the tables",
         r.total_bytes() / 1e6,
-        r.cross_host_bytes(topo) / 1e6,
+        r.cross_host_bytes() / 1e6,
         mean / 1e6,
         var / 1e12,
         1e3 * r.max_seconds(),
@@ -234,7 +220,7 @@ pub fn report(
 /// as much extra memory could (a row-wise shard's traffic is priced per sample, so
 /// plans with one are left out).
 fn copies_line(
-    r: &Rating,
+    r: &PlanCost,
     tables: &[TableSpec],
     profile: &AccessProfile,
     topo: Topology,
@@ -261,15 +247,15 @@ fn copies_line(
 
 /// Bytes held beyond one copy of every row (replicas of partitions and data-parallel
 /// tables alike), as a share of all tables' bytes.
-fn extra_share(r: &Rating, tables: &[TableSpec]) -> f64 {
+fn extra_share(r: &PlanCost, tables: &[TableSpec]) -> f64 {
     let held: u64 = r.memory.iter().sum();
     let once: u64 = tables.iter().map(TableSpec::bytes).sum();
     held.saturating_sub(once) as f64 / once.max(1) as f64
 }
 
-fn draw(r: &Rating, topo: Topology, path: &Path) -> Result<()> {
-    let w = r.comm.len();
-    let values: Vec<f64> = r.comm.iter().flatten().map(|b| b / 1e6).collect();
+fn draw(r: &PlanCost, topo: Topology, path: &Path) -> Result<()> {
+    let w = r.traffic.len();
+    let values: Vec<f64> = r.traffic.iter().flatten().map(|b| b / 1e6).collect();
     let matrix = Matrix::new(w, values).map_err(|e| anyhow!("{e}"))?;
     let hosts: Vec<Vec<usize>> = (0..topo.hosts)
         .map(|h| topo.host_ranks(h).collect())

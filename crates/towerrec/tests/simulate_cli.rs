@@ -553,3 +553,163 @@ fn plans_are_priced_rank_by_rank() {
     let out = towerrec(&["simulate", "--config", &config, "--plans", &p("tw.json")]);
     common::assert_fails_with(&out, &["--plans needs --profile"]);
 }
+
+/// `--parts`: a towerrec config's training step is priced in halves by default, as
+/// `towerrec train` runs it (`cluster.overlap_halves`), and says what ran beside what;
+/// whole on request or where towerrec runs the exchange whole (SPTT alone); refused
+/// where it cannot apply.
+#[test]
+fn training_steps_are_priced_in_parts_as_towerrec_runs_them() {
+    let dir = tmp_dir("parts");
+    let hw = dir.join("hw.toml");
+    std::fs::write(&hw, TWO_BY_TWO).unwrap();
+    let hw = hw.to_str().unwrap();
+    let json = |config: &str, extra: &[&str]| -> Vec<serde_json::Value> {
+        let mut a = vec![
+            "simulate",
+            "--config",
+            config,
+            "--hardware",
+            hw,
+            "--compare",
+            "flat,sptt,dmt",
+            "--json",
+        ];
+        a.extend_from_slice(extra);
+        run(&a)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let config = "bench/dmt/speed.toml";
+    let halves = json(config, &[]);
+    let whole = json(config, &["--parts", "1"]);
+    let parts: Vec<u64> = halves
+        .iter()
+        .map(|v| v["parts"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        parts,
+        [2, 1, 2],
+        "flat and DMT's early maps split, SPTT alone does not"
+    );
+    let step = |v: &serde_json::Value| v["step_seconds"].as_f64().unwrap();
+    for (h, w) in halves.iter().zip(&whole) {
+        assert_eq!(w["parts"], 1);
+        assert!(w["overlaps"].as_array().unwrap().is_empty());
+        if h["parts"] == 1 {
+            assert_eq!(step(h), step(w));
+            continue;
+        }
+        // Each part's dense work beside the other part's exchange: on this slow link
+        // all of it hidden, less the second collective's latency each way.
+        let overlaps = h["overlaps"].as_array().unwrap();
+        assert_eq!(overlaps.len(), 2);
+        let hidden: f64 = overlaps
+            .iter()
+            .map(|o| o["hidden_seconds"].as_f64().unwrap())
+            .sum();
+        assert!(hidden > 0.0 && step(h) < step(w), "{h} against {w}");
+        assert!(step(w) - step(h) <= hidden * (1.0 + 1e-12));
+    }
+    // The config's own setting is the default.
+    let off = dir.join("whole.toml");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = std::fs::read_to_string(repo.join(config)).unwrap();
+    std::fs::write(&off, format!("{text}overlap_halves = false\n")).unwrap();
+    let off_steps: Vec<f64> = json(off.to_str().unwrap(), &[]).iter().map(step).collect();
+    assert_eq!(off_steps, whole.iter().map(step).collect::<Vec<_>>());
+    // The text names the parts beside each other.
+    let out = run(&[
+        "simulate",
+        "--config",
+        config,
+        "--hardware",
+        hw,
+        "--compare",
+        "flat,sptt,dmt",
+    ]);
+    for want in [
+        "steps in 2 parts where the exchange splits",
+        "phases at 4 chips, flat, in 2 parts:",
+        "overlapped: part 1 of embedding_exchange",
+        "overlapped: part 0 of embedding_grad_exchange",
+        "phases at 4 chips, sptt, whole steps",
+        "overlapped: the last chunk's step f of embedding_exchange",
+        "overlapped: the first chunk's step f of embedding_grad_exchange",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in {out}");
+    }
+    for (args, expect) in [
+        (
+            &["--parts", "3"][..],
+            "--parts 3: towerrec runs a training step whole (1) or in halves (2)",
+        ),
+        (&["--parts", "0"][..], "--parts 0"),
+        (
+            &["--parts", "2", "--mode", "infer"][..],
+            "--parts applies to training steps",
+        ),
+    ] {
+        let mut a = vec!["simulate", "--config", config, "--hardware", hw];
+        a.extend_from_slice(args);
+        common::assert_fails_with(&towerrec(&a), &[expect]);
+    }
+    let out = towerrec(&["simulate", "--reproduce", "dmt", "--parts", "1"]);
+    assert!(!out.status.success());
+}
+
+/// `simulate --plans` prices a plan's step in halves where towerrec runs it so, and
+/// whole with table-row-wise tables across hosts (their two-step exchange).
+#[test]
+fn plans_run_in_halves_unless_their_exchange_runs_whole() {
+    let dir = tmp_dir("plans-parts");
+    let p = |f: &str| dir.join(f).to_str().unwrap().to_string();
+    let config = profiled_zipf_config(&dir);
+    for s in ["table-wise", "table-row-wise"] {
+        run(&[
+            "plan",
+            "--config",
+            &config,
+            "--hosts",
+            "2",
+            "--ranks-per-host",
+            "2",
+            "--strategy",
+            s,
+            "--output",
+            &p(&format!("{s}.json")),
+        ]);
+    }
+    let hardware = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/dmt/cal-emu.toml");
+    let plans = format!("{},{}", p("table-wise.json"), p("table-row-wise.json"));
+    let profile = p("z.profile");
+    let priced = |extra: &[&str]| -> Vec<serde_json::Value> {
+        let mut a = vec![
+            "simulate",
+            "--config",
+            &config,
+            "--json",
+            "--profile",
+            &profile,
+            "--hardware",
+            hardware.to_str().unwrap(),
+            "--plans",
+            &plans,
+        ];
+        a.extend_from_slice(extra);
+        run(&a)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let halves = priced(&[]);
+    let whole = priced(&["--parts", "1"]);
+    assert_eq!(
+        (halves[0]["parts"].as_u64(), halves[1]["parts"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert_eq!(halves[1]["step_seconds"], whole[1]["step_seconds"]);
+    assert_eq!(halves[0]["overlaps"].as_array().unwrap().len(), 2);
+    assert_ne!(halves[0]["step_seconds"], whole[0]["step_seconds"]);
+}

@@ -3,8 +3,8 @@
 //!
 //! 1. [`partition`](partition::partition) the tables at a threshold (§4.1);
 //! 2. [`place`](place::place) the partitions greedily (§4.2), rate the placement with
-//!    the cost model ([`rate`], Eq. 1–3), and halve the threshold until the degree of
-//!    balance reaches its target (the paper's back-off);
+//!    the cost model ([`OperModel`], Eq. 1–3, a [`crate::CostModel`]), and halve the
+//!    threshold until the degree of balance reaches its target (the paper's back-off);
 //! 3. replicate hot partitions under the extra-memory budget, for training (Eq. 4–5)
 //!    or inference (Algorithm 1) (§4.3).
 //!
@@ -22,11 +22,12 @@ mod tests;
 
 pub use bound::{copy_bound, CopyBound};
 pub use place::Placement;
-pub use rating::{rate, Rating};
+pub use rating::{rate, OperModel, Rating};
 
 use crate::cost::CostParams;
 use crate::error::{Error, Result};
 use crate::plan::{Partition, Plan, ShardingType, TablePlan, TableSpec};
+use crate::rating::CostModel;
 use crate::validate::{check_tables, check_topology};
 use partition::Partitioned;
 use std::time::Instant;
@@ -174,8 +175,12 @@ pub fn plan(
             &owner,
             &vec![Vec::new(); cut.parts.len()],
         );
-        let balance =
-            rating::rate_counts(&placed, tables, &counts, profile.samples, &p.cost).balance();
+        let model = rating::CountsModel {
+            counts: &counts,
+            samples: profile.samples,
+            cost: &p.cost,
+        };
+        let balance = model.price(&placed, tables)?.balance();
         attempts.push(Attempt {
             threshold,
             partitions: cut.parts.len(),

@@ -17,6 +17,7 @@ use super::partition::{order_reads, order_sums};
 use crate::cost::CostParams;
 use crate::error::{Error, Result};
 use crate::plan::{Plan, ShardingType, TableSpec};
+use crate::rating::{self, CostModel, PhaseCost, PlanCost};
 use towerrec_comm::Topology;
 use towerrec_data::{AccessProfile, RowCounts};
 
@@ -61,17 +62,7 @@ pub struct Rating {
 impl Rating {
     /// Degree of balance: the least loaded rank's seconds over the most loaded's.
     pub fn balance(&self) -> f64 {
-        let max = self.max_seconds();
-        let min = self
-            .rank_seconds
-            .iter()
-            .copied()
-            .fold(f64::INFINITY, f64::min);
-        if max > 0.0 {
-            min / max
-        } else {
-            1.0
-        }
+        rating::balance(&self.rank_seconds)
     }
 
     pub fn max_seconds(&self) -> f64 {
@@ -80,7 +71,7 @@ impl Rating {
 
     /// Embedding bytes `rank` sends to the other ranks per iteration.
     pub fn sent(&self, rank: usize) -> f64 {
-        self.comm.iter().map(|row| row[rank]).sum()
+        rating::sent(&self.comm, rank)
     }
 
     /// Embedding bytes `rank` receives from the other ranks per iteration.
@@ -95,32 +86,80 @@ impl Rating {
 
     /// Of [`Rating::total_bytes`], those crossing hosts.
     pub fn cross_host_bytes(&self, topology: Topology) -> f64 {
-        let mut sum = 0.0;
-        for (i, row) in self.comm.iter().enumerate() {
-            for (j, b) in row.iter().enumerate() {
-                if topology.is_cross_host(i, j) {
-                    sum += b;
-                }
-            }
-        }
-        sum
+        rating::cross_host_bytes(&self.comm, topology)
     }
 
     /// Mean and variance of the bytes per ordered pair of distinct ranks (the paper's
     /// Table 2 reports both, per GPU–GPU interconnection).
     pub fn link_mean_variance(&self) -> (f64, f64) {
-        let w = self.comm.len();
-        let links: Vec<f64> = (0..w)
-            .flat_map(|i| (0..w).filter(move |&j| j != i).map(move |j| (i, j)))
-            .map(|(i, j)| self.comm[i][j])
+        rating::link_mean_variance(&self.comm)
+    }
+
+    /// These figures as a [`PlanCost`] of `topology`'s ranks: per rank its lookups and
+    /// the rest of its seconds (what it sends and receives) as an `exchange` phase; a
+    /// rank's traffic measured against every read's row spread evenly over the ranks
+    /// (the `(W − 1) / W` of each rank's reads that an even spread fetches from others),
+    /// the reads' bytes being the lookups' seconds at `gather_bytes_per_s`.
+    pub fn into_plan_cost(self, topology: Topology, gather_bytes_per_s: f64) -> PlanCost {
+        let w = self.lookup_seconds.len() as f64;
+        let total_reads_bytes: f64 = self.lookup_seconds.iter().sum::<f64>() * gather_bytes_per_s;
+        let phases = self
+            .lookup_seconds
+            .iter()
+            .zip(&self.rank_seconds)
+            .map(|(&lookup, &all)| {
+                vec![
+                    PhaseCost {
+                        name: "lookup",
+                        seconds: lookup,
+                    },
+                    PhaseCost {
+                        name: "exchange",
+                        seconds: all - lookup,
+                    },
+                ]
+            })
             .collect();
-        if links.is_empty() {
-            return (0.0, 0.0);
+        PlanCost {
+            topology,
+            memory: self.memory,
+            phases,
+            seconds: self.rank_seconds,
+            lookup_seconds: self.lookup_seconds,
+            traffic: self.comm,
+            even_rank_bytes: total_reads_bytes / w * (w - 1.0) / w,
+            copy_sync_bytes: self.copy_sync_bytes,
         }
-        let n = links.len() as f64;
-        let mean = links.iter().sum::<f64>() / n;
-        let var = links.iter().map(|b| (b - mean) * (b - mean)).sum::<f64>() / n;
-        (mean, var)
+    }
+}
+
+/// OPER's cost model (§3.2, Eq. 1–3) as a [`CostModel`]: any plan priced under an
+/// access profile, at the gather and link rates of `cost`.
+#[derive(Debug, Clone, Copy)]
+pub struct OperModel<'a> {
+    pub profile: &'a AccessProfile,
+    pub cost: CostParams,
+}
+
+impl CostModel for OperModel<'_> {
+    fn price(&self, plan: &Plan, tables: &[TableSpec]) -> Result<PlanCost> {
+        let r = rate(plan, tables, self.profile, &self.cost)?;
+        Ok(r.into_plan_cost(plan.topology, self.cost.gather_bytes_per_s))
+    }
+}
+
+/// [`OperModel`] over counts already checked ([`exact_counts`]): what OPER's planner
+/// rates each placement of its back-off with.
+pub(crate) struct CountsModel<'a> {
+    pub counts: &'a [&'a [u32]],
+    pub samples: u64,
+    pub cost: &'a CostParams,
+}
+
+impl CostModel for CountsModel<'_> {
+    fn price(&self, plan: &Plan, tables: &[TableSpec]) -> Result<PlanCost> {
+        let r = rate_counts(plan, tables, self.counts, self.samples, self.cost);
+        Ok(r.into_plan_cost(plan.topology, self.cost.gather_bytes_per_s))
     }
 }
 
@@ -244,32 +283,6 @@ fn pieces(
     out
 }
 
-/// The bytes of one of a table-row-wise table's `shards` shards, on rank `s`, summed
-/// within its host and then crossing hosts once: `s` sends every other rank `k` of
-/// its host its partial sums of the samples of `k`'s peers (one per host, `B / W`
-/// samples each); each rank `j` of the host sends each remote peer the sums of that
-/// peer's samples, a `1 / shards` part of which is this shard's.
-fn host_summed(
-    comm: &mut [Vec<f64>],
-    s: usize,
-    shards: usize,
-    read_bytes: f64,
-    cost: &CostParams,
-    topo: Topology,
-) {
-    let rows = cost.batch_size as f64 / topo.world_size() as f64;
-    let host = topo.host_of(s);
-    for k in topo.host_ranks(host).filter(|&k| k != s) {
-        comm[k][s] += topo.hosts as f64 * rows * read_bytes;
-    }
-    for j in topo.host_ranks(host) {
-        let local = topo.local_rank(j);
-        for h in (0..topo.hosts).filter(|&h| h != host) {
-            comm[h * topo.ranks_per_host + local][j] += rows * read_bytes / shards as f64;
-        }
-    }
-}
-
 /// The rank `from` reads a piece held by `holders` (owner first) from.
 fn nearest(holders: &[usize], from: usize, topology: Topology) -> usize {
     if holders.contains(&from) {
@@ -305,7 +318,7 @@ pub fn rate(
     Ok(rate_counts(plan, tables, &counts, profile.samples, cost))
 }
 
-pub(crate) fn rate_counts(
+fn rate_counts(
     plan: &Plan,
     tables: &[TableSpec],
     counts: &[&[u32]],
@@ -326,7 +339,14 @@ pub(crate) fn rate_counts(
         let per_rank = p.reads / w as f64;
         if let (Some(shards), true) = (p.host_sum, topo.hosts > 1) {
             lookup[p.holders[0]] += p.reads * p.read_bytes / cost.gather_bytes_per_s;
-            host_summed(&mut comm, p.holders[0], shards, p.read_bytes, cost, topo);
+            rating::host_summed(
+                &mut comm,
+                p.holders[0],
+                shards,
+                p.read_bytes,
+                cost.batch_size,
+                topo,
+            );
             continue;
         }
         // What rank i receives from the copy it reads: one vector per read, or one

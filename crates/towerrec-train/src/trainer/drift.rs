@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use towerrec_comm::{Comm, Phase};
 use towerrec_core::Batch;
 use towerrec_data::{AccessProfile, RowCounts, TableAccess};
-use towerrec_plan::oper::{self, Mode, OperParams};
-use towerrec_plan::{CostParams, Plan, TableSpec};
+use towerrec_plan::oper::{self, Mode, OperModel, OperParams};
+use towerrec_plan::{CostModel, CostParams, Plan, TableSpec};
 
 /// One check, as the metrics log records it.
 #[derive(Debug, Clone, Serialize)]
@@ -125,8 +125,12 @@ impl DriftWatch {
             ..OperParams::default()
         };
         let fresh = oper::plan(&self.tables, &profile, plan.topology, &params)?.plan;
-        let now = oper::rate(plan, &self.tables, &profile, &params.cost)?;
-        let new = oper::rate(&fresh, &self.tables, &profile, &params.cost)?;
+        let model = OperModel {
+            profile: &profile,
+            cost: params.cost,
+        };
+        let now = model.price(plan, &self.tables)?;
+        let new = model.price(&fresh, &self.tables)?;
         let ratio = now.max_seconds() / new.max_seconds().max(f64::MIN_POSITIVE);
         let replan = (ratio > 1.0 + self.cfg.threshold)
             .then(|| dir.join(format!("replan-step-{step}.json")));

@@ -264,7 +264,7 @@ pub(super) fn reproduce_dmt(plots: Option<&Path>) -> Result<()> {
     );
     print_header(&w, &hw, Mode::Training, Sharding::Unsharded);
     print_table_4(&w, kind)?;
-    print_points(&w, &points);
+    print_points(&w, &points, 1);
     let knee = hw
         .network
         .cross_host

@@ -1,15 +1,16 @@
 //! `towerrec simulate`: predicts a model's inference or training step on hardware
 //! described in TOML (or a preset), at one or many system sizes, with a flat, SPTT or
-//! DMT embedding exchange; reproduces the scale-in paper's tables and the DMT paper's
-//! speedup curve; writes SVG plots. The model is `towerrec-sim` (docs/SIMULATOR.md).
+//! DMT embedding exchange, training steps whole or in the runtime's micro-batches
+//! (`--parts`); reproduces the scale-in paper's tables and the DMT paper's speedup
+//! curve; writes SVG plots. The model is `towerrec-sim` (docs/SIMULATOR.md).
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use std::path::{Path, PathBuf};
 use towerrec_sim::scale::{self, Plan, ScalePoint};
 use towerrec_sim::{
-    simulate, Exchange, Hardware, Interaction, Mode, Scenario, Sharding, TableGroup, Towers,
-    Workload,
+    simulate, simulate_parts, Exchange, Hardware, Interaction, Mode, RankLoad, Scenario, Sharding,
+    Step, TableGroup, Towers, Workload,
 };
 use towerrec_train::config::{Config, ModelKind};
 use towerrec_train::files::Files;
@@ -65,6 +66,13 @@ pub struct SimulateArgs {
     /// Print one JSON object per size and exchange instead of the tables.
     #[arg(long)]
     json: bool,
+    /// Training steps in this many parts (micro-batches) where the exchange splits, as
+    /// towerrec's runtime runs them: 2 (halves: one part's dense work beside the other
+    /// part's exchange) or 1 (whole steps) [default: a towerrec config's
+    /// `cluster.overlap_halves`, on unless set off; whole steps for a preset, as the
+    /// papers run].
+    #[arg(long, value_name = "P")]
+    parts: Option<usize>,
     /// Instead: price these sharding plans (JSON, docs/PLANS.md) of the config's tables,
     /// each on its own topology, rank by rank (needs --profile); the step is the
     /// slowest rank's.
@@ -79,7 +87,8 @@ pub struct SimulateArgs {
     /// The papers' models and hardware are fixed: the model, hardware and scenario
     /// options do not apply.
     #[arg(long, value_enum, conflicts_with_all = ["config", "hardware", "gpus", "compare", "mode",
-        "sharding", "compression", "towers", "hosts_per_tower", "batch", "per_chip_batch", "json"])]
+        "sharding", "compression", "towers", "hosts_per_tower", "batch", "per_chip_batch", "json",
+        "parts"])]
     reproduce: Option<Reproduce>,
 }
 
@@ -143,6 +152,16 @@ pub fn run(a: SimulateArgs) -> Result<()> {
     if a.towers == Some(0) || a.hosts_per_tower == Some(0) {
         bail!("--towers and --hosts-per-tower must be at least 1");
     }
+    if let Some(p) = a.parts {
+        if !(1..=towerrec_sim::MAX_PARTS).contains(&p) {
+            bail!("--parts {p}: towerrec runs a training step whole (1) or in halves (2)");
+        }
+        if matches!(a.mode, ModeArg::Infer) {
+            bail!(
+                "--parts applies to training steps (--mode train): an inference query runs whole"
+            );
+        }
+    }
     if let Some(dir) = &a.plots {
         check_plots(&a, dir)?;
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -158,6 +177,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         towers: config_towers,
         cluster,
         tower_chunks,
+        overlap_halves,
     } = load_model(&a.config)?;
     if let Some(b) = a.batch {
         workload.batch = b;
@@ -169,6 +189,12 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         ModeArg::Train => Mode::Training,
         ModeArg::Infer => Mode::Inference,
     };
+    // As towerrec trains the config; the papers' models as the papers do.
+    let parts = match (mode, a.parts) {
+        (Mode::Inference, _) => 1,
+        (Mode::Training, Some(p)) => p,
+        (Mode::Training, None) => 1 + usize::from(overlap_halves),
+    };
     if !a.plans.is_empty() {
         let req = plans::PlanRequest {
             config: &a.config,
@@ -176,6 +202,10 @@ pub fn run(a: SimulateArgs) -> Result<()> {
             profile: a.profile.as_deref(),
             mode,
             json: a.json,
+            parts,
+            early_maps: config_towers
+                .as_ref()
+                .is_some_and(|t| t.kind.per_feature_width().is_some()),
         };
         return plans::run(req, workload, &hw);
     }
@@ -231,14 +261,17 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         Ok(t)
     };
     let points = if sharding == Sharding::Unsharded {
-        scale::compare(&workload, &hw, &gpus, &plans, mode, &towers)?
+        scale::compare_parts(&workload, &hw, &gpus, &plans, mode, &towers, parts)?
     } else {
-        sharded_points(&workload, &hw, &gpus, mode)?
+        sharded_points(&workload, &hw, &gpus, mode, parts)?
     };
     if a.json {
         print_json(&points)?;
     } else {
         print_header(&workload, &hw, mode, sharding);
+        if mode == Mode::Training && parts > 1 {
+            println!("{}", schedule_line(parts));
+        }
         if let Some((h, r)) = cluster.filter(|&c| c != (hw.hosts, hw.chips_per_host)) {
             if a.gpus.is_empty() {
                 println!(
@@ -247,7 +280,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
                 );
             }
         }
-        print_points(&workload, &points);
+        print_points(&workload, &points, parts);
     }
     if let Some(dir) = &a.plots {
         let scenario = Scenario {
@@ -265,6 +298,7 @@ fn sharded_points(
     hw: &Hardware,
     gpus: &[usize],
     mode: Mode,
+    parts: usize,
 ) -> Result<Vec<ScalePoint>> {
     gpus.iter()
         .map(|&n| {
@@ -276,7 +310,10 @@ fn sharded_points(
             };
             Ok(ScalePoint {
                 chips: n,
-                steps: vec![(Plan::Flat, simulate(workload, &sized, scenario)?)],
+                steps: vec![(
+                    Plan::Flat,
+                    simulate_parts(workload, &sized, scenario, RankLoad::EVEN, parts)?,
+                )],
                 towers: None,
             })
         })
@@ -321,7 +358,27 @@ fn print_header(w: &Workload, hw: &Hardware, mode: Mode, sharding: Sharding) {
     );
 }
 
-fn print_points(w: &Workload, points: &[ScalePoint]) {
+/// What a step in `parts` parts runs side by side (docs/SIMULATOR.md, "Steps in parts").
+fn schedule_line(parts: usize) -> String {
+    format!(
+        "steps in {parts} parts where the exchange splits, as towerrec runs them: each part's \
+         dense work beside the other part's embedding exchange (--parts 1: whole steps)"
+    )
+}
+
+/// The phases heading's note on the schedule of `step` when `asked` parts.
+fn schedule_note(step: &Step, asked: usize) -> String {
+    if step.parts > 1 {
+        format!(", in {} parts", step.parts)
+    } else if asked > 1 {
+        ", whole steps (towerrec splits only the flat exchange and towers whose maps run before step d)"
+            .into()
+    } else {
+        String::new()
+    }
+}
+
+fn print_points(w: &Workload, points: &[ScalePoint], parts: usize) {
     if let Some(t) = points.iter().find_map(|p| p.towers) {
         let flat = w.dense_counts().forward_flops();
         let dmt = t.dense.forward_flops() + t.module_flops;
@@ -365,7 +422,12 @@ fn print_points(w: &Workload, points: &[ScalePoint]) {
     }
     let last = points.last().expect("at least one size");
     for (plan, step) in &last.steps {
-        println!("\nphases at {} chips, {}:", last.chips, plan.name());
+        println!(
+            "\nphases at {} chips, {}{}:",
+            last.chips,
+            plan.name(),
+            schedule_note(step, parts)
+        );
         for ph in &step.phases {
             if ph.seconds > 0.0 {
                 let hidden = if ph.exposed < ph.seconds * 0.999 {
@@ -384,7 +446,40 @@ fn print_points(w: &Workload, points: &[ScalePoint]) {
                 );
             }
         }
+        print_overlaps(step);
     }
+}
+
+/// The parts a step in parts ran side by side, one line each.
+fn print_overlaps(step: &Step) {
+    for o in &step.overlaps {
+        println!(
+            "  overlapped: {} of {} ({}) beside part {}'s interaction, top_mlp and top_mlp_backward ({}): {} hidden",
+            o.exchange_part,
+            o.exchange,
+            duration(o.exchange_seconds),
+            o.dense_part,
+            duration(o.dense_seconds),
+            duration(o.hidden)
+        );
+    }
+}
+
+/// `step`'s overlaps as JSON.
+fn overlaps_json(step: &Step) -> serde_json::Value {
+    step.overlaps
+        .iter()
+        .map(|o| {
+            serde_json::json!({
+                "exchange": o.exchange,
+                "exchange_part": o.exchange_part,
+                "exchange_seconds": o.exchange_seconds,
+                "dense_part": o.dense_part,
+                "dense_seconds": o.dense_seconds,
+                "hidden_seconds": o.hidden,
+            })
+        })
+        .collect()
 }
 
 fn print_json(points: &[ScalePoint]) -> Result<()> {
@@ -404,6 +499,8 @@ fn print_json(points: &[ScalePoint]) -> Result<()> {
                 "memory_utilization": step.memory_utilization(),
                 "allreduce_share": step.allreduce_share(),
                 "speedup_over_flat": p.speedup(*plan),
+                "parts": step.parts,
+                "overlaps": overlaps_json(step),
                 "towers": p.towers.map(|t| serde_json::json!({
                     "towers": t.towers,
                     "groups": t.groups,

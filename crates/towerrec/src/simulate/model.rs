@@ -17,6 +17,9 @@ pub(super) struct SimModel {
     pub cluster: Option<(usize, usize)>,
     /// The config's `cluster.tower_chunks` (1 for a preset: the paper's exchange).
     pub tower_chunks: usize,
+    /// The config's `cluster.overlap_halves`: whether towerrec runs its training steps
+    /// in halves where the plan allows (false for a preset: the papers' whole steps).
+    pub overlap_halves: bool,
 }
 
 /// A model preset, or the model of a towerrec config file.
@@ -27,6 +30,7 @@ pub(super) fn load_model(name: &str) -> Result<SimModel> {
             towers: None,
             cluster: None,
             tower_chunks: 1,
+            overlap_halves: false,
         });
     }
     let path = Path::new(name);
@@ -49,6 +53,7 @@ pub(super) fn load_model(name: &str) -> Result<SimModel> {
         towers,
         cluster,
         tower_chunks: c.tower_chunks,
+        overlap_halves: c.overlap_halves,
     })
 }
 

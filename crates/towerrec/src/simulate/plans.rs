@@ -1,17 +1,15 @@
 //! `towerrec simulate --plans P,… --profile PROF`: particular sharding plans priced by
-//! the simulator. The simulator's flat step assumes every chip does the same embedding
-//! work; a plan gives each rank its own share. OPER's cost model (§3.2 Eq. 1–3, the
-//! `towerrec plan --profile` rating) says how many rows each rank looks up and how many
-//! bytes it sends and receives under the access profile; those, over an even spread's,
-//! are the rank's [`RankLoad`], and the step is the slowest rank's. This is how plans
-//! from other planners (TorchRec's, bench/torchrec) are set beside towerrec's.
+//! the simulator. OPER's cost model (§3.2 Eq. 1–3, the `towerrec plan --profile`
+//! rating, a `towerrec_plan::CostModel`) says what each rank looks up and sends under
+//! the access profile; `towerrec_sim::simulate_plan` prices each rank's step from that,
+//! and the plan's step is the slowest rank's. This is how plans from other planners
+//! (TorchRec's, bench/torchrec) are set beside towerrec's.
 
 use super::*;
-use crate::plan_oper;
 use towerrec_data::AccessProfile;
-use towerrec_plan::oper::{self, Rating};
-use towerrec_plan::{CostParams, Plan, TableSpec, Topology};
-use towerrec_sim::{simulate_rank, Group, LevelShares, Phase, RankLoad, Resource, Step};
+use towerrec_plan::oper::OperModel;
+use towerrec_plan::{CostParams, Plan, ShardingType, TableSpec};
+use towerrec_sim::{cost_params, simulate_plan, PlanStep};
 
 /// What `--plans` needs besides the model and hardware.
 pub(super) struct PlanRequest<'a> {
@@ -20,31 +18,40 @@ pub(super) struct PlanRequest<'a> {
     pub profile: Option<&'a Path>,
     pub mode: Mode,
     pub json: bool,
+    /// Parts of a training step where a plan splits ([`plan_parts`]).
+    pub parts: usize,
+    /// Whether the config's Tower Modules are per-feature maps (run before step d when
+    /// a tower plan's tables are whole).
+    pub early_maps: bool,
 }
 
-/// A plan's simulated step: every rank's, and the model's rating beside it.
+/// A plan's simulated step.
 struct Priced {
     label: String,
-    steps: Vec<Step>,
-    loads: Vec<RankLoad>,
-    rating: Rating,
-    topology: towerrec_plan::Topology,
+    step: PlanStep,
     /// DMT towers in the plan: priced as the flat exchange all the same.
     towers: usize,
 }
 
-impl Priced {
-    fn slowest(&self) -> usize {
-        (0..self.steps.len())
-            .max_by(|&a, &b| self.steps[a].seconds.total_cmp(&self.steps[b].seconds))
-            .unwrap_or(0)
-    }
-
-    fn fastest_seconds(&self) -> f64 {
-        self.steps
-            .iter()
-            .map(|s| s.seconds)
-            .fold(f64::INFINITY, f64::min)
+/// The parts towerrec's runtime can run `plan`'s steps in (`towerrec-train`'s
+/// `ShardedEmbeddings::max_parts`): one with table-row-wise tables across several hosts
+/// (their two-step exchange runs whole) or with towers whose modules do not run before
+/// step d (`early_maps`, every table whole on one rank), else two.
+fn plan_parts(plan: &Plan, early_maps: bool) -> usize {
+    let whole = |sharding| sharding == ShardingType::TableWise;
+    let splits = if plan.towers.is_empty() {
+        plan.topology.hosts < 2
+            || plan
+                .tables
+                .iter()
+                .all(|t| t.sharding != ShardingType::TableRowWise)
+    } else {
+        early_maps && plan.tables.iter().all(|t| whole(t.sharding))
+    };
+    if splits {
+        towerrec_sim::MAX_PARTS
+    } else {
+        1
     }
 }
 
@@ -90,109 +97,37 @@ pub(super) fn run(req: PlanRequest, workload: Workload, hw: &Hardware) -> Result
             );
         }
         let sized = hw.with_chips(topo.world_size())?;
-        let cost = plan_oper::from_hardware(
-            &sized,
-            CostParams {
-                batch_size: workload.global_batch(topo.world_size()) as usize,
-                ..CostParams::default()
-            },
-            &tables,
-        );
-        let rating = oper::rate(&plan, &tables, &profile, &cost)
-            .with_context(|| format!("rating plan {label}"))?;
-        let loads = rank_loads(&rating, topo, cost.gather_bytes_per_s);
+        let base = CostParams {
+            batch_size: workload.global_batch(topo.world_size()) as usize,
+            ..CostParams::default()
+        };
+        let model = OperModel {
+            profile: &profile,
+            cost: cost_params(&sized, base, &tables),
+        };
         let scenario = Scenario {
             mode: req.mode,
             sharding: Sharding::Unsharded,
             exchange: Exchange::Flat,
         };
-        // Training: rows held on several ranks sum their gradients every step, the
-        // same all-reduce on every rank (Eq. 1–3 leave it out; OPER's Eq. 4–5 weigh it).
-        let copy_sync = match req.mode {
-            Mode::Training if rating.copy_sync_bytes > 0.0 => {
-                let world = Group {
-                    hosts: topo.hosts,
-                    per_host: topo.ranks_per_host,
-                };
-                sized
-                    .network
-                    .hierarchical_all_reduce(rating.copy_sync_bytes, world)
-            }
-            _ => 0.0,
-        };
-        let steps = loads
-            .iter()
-            .map(|&l| {
-                let mut step = simulate_rank(&workload, &sized, scenario, l)?;
-                if copy_sync > 0.0 {
-                    step.phases.push(Phase {
-                        name: "copy_sync",
-                        resource: Resource::Network,
-                        seconds: copy_sync,
-                        exposed: copy_sync,
-                    });
-                    step.seconds += copy_sync;
-                }
-                Ok(step)
-            })
-            .collect::<towerrec_sim::Result<Vec<_>>>()?;
+        let parts = req.parts.min(plan_parts(&plan, req.early_maps));
+        let step = simulate_plan(&model, &plan, &tables, &workload, &sized, scenario, parts)
+            .with_context(|| format!("rating plan {label}"))?;
         priced.push(Priced {
             label,
-            steps,
-            loads,
-            rating,
-            topology: topo,
+            step,
             towers: plan.towers.len(),
         });
     }
     if req.json {
         print_json_plans(&priced)
     } else {
-        print_plans(&workload, hw, &tables, &priced);
+        print_plans(&workload, hw, &tables, &priced, req.parts);
         Ok(())
     }
 }
 
-/// Each rank's lookups and exchanged bytes over an even spread's: every read served by
-/// some rank, a share `(W − 1) / W` of each rank's reads fetched from the others, of
-/// which `(L − 1) / (W − 1)` within its host. A rank's bytes within its host and across
-/// hosts are each the larger of what it sends and receives there.
-fn rank_loads(r: &Rating, topology: Topology, gather_bytes_per_s: f64) -> Vec<RankLoad> {
-    let w = r.lookup_seconds.len();
-    let total_reads_bytes: f64 = r.lookup_seconds.iter().sum::<f64>() * gather_bytes_per_s;
-    let even_lookup = r.lookup_seconds.iter().sum::<f64>() / w as f64;
-    let even_exchange = total_reads_bytes / w as f64 * (w as f64 - 1.0) / w as f64;
-    let intra_share = Group {
-        hosts: topology.hosts,
-        per_host: topology.ranks_per_host,
-    }
-    .intra_share();
-    let share = |x: f64, even: f64| if even > 0.0 { x / even } else { 0.0 };
-    (0..w)
-        .map(|rank| {
-            let (mut within, mut across) = ([0.0; 2], [0.0; 2]);
-            for other in (0..w).filter(|&o| o != rank) {
-                let level = if topology.is_cross_host(rank, other) {
-                    &mut across
-                } else {
-                    &mut within
-                };
-                level[0] += r.comm[other][rank];
-                level[1] += r.comm[rank][other];
-            }
-            let larger = |[sent, received]: [f64; 2]| sent.max(received);
-            RankLoad {
-                lookups: share(r.lookup_seconds[rank], even_lookup),
-                exchange: LevelShares {
-                    intra: share(larger(within), even_exchange * intra_share),
-                    cross: share(larger(across), even_exchange * (1.0 - intra_share)),
-                },
-            }
-        })
-        .collect()
-}
-
-fn print_plans(w: &Workload, hw: &Hardware, tables: &[TableSpec], priced: &[Priced]) {
+fn print_plans(w: &Workload, hw: &Hardware, tables: &[TableSpec], priced: &[Priced], parts: usize) {
     println!(
         "model {}: {} tables, global batch {}; hardware {} ({} chips per host); each plan's ranks priced by their lookups and exchanged bytes under the profile",
         w.name,
@@ -217,26 +152,27 @@ fn print_plans(w: &Workload, hw: &Hardware, tables: &[TableSpec], priced: &[Pric
         "copies MB"
     );
     for p in priced {
-        let s = p.slowest();
-        let max = p.steps[s].seconds;
-        let load = p.loads[s];
+        let (m, ps) = (&p.step.model, &p.step);
+        let s = ps.slowest();
+        let max = ps.steps[s].seconds;
+        let load = ps.loads[s];
         println!(
             "{:<40} {:>6} {:>12} {:>12} {:>7.1}% {:>12.0} {:>19} {:>12.4} {:>7.1}% {:>10.3} {:>10.3} {:>10.3}",
             p.label,
-            p.steps.len(),
+            ps.steps.len(),
             duration(max),
-            duration(p.fastest_seconds()),
-            100.0 * p.fastest_seconds() / max,
-            p.steps[s].samples_per_s(),
+            duration(ps.fastest_seconds()),
+            100.0 * ps.fastest_seconds() / max,
+            ps.steps[s].samples_per_s(),
             format!(
                 "{s} ({:.2}, {:.2}, {:.2})",
                 load.lookups, load.exchange.intra, load.exchange.cross
             ),
-            1e3 * p.rating.max_seconds(),
-            100.0 * p.rating.balance(),
-            p.rating.total_bytes() / 1e6,
-            p.rating.cross_host_bytes(p.topology) / 1e6,
-            p.rating.copy_sync_bytes / 1e6,
+            1e3 * m.max_seconds(),
+            100.0 * m.balance(),
+            m.total_bytes() / 1e6,
+            m.cross_host_bytes() / 1e6,
+            m.copy_sync_bytes / 1e6,
         );
     }
     println!(
@@ -250,30 +186,48 @@ fn print_plans(w: &Workload, hw: &Hardware, tables: &[TableSpec], priced: &[Pric
             crate::plan_oper::flat_rating_note(p.towers)
         );
     }
+    if parts > 1 {
+        println!("\n{}", super::schedule_line(parts));
+        for p in priced {
+            let step = &p.step.steps[p.step.slowest()];
+            if step.parts > 1 {
+                println!("{}, slowest rank:", p.label);
+                super::print_overlaps(step);
+            } else {
+                println!(
+                    "{}: whole steps (table-row-wise tables across hosts, or towers whose modules do not run before step d)",
+                    p.label
+                );
+            }
+        }
+    }
 }
 
 fn print_json_plans(priced: &[Priced]) -> Result<()> {
     for p in priced {
-        let s = p.slowest();
+        let (m, ps) = (&p.step.model, &p.step);
+        let s = ps.slowest();
         let line = serde_json::json!({
             "plan": p.label,
-            "ranks": p.steps.len(),
-            "step_seconds": p.steps[s].seconds,
-            "fastest_rank_seconds": p.fastest_seconds(),
-            "balance": p.fastest_seconds() / p.steps[s].seconds,
-            "samples_per_sec": p.steps[s].samples_per_s(),
+            "ranks": ps.steps.len(),
+            "step_seconds": ps.steps[s].seconds,
+            "fastest_rank_seconds": ps.fastest_seconds(),
+            "balance": ps.fastest_seconds() / ps.steps[s].seconds,
+            "samples_per_sec": ps.steps[s].samples_per_s(),
             "slowest_rank": s,
-            "rank_step_seconds": p.steps.iter().map(|x| x.seconds).collect::<Vec<_>>(),
-            "rank_lookup_share": p.loads.iter().map(|l| l.lookups).collect::<Vec<_>>(),
-            "rank_intra_exchange_share": p.loads.iter().map(|l| l.exchange.intra).collect::<Vec<_>>(),
-            "rank_cross_exchange_share": p.loads.iter().map(|l| l.exchange.cross).collect::<Vec<_>>(),
-            "model_max_rank_seconds": p.rating.max_seconds(),
-            "model_balance": p.rating.balance(),
-            "model_bytes_per_iteration": p.rating.total_bytes(),
-            "model_cross_host_bytes_per_iteration": p.rating.cross_host_bytes(p.topology),
-            "copy_sync_bytes_per_iteration": p.rating.copy_sync_bytes,
-            "copy_sync_seconds": p.steps[s].phase("copy_sync").map_or(0.0, |ph| ph.seconds),
+            "rank_step_seconds": ps.steps.iter().map(|x| x.seconds).collect::<Vec<_>>(),
+            "rank_lookup_share": ps.loads.iter().map(|l| l.lookups).collect::<Vec<_>>(),
+            "rank_intra_exchange_share": ps.loads.iter().map(|l| l.exchange.intra).collect::<Vec<_>>(),
+            "rank_cross_exchange_share": ps.loads.iter().map(|l| l.exchange.cross).collect::<Vec<_>>(),
+            "model_max_rank_seconds": m.max_seconds(),
+            "model_balance": m.balance(),
+            "model_bytes_per_iteration": m.total_bytes(),
+            "model_cross_host_bytes_per_iteration": m.cross_host_bytes(),
+            "copy_sync_bytes_per_iteration": m.copy_sync_bytes,
+            "copy_sync_seconds": ps.steps[s].phase("copy_sync").map_or(0.0, |ph| ph.seconds),
             "towers_priced_as_flat": p.towers,
+            "parts": ps.steps[s].parts,
+            "overlaps": overlaps_json(&ps.steps[s]),
         });
         println!("{}", serde_json::to_string(&line)?);
     }
