@@ -20,11 +20,14 @@ use crate::times::PhaseTimes;
 use std::ops::Range;
 use towerrec_core::{Batch, Layer};
 
-/// Samples of a slice of `b` in each of `parts` parts: one part is the whole slice, two
+/// Samples of a slice of `b` in part `k` of `parts`: one part is the whole slice, two
 /// split it at `b / 2`.
-fn part_ranges(b: usize, parts: usize) -> Vec<Range<usize>> {
-    let cuts: &[usize] = if parts == 1 { &[0, b] } else { &[0, b / 2, b] };
-    cuts.windows(2).map(|w| w[0]..w[1]).collect()
+fn part_range(b: usize, (k, parts): (usize, usize)) -> Range<usize> {
+    match (k, parts) {
+        (_, 1) => 0..b,
+        (0, _) => 0..b / 2,
+        _ => b / 2..b,
+    }
 }
 
 /// Seconds of dense work in `t`.
@@ -89,7 +92,6 @@ impl Model {
         } = self;
         let slots = &*slots;
         let scale = 1.0 / global_size.max(1) as f32;
-        let ranges = part_ranges(b, parts);
         let place = |k: usize| Place {
             first: k == 0,
             last: k + 1 == parts,
@@ -111,7 +113,7 @@ impl Model {
         let mut loss = 0.0;
         let (logits, grad) = (&mut logits[..], &mut grad[..]);
         for k in 1..parts {
-            let r = ranges[k - 1].clone();
+            let r = part_range(b, (k - 1, parts));
             let before = dense_seconds(&inside);
             let part = (
                 &batch.labels[r.clone()],
@@ -140,7 +142,7 @@ impl Model {
         }
         // The last part's dense work: during the first gradient exchange, or alone in a
         // whole step.
-        let last = ranges[parts - 1].clone();
+        let last = part_range(b, (parts - 1, parts));
         let before = dense_seconds(&inside);
         let rows = &features[last.start * width..last.end * width];
         let (labels, part_logits, logits_grad) = (

@@ -69,13 +69,14 @@ enum Outputs {
 }
 
 impl Outputs {
-    /// The distributions in the order a step runs them.
-    fn each(&mut self) -> Vec<&mut dyn OutputDist> {
-        match self {
-            Outputs::Flat(flat, None) => vec![flat],
-            Outputs::Flat(flat, Some(trw)) => vec![flat, &mut **trw],
-            Outputs::Towers(sptt) => vec![&mut **sptt],
-        }
+    /// The distributions in the order a step runs them (no allocation: this runs every
+    /// step).
+    fn each(&mut self) -> impl Iterator<Item = &mut dyn OutputDist> {
+        let (first, second): (&mut dyn OutputDist, Option<&mut dyn OutputDist>) = match self {
+            Outputs::Flat(flat, trw) => (flat, trw.as_deref_mut().map(|t| t as _)),
+            Outputs::Towers(sptt) => (&mut **sptt, None),
+        };
+        std::iter::once(first).chain(second)
     }
 
     /// The fewest parts of the distributions'.
@@ -369,8 +370,9 @@ impl ShardedEmbeddings {
         work: GradWork<'_>,
     ) -> Result<()> {
         let sp = &mut self.spread;
-        match &mut self.outputs.each()[..] {
-            [one] => one.backward_part(sp, batch, grad, slots, part, work),
+        let mut each = self.outputs.each();
+        match (each.next(), each.next()) {
+            (Some(one), None) => one.backward_part(sp, batch, grad, slots, part, work),
             _ => unreachable!("a step of several parts has one output distribution"),
         }
     }
