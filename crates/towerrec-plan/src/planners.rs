@@ -13,7 +13,7 @@ mod greedy;
 mod towers;
 
 pub use greedy::greedy;
-pub use towers::{strided_towers, with_towers};
+pub use towers::{default_hosts_per_tower, strided_towers, with_towers};
 
 use crate::error::{Error, Result};
 use crate::plan::{Plan, Shard, ShardingType, TablePlan, TableSpec};

@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::forward::PipelinedForward;
 use crate::model::Model;
 use crate::ranks::rank_slice;
+use crate::run_towers::run_towers;
 use crate::trainer::train_step;
 use serde::Serialize;
 use std::time::Instant;
@@ -95,7 +96,15 @@ pub fn bench_model(
 ) -> Result<BenchResult> {
     let data_schema = schema(&cfg.data, &cfg.base_dir)?;
     cfg.validate_against(&data_schema)?;
-    let mut model = Model::build(&cfg.model, &cfg.optimizer, &data_schema, cfg.train.seed)?;
+    let names: Vec<String> = data_schema.sparse.iter().map(|f| f.name.clone()).collect();
+    let towers = run_towers(&cfg.model, &names, None, None)?;
+    let mut model = Model::build(
+        &cfg.model,
+        &cfg.optimizer,
+        &data_schema,
+        cfg.train.seed,
+        towers.as_deref(),
+    )?;
     bench_built(&mut model, cfg, batches, mode, timing)
 }
 
@@ -110,7 +119,10 @@ pub fn bench_cluster(
     plan: Option<Plan>,
     threads_per_rank: usize,
 ) -> Result<BenchResult> {
-    let (data_schema, plan) = prepare_in_process(cfg, topology, plan, &mut crate::trainer::Silent)?;
+    let (data_schema, plan) =
+        prepare_in_process(cfg, topology, plan, None, &mut crate::trainer::Silent)?;
+    let names: Vec<String> = data_schema.sparse.iter().map(|f| f.name.clone()).collect();
+    let towers = run_towers(&cfg.model, &names, Some(&plan), None)?;
     let results = run_ranks(topology, threads_per_rank, |comm: Comm| {
         let mut model = Model::build_sharded(
             &cfg.model,
@@ -119,6 +131,7 @@ pub fn bench_cluster(
             cfg.train.seed,
             comm,
             &plan,
+            towers.as_deref(),
         )?;
         model.apply_cluster_config(&cfg.cluster);
         bench_built(&mut model, cfg, batches, mode, timing)

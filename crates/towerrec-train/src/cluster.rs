@@ -18,12 +18,13 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::memory::{MemoryNeed, Placement};
 use crate::model::Model;
-use crate::trainer::{train_model, Observer, Summary, TrainOptions};
+use crate::run_towers::run_towers;
+use crate::trainer::{resumed_towers, train_model, Observer, Summary, TrainOptions};
 use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use towerrec_comm::{run_in_process_with, Comm, Topology, Watchdog};
 use towerrec_data::{schema, Schema};
-use towerrec_plan::planners::{greedy, table_wise, with_towers};
+use towerrec_plan::planners::{default_hosts_per_tower, greedy, table_wise, with_towers};
 use towerrec_plan::{CostParams, Plan};
 
 /// What the ranks `ranks` (those this process runs, of a world of `world`) of a run of
@@ -59,30 +60,25 @@ pub fn check_run_fits(
     Ok((need, whose))
 }
 
-/// The plan to run: `plan` checked against the model and topology, or the greedy
-/// planner's for this batch size.
+/// The plan to run: `plan` checked against the model and topology; else, for a DMT
+/// model, the default planner's plan of the run's towers ([`run_towers`]: those of the
+/// checkpoint a resumed run trained with, `recorded`, else the model's); else the
+/// greedy planner's for this batch size.
 pub fn resolve_plan(
     cfg: &Config,
     schema: &Schema,
     topology: Topology,
     plan: Option<Plan>,
+    recorded: Option<&[Vec<String>]>,
 ) -> Result<Plan> {
     let specs = table_specs(cfg, schema);
     let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
-    let towers = match &cfg.model.towers {
-        Some(t) => Some(t.assignment(&names).map_err(Error::Model)?),
-        None => None,
-    };
+    let towers = run_towers(&cfg.model, &names, plan.as_ref(), recorded)?;
     let plan = match (plan, &towers) {
         (Some(p), _) => p,
         (None, Some(towers)) => {
-            // One tower per host group of one host, tables whole on its ranks.
-            let groups = topology.hosts.min(towers.len());
-            let k = if groups > 0 && topology.hosts.is_multiple_of(groups) {
-                topology.hosts / groups
-            } else {
-                topology.hosts
-            };
+            // The default planner's: towers over host groups, tables whole on the ranks.
+            let k = default_hosts_per_tower(topology.hosts, towers.len());
             with_towers(&specs, topology, towers, k, table_wise)?
         }
         (None, None) => {
@@ -94,32 +90,7 @@ pub fn resolve_plan(
         }
     };
     plan.validate(&specs, topology, None)?;
-    if let Some(towers) = &towers {
-        check_plan_towers(&plan, towers, &names)?;
-    }
     Ok(plan)
-}
-
-/// A plan with towers must have the model's towers (the same tables in each, in order).
-fn check_plan_towers(plan: &Plan, towers: &[Vec<usize>], names: &[String]) -> Result<()> {
-    if plan.towers.is_empty() {
-        return Ok(());
-    }
-    let want: Vec<Vec<&str>> = towers
-        .iter()
-        .map(|t| t.iter().map(|&i| names[i].as_str()).collect())
-        .collect();
-    let got: Vec<Vec<&str>> = plan
-        .towers
-        .iter()
-        .map(|t| t.features.iter().map(String::as_str).collect())
-        .collect();
-    if want != got {
-        return Err(Error::Plan(format!(
-            "the plan's towers {got:?} are not the model's towers {want:?} (model.towers)"
-        )));
-    }
-    Ok(())
 }
 
 /// One rank's whole run: builds its part of the model and trains. Every rank of `comm`
@@ -136,6 +107,9 @@ pub fn train_rank(
     comm.check_same("the plan", fingerprint(&plan.to_json_pretty()))?;
     let data_schema = schema(&cfg.data, &cfg.base_dir)?;
     cfg.validate_against(&data_schema)?;
+    let names: Vec<String> = data_schema.sparse.iter().map(|f| f.name.clone()).collect();
+    let recorded = resumed_towers(opts)?;
+    let towers = run_towers(&cfg.model, &names, Some(plan), recorded.as_deref())?;
     let mut model = Model::build_sharded(
         &cfg.model,
         &cfg.optimizer,
@@ -143,6 +117,7 @@ pub fn train_rank(
         cfg.train.seed,
         comm,
         plan,
+        towers.as_deref(),
     )?;
     model.apply_cluster_config(&cfg.cluster);
     train_model(cfg, opts, model, observer)
@@ -188,11 +163,12 @@ pub(crate) fn prepare_in_process(
     cfg: &Config,
     topology: Topology,
     plan: Option<Plan>,
+    recorded: Option<&[Vec<String>]>,
     observer: &mut dyn Observer,
 ) -> Result<(Schema, Plan)> {
     let data_schema = schema(&cfg.data, &cfg.base_dir)?;
     cfg.validate_against(&data_schema)?;
-    let plan = resolve_plan(cfg, &data_schema, topology, plan)?;
+    let plan = resolve_plan(cfg, &data_schema, topology, plan, recorded)?;
     let world = topology.world_size();
     let (need, whose) = check_run_fits(cfg, &data_schema, &plan, world, 0..world)?;
     observer.on_memory(&whose, &need);
@@ -210,7 +186,8 @@ pub fn train_in_process(
     threads_per_rank: usize,
     observer: &mut (dyn Observer + Send),
 ) -> Result<Summary> {
-    let (_, plan) = prepare_in_process(cfg, topology, plan, &mut *observer)?;
+    let recorded = resumed_towers(opts)?;
+    let (_, plan) = prepare_in_process(cfg, topology, plan, recorded.as_deref(), &mut *observer)?;
     let observer = Mutex::new(Some(observer));
     let results = run_ranks_with(topology, threads_per_rank, opts.watchdog, |comm: Comm| {
         if comm.rank() == 0 {

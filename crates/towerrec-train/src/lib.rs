@@ -21,6 +21,7 @@ mod prefetch;
 mod ranks;
 mod read_check;
 mod report;
+pub mod run_towers;
 pub mod rundir;
 pub mod sharded;
 pub mod slots;

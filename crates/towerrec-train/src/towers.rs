@@ -71,6 +71,11 @@ impl ModelTowers {
         })
     }
 
+    /// Each tower's tables (indices into the model's tables).
+    pub(crate) fn tables(&self) -> Vec<Vec<usize>> {
+        self.towers.iter().map(|t| t.tables.clone()).collect()
+    }
+
     /// Number of towers.
     pub(crate) fn tower_count(&self) -> usize {
         self.towers.len()

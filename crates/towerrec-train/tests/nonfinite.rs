@@ -11,6 +11,7 @@ use towerrec_core::Batch;
 use towerrec_data::schema;
 use towerrec_plan::{planners, Plan};
 use towerrec_train::cluster::{run_ranks_with, table_specs};
+use towerrec_train::run_towers::fresh_towers;
 use towerrec_train::trainer::train_step;
 use towerrec_train::{Config, Model};
 
@@ -61,7 +62,14 @@ fn steps(model: &mut Model, batches: &[Batch]) -> Option<(usize, String)> {
 
 fn alone(cfg: &Config, batches: &[Batch]) -> Option<(usize, String)> {
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
-    let mut model = Model::build(&cfg.model, &cfg.optimizer, &s, cfg.train.seed).unwrap();
+    let mut model = Model::build(
+        &cfg.model,
+        &cfg.optimizer,
+        &s,
+        cfg.train.seed,
+        fresh_towers(&cfg.model, &s, None).unwrap().as_deref(),
+    )
+    .unwrap();
     steps(&mut model, batches)
 }
 
@@ -77,8 +85,15 @@ fn cluster(
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
     let watchdog = Watchdog::new(20.0).unwrap();
     run_ranks_with(topology, 1, watchdog, |comm: Comm| {
-        let mut model =
-            Model::build_sharded(&cfg.model, &cfg.optimizer, &s, cfg.train.seed, comm, plan)?;
+        let mut model = Model::build_sharded(
+            &cfg.model,
+            &cfg.optimizer,
+            &s,
+            cfg.train.seed,
+            comm,
+            plan,
+            fresh_towers(&cfg.model, &s, Some(plan)).unwrap().as_deref(),
+        )?;
         model.set_overlap_halves(halves);
         Ok(steps(&mut model, batches))
     })

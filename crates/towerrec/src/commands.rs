@@ -169,7 +169,15 @@ pub fn eval(a: EvalArgs) -> Result<()> {
         files.output("--predictions", path)?;
     }
     let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir)?;
-    let mut model = Model::build(&cfg.model, &cfg.optimizer, &schema, cfg.train.seed)?;
+    let towers = ckpt.model_towers(&cfg, &schema)?;
+    let model = Model::build(
+        &cfg.model,
+        &cfg.optimizer,
+        &schema,
+        cfg.train.seed,
+        towers.as_deref(),
+    );
+    let mut model = model?;
     ckpt.apply(&mut model)?;
     let stream = towerrec_data::open(&cfg.data, Part::Eval, a.bad_rows.into(), &cfg.base_dir)?;
     let scored = score(&mut model, stream, cfg.eval_batch_size())?;

@@ -136,7 +136,15 @@ pub fn run(a: PartitionArgs) -> Result<()> {
     }
 
     crate::commands::clean(&files);
-    let mut model = Model::build(&cfg.model, &cfg.optimizer, &schema, cfg.train.seed)?;
+    let towers = ckpt.model_towers(&cfg, &schema)?;
+    let model = Model::build(
+        &cfg.model,
+        &cfg.optimizer,
+        &schema,
+        cfg.train.seed,
+        towers.as_deref(),
+    );
+    let mut model = model?;
     ckpt.apply(&mut model)?;
     let (interaction, samples) = interaction(&cfg, &mut model, a.batches)?;
     drop(model);

@@ -15,6 +15,42 @@ use towerrec_plan::{planners, CostModel, CostParams, Plan, ShardingType, TableSp
 use towerrec_train::files::Files;
 use towerrec_train::Config;
 
+/// The towers to plan (table indices), from `--towers`, `--towers-file` or, for a DMT
+/// model, the model's (its default planner's: docs/DMT.md, "Where the towers come
+/// from"); `None` for a plan without towers.
+fn plan_towers(
+    a: &PlanArgs,
+    cfg: &Config,
+    tables: &[TableSpec],
+) -> Result<Option<Vec<Vec<usize>>>> {
+    let names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
+    if a.flat {
+        return Ok(None);
+    }
+    if let Some(path) = &a.towers_file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--towers-file {}", path.display()))?;
+        let partition = towerrec_plan::partition::TowerPartition::from_json(&text)
+            .with_context(|| format!("--towers-file {}", path.display()))?;
+        let towers = towerrec_train::config::towers_by_name(&partition.towers, &names)
+            .map_err(|e| anyhow!("--towers-file {}: {e}", path.display()))?;
+        return Ok(Some(towers));
+    }
+    match a.towers {
+        Some(0) => bail!("--towers 0: a tower plan needs at least one tower"),
+        Some(t) if t > tables.len() => {
+            bail!(
+                "--towers {t}: there are only {} tables to group",
+                tables.len()
+            )
+        }
+        Some(t) => Ok(Some(planners::strided_towers(tables.len(), t))),
+        None => Ok(towerrec_train::run_towers::run_towers(
+            &cfg.model, &names, None, None,
+        )?),
+    }
+}
+
 /// How to spread the tables.
 #[derive(Clone, Copy, ValueEnum)]
 pub enum Strategy {
@@ -90,18 +126,28 @@ pub struct PlanArgs {
     #[arg(long, value_name = "N")]
     memory_budget_mib: Option<u64>,
     /// DMT towers: group the tables into T towers (feature i in tower i mod T, the DMT
-    /// paper's naive assignment), each placed by --strategy on the ranks of its hosts.
-    #[arg(long, value_name = "T")]
+    /// paper's naive assignment), each placed by --strategy on the ranks of its hosts
+    /// [default: a DMT model's towers, `[model.towers] count` of them].
+    #[arg(long, value_name = "T", group = "tower_source")]
     towers: Option<usize>,
-    /// With --towers: hosts each tower spans (1, or K dividing the hosts).
-    #[arg(long, value_name = "K", default_value_t = 1, requires = "towers")]
-    hosts_per_tower: usize,
+    /// DMT towers as `towerrec partition` grouped them (its JSON), each placed by
+    /// --strategy on the ranks of its hosts.
+    #[arg(long, value_name = "FILE", group = "tower_source")]
+    towers_file: Option<PathBuf>,
+    /// A plan without towers, also for a DMT model (its Tower Modules then run after a
+    /// flat output exchange, without SPTT).
+    #[arg(long, group = "tower_source")]
+    flat: bool,
+    /// Hosts each tower spans (K dividing the hosts) [default: the hosts over the
+    /// towers, as the runtime's default plan].
+    #[arg(long, value_name = "K")]
+    hosts_per_tower: Option<usize>,
     /// Write the plan to this file [default: stdout].
     #[arg(long)]
     output: Option<PathBuf>,
     /// Rate this plan instead of making one: validate it and print the per-rank
     /// figures (with --profile, OPER's model too).
-    #[arg(long, value_name = "PLAN", conflicts_with_all = ["towers", "output"])]
+    #[arg(long, value_name = "PLAN", conflicts_with_all = ["tower_source", "output"])]
     rate: Option<PathBuf>,
     /// Also write the tables as JSON (name, rows, dim, bytes per row, pooling factor),
     /// with the topology and global batch, for other planners (bench/torchrec).
@@ -130,6 +176,9 @@ pub fn run(a: PlanArgs) -> Result<()> {
     a.oper.inputs(&mut files)?;
     if let Some(p) = &a.rate {
         files.input("the plan to rate (--rate)", p)?;
+    }
+    if let Some(p) = &a.towers_file {
+        files.input("the towers (--towers-file)", p)?;
     }
     if let Some(p) = &a.output {
         files.output("--output", p)?;
@@ -185,21 +234,23 @@ pub fn run(a: PlanArgs) -> Result<()> {
         };
         plan_oper::plan(placement, &a.oper, tables, profile, topology, cost, budget)
     };
-    let plan = match (&a.rate, a.towers) {
+    let towers = match &a.rate {
+        Some(_) => None,
+        None => plan_towers(&a, &cfg, &tables)?,
+    };
+    if towers.is_none() && a.hosts_per_tower.is_some() {
+        bail!("--hosts-per-tower: the plan has no towers (give --towers, --towers-file or a DMT model)");
+    }
+    let plan = match (&a.rate, &towers) {
         (Some(path), _) => Ok(Plan::load(path)?),
         (None, None) => any(&tables, topology),
-        (None, Some(0)) => bail!("--towers 0: a tower plan needs at least one tower"),
-        (None, Some(t)) if t > tables.len() => {
-            bail!(
-                "--towers {t}: there are only {} tables to group",
-                tables.len()
-            )
-        }
-        (None, Some(t)) => {
+        (None, Some(towers)) => {
             // OPER inside towers: each host group's tables planned on its hosts, so
             // replicas stay there (docs/OPER.md, "Replicas under DMT towers").
-            let towers = planners::strided_towers(tables.len(), t);
-            planners::with_towers(&tables, topology, &towers, a.hosts_per_tower, any)
+            let k = a
+                .hosts_per_tower
+                .unwrap_or_else(|| planners::default_hosts_per_tower(topology.hosts, towers.len()));
+            planners::with_towers(&tables, topology, towers, k, any)
         }
     }
     .with_context(|| format!("planning {label}"))?;

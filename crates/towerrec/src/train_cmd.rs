@@ -491,7 +491,14 @@ mod mpi {
             let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir)?;
             let plan = cfg.plan_path().map(towerrec_plan::Plan::load).transpose()?;
             let topology = session.topology();
-            let plan = towerrec_train::cluster::resolve_plan(cfg, &schema, topology, plan)?;
+            let recorded = towerrec_train::trainer::resumed_towers(opts)?;
+            let plan = towerrec_train::cluster::resolve_plan(
+                cfg,
+                &schema,
+                topology,
+                plan,
+                recorded.as_deref(),
+            )?;
             let (size, rank) = (comm.size(), comm.rank());
             let need = towerrec_train::cluster::check_run_fits(cfg, &schema, &plan, size, [rank])?;
             Ok((plan, need))
@@ -585,6 +592,17 @@ fn setting_notes(cfg: &Config, mpi: bool) -> Result<Vec<String>> {
              not sharded (the drift watch re-plans a cluster's rows; docs/OPER.md)"
                 .to_string(),
         );
+    }
+    if let Some(listed) = cfg.model.towers.as_ref().and_then(|t| t.features.as_ref()) {
+        notes.push(format!(
+            "note: model.towers.features (or file) lists the towers, as configs before the \
+             plan held them did: read once, these {} towers are this run's (its checkpoint \
+             records them, and on a cluster its plan holds them; its config.toml says \
+             count = {}); in a new config give count, and towers other than the naive \
+             split by a plan (towerrec plan --towers-file; docs/DMT.md)",
+            listed.len(),
+            listed.len()
+        ));
     }
     let model_towers = cfg.model.towers.is_some();
     match &plan {

@@ -19,6 +19,18 @@ pub fn strided_towers(features: usize, towers: usize) -> Vec<Vec<usize>> {
     out
 }
 
+/// Hosts each of `towers` towers spans by default on `hosts` hosts: one host group per
+/// tower where there are hosts enough (`hosts / towers` hosts each, when that divides),
+/// else towers share one-host groups; all hosts where the groups would not divide them.
+pub fn default_hosts_per_tower(hosts: usize, towers: usize) -> usize {
+    let groups = hosts.min(towers);
+    if groups > 0 && hosts.is_multiple_of(groups) {
+        hosts / groups
+    } else {
+        hosts
+    }
+}
+
 /// A plan with `towers` (feature indices into `tables`, every table in exactly one),
 /// each tower on `hosts_per_tower` hosts, its tables placed by `inner` on the
 /// sub-cluster of those hosts. An inner OPER plan keeps its replicas on the tower's

@@ -26,7 +26,11 @@ use std::path::{Path, PathBuf};
 /// File name of the checkpoint inside a run directory.
 pub const CHECKPOINT_FILE: &str = "checkpoint.safetensors";
 /// v2 added the checksums and data fingerprints; v1 files have neither and are refused.
-const FORMAT: &str = "towerrec-checkpoint-v2";
+/// v3 records a DMT model's towers (`towers`); a v2 file's towers are its config's.
+const FORMAT: &str = "towerrec-checkpoint-v3";
+const FORMAT_V2: &str = "towerrec-checkpoint-v2";
+/// Metadata key of the towers a DMT model was trained with, by table name (JSON).
+const TOWERS: &str = "towers";
 
 /// Where a run stands: what a resumed run needs besides the tensors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -178,6 +182,7 @@ pub fn save(
     progress: Progress,
     data: &[DataFile],
 ) -> Result<()> {
+    let towers = model.tower_tables();
     let Some((tensors, table_steps)) = collect(model)? else {
         return Ok(());
     };
@@ -198,9 +203,13 @@ pub fn save(
         .iter()
         .map(|(name, bytes, _)| (name.as_str(), checksum(bytes)))
         .collect();
+    let json = |r: serde_json::Result<String>| r.map_err(|e| bad(e.to_string()));
     let mut meta = HashMap::new();
     meta.insert("format".to_string(), FORMAT.to_string());
     meta.insert("config".to_string(), config.to_toml());
+    if let Some(towers) = &towers {
+        meta.insert(TOWERS.to_string(), json(serde_json::to_string(towers))?);
+    }
     meta.insert(
         "base_dir".to_string(),
         config.base_dir.to_string_lossy().into_owned(),
@@ -218,7 +227,6 @@ pub fn save(
     );
     let table_steps: Vec<String> = table_steps.iter().map(u64::to_string).collect();
     meta.insert("table_steps".to_string(), table_steps.join(","));
-    let json = |r: serde_json::Result<String>| r.map_err(|e| bad(e.to_string()));
     meta.insert(
         TENSOR_CHECKSUMS.to_string(),
         json(serde_json::to_string(&sums))?,
@@ -251,6 +259,42 @@ pub fn reseal(bytes: &[u8]) -> Option<Vec<u8>> {
     safetensors::tensor::serialize(tensors, Some(meta)).ok()
 }
 
+/// The towers recorded in the checkpoint at `path` ([`Checkpoint::towers`]), read from
+/// its header alone: a resumed run builds its model on them before it reads the whole
+/// file, which then checks them against its checksums and the model
+/// ([`Checkpoint::check_towers`]).
+pub fn recorded_towers(path: &Path) -> Result<Option<Vec<Vec<String>>>> {
+    use std::io::Read;
+    let path = resolve(path);
+    let bad = |message: String| Error::Checkpoint {
+        path: path.clone(),
+        message,
+    };
+    let mut file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len)
+        .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
+    let len = u64::from_le_bytes(len);
+    // safetensors caps its header at 100 MB.
+    if len > 100_000_000 {
+        return Err(bad(format!(
+            "not a safetensors file: a header of {len} bytes"
+        )));
+    }
+    let mut header = vec![0u8; len as usize];
+    file.read_exact(&mut header)
+        .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
+    let header: serde_json::Value =
+        serde_json::from_slice(&header).map_err(|e| bad(format!("not a safetensors file: {e}")))?;
+    match header.get("__metadata__").and_then(|m| m.get(TOWERS)) {
+        None => Ok(None),
+        Some(serde_json::Value::String(text)) => serde_json::from_str(text)
+            .map(Some)
+            .map_err(|e| bad(format!("metadata '{TOWERS}' malformed: {e}"))),
+        Some(_) => Err(bad(format!("metadata '{TOWERS}' malformed"))),
+    }
+}
+
 /// A checkpoint read from disk, not yet applied to a model.
 pub struct Checkpoint {
     path: PathBuf,
@@ -278,7 +322,7 @@ impl Checkpoint {
             .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
         let meta = metadata.metadata().clone().unwrap_or_default();
         match meta.get("format").map(String::as_str) {
-            Some(FORMAT) => {}
+            Some(FORMAT | FORMAT_V2) => {}
             Some("towerrec-checkpoint-v1") => {
                 return Err(bad(format!(
                     "written by an older towerrec (format v1, without checksums); this one reads {FORMAT}"
@@ -377,6 +421,50 @@ impl Checkpoint {
             &format!("{} (embedded config)", self.path.display()),
             &base_dir,
         )
+    }
+
+    /// The towers a DMT model was trained with, by table name (docs/DMT.md, "Where the
+    /// towers come from"); `None` for a model without towers and for a file older than
+    /// the record (v2), whose towers are its config's.
+    pub fn towers(&self) -> Result<Option<Vec<Vec<String>>>> {
+        let Some(text) = self.meta.get(TOWERS) else {
+            return Ok(None);
+        };
+        serde_json::from_str(text)
+            .map(Some)
+            .map_err(|e| Error::Checkpoint {
+                path: self.path.clone(),
+                message: format!("metadata '{TOWERS}' malformed: {e}"),
+            })
+    }
+
+    /// Refuses a model whose towers are not those recorded (a resumed run's model is
+    /// built on [`recorded_towers`], read before the file was checked).
+    pub fn check_towers(&self, model: &mut Model) -> Result<()> {
+        let recorded = self.towers()?;
+        let built = model.tower_tables();
+        if recorded.is_some() && recorded != built {
+            return Err(Error::Checkpoint {
+                path: self.path.clone(),
+                message: format!(
+                    "it records the towers {recorded:?}, the model was built with {built:?}"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The towers of a model of `cfg` (the checkpoint's config) restored from this
+    /// checkpoint, as indices into the tables of `schema`: the recorded ones, else (a v2
+    /// file) its config's.
+    pub fn model_towers(
+        &self,
+        cfg: &Config,
+        schema: &towerrec_data::Schema,
+    ) -> Result<Option<Vec<Vec<usize>>>> {
+        let names: Vec<String> = schema.sparse.iter().map(|f| f.name.clone()).collect();
+        let recorded = self.towers()?;
+        crate::run_towers::run_towers(&cfg.model, &names, None, recorded.as_deref())
     }
 
     /// Where the run stood.

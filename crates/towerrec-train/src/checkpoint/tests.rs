@@ -23,7 +23,16 @@ fn model() -> (Config, Model) {
     .collect();
     let cfg = Config::quickstart(&sets).unwrap();
     let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir).unwrap();
-    let m = Model::build(&cfg.model, &cfg.optimizer, &schema, 1).unwrap();
+    let m = Model::build(
+        &cfg.model,
+        &cfg.optimizer,
+        &schema,
+        1,
+        crate::run_towers::fresh_towers(&cfg.model, &schema, None)
+            .unwrap()
+            .as_deref(),
+    )
+    .unwrap();
     (cfg, m)
 }
 
@@ -195,5 +204,84 @@ fn a_checkpoint_without_checksums_is_refused_by_format() {
     );
     let e = Checkpoint::read(&path).err().unwrap().to_string();
     assert!(e.contains("format v1, without checksums"), "{e}");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A DMT model's checkpoint records its towers (v3), read from the header alone before
+/// the model is built; a v2 file, without the record, takes its config's towers.
+#[test]
+fn a_dmt_checkpoint_records_its_towers_and_a_v2_file_takes_its_configs() {
+    let dir = scratch("towers");
+    let sets: Vec<String> = [
+        "data.tables=[{ rows = 50, count = 4 }]",
+        "model.top_mlp=[8, 1]",
+        r#"model.towers={ module = "identity", features = [["C4", "C1"], ["C2", "C3"]] }"#,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let cfg = Config::quickstart(&sets).unwrap();
+    let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir).unwrap();
+    let towers = crate::run_towers::fresh_towers(&cfg.model, &schema, None).unwrap();
+    assert_eq!(towers, Some(vec![vec![3, 0], vec![1, 2]]));
+    let mut m = Model::build(&cfg.model, &cfg.optimizer, &schema, 1, towers.as_deref()).unwrap();
+    let path = dir.join(CHECKPOINT_FILE);
+    save(&path, &mut m, &cfg, Progress::default(), &[]).unwrap();
+    let names = |t: &[&[&str]]| -> Vec<Vec<String>> {
+        t.iter()
+            .map(|t| t.iter().map(|s| s.to_string()).collect())
+            .collect()
+    };
+    let want = names(&[&["C4", "C1"], &["C2", "C3"]]);
+    assert_eq!(recorded_towers(&path).unwrap(), Some(want.clone()));
+    let ckpt = Checkpoint::read(&path).unwrap();
+    assert_eq!(ckpt.towers().unwrap(), Some(want));
+    // Its embedded config says count alone: the towers come from the record.
+    let embedded = ckpt.config().unwrap();
+    assert!(embedded.model.towers.as_ref().unwrap().features.is_none());
+    assert_eq!(
+        ckpt.model_towers(&embedded, &schema).unwrap(),
+        Some(vec![vec![3, 0], vec![1, 2]])
+    );
+    ckpt.check_towers(&mut m).unwrap();
+    // A model built on other towers is refused.
+    let naive = embedded.model.towers.as_ref().unwrap().assignment(&[
+        "C1".into(),
+        "C2".into(),
+        "C3".into(),
+        "C4".into(),
+    ]);
+    let mut other = Model::build(
+        &cfg.model,
+        &cfg.optimizer,
+        &schema,
+        1,
+        Some(&naive.unwrap()),
+    )
+    .unwrap();
+    let e = ckpt.check_towers(&mut other).unwrap_err().to_string();
+    assert!(e.contains("records the towers"), "{e}");
+
+    // v2: no record; the embedded config (here listing the towers) gives them.
+    rewrite(
+        &path,
+        |_| {},
+        |meta| {
+            meta.insert("format".into(), "towerrec-checkpoint-v2".into());
+            meta.remove("towers");
+            let old = cfg
+                .to_toml()
+                .replace("count = 2", r#"features = [["C2", "C4"], ["C3", "C1"]]"#);
+            meta.insert("config".into(), old);
+        },
+    );
+    assert_eq!(recorded_towers(&path).unwrap(), None);
+    let ckpt = Checkpoint::read(&path).unwrap();
+    assert_eq!(ckpt.towers().unwrap(), None);
+    let embedded = ckpt.config().unwrap();
+    assert_eq!(
+        ckpt.model_towers(&embedded, &schema).unwrap(),
+        Some(vec![vec![1, 3], vec![2, 0]])
+    );
     std::fs::remove_dir_all(dir).ok();
 }

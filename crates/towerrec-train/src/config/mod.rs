@@ -8,7 +8,7 @@ mod validate;
 
 pub use overrides::with_overrides;
 pub use resume::SAFE_ON_RESUME;
-pub use towers::{BiasInit, TowerModuleName, TowersConfig};
+pub use towers::{towers_by_name, BiasInit, TowerModuleName, TowersConfig};
 pub use validate::{MAX_BATCH_SIZE, MAX_EVAL_BATCH_SIZE, MAX_WORLD_SIZE};
 
 use crate::error::{Error, Result};
@@ -309,7 +309,7 @@ impl Config {
         cfg.origin = origin.to_string();
         if let Some(towers) = &mut cfg.model.towers {
             towers
-                .read_file(base_dir)
+                .convert_listed(base_dir)
                 .map_err(|message| Error::Config {
                     file: origin.to_string(),
                     message,

@@ -5,15 +5,21 @@
 //! ```toml
 //! [model.towers]
 //! module = "dlrm"   # dlrm (Listing 1), dcn (Listing 2) or identity (pass-through)
-//! count = 2         # towers: table i in tower i mod count (the paper's naive split)
-//! # features = [["C1", "C3"], ["C2", "C4"]]   # or the towers by name, every table once
-//! # file = "partition.json"  # or the towers `towerrec partition` wrote (read on load)
+//! count = 2         # how many towers; which tables each holds is the plan's
 //! d = 8             # D: width of the module's output vectors
 //! c = 1             # dlrm: c·D outputs per feature
 //! p = 0             # dlrm: p·D outputs from the whole tower
 //! cross_layers = 1  # dcn: depth of the tower's CrossNet
 //! # bias_init = "zero"  # or "normal"; default zero for dlrm, normal (drawn) for dcn
 //! ```
+//!
+//! Which tables each tower holds comes from one place (`crate::run_towers`): the
+//! plan, a checkpoint's record, or the default planner (table `i` in tower
+//! `i mod count`). An old config's `features` (the towers by name) or `file` (a
+//! partition `towerrec partition` wrote) is converted once, on load: `count` becomes the
+//! number of towers listed, the listed towers stand in for the default planner's, and
+//! the config is written back with `count` alone (docs/DMT.md, "Where the towers come
+//! from").
 
 use serde::{Deserialize, Serialize};
 use towerrec_core::layers::tower::TowerModuleKind;
@@ -42,15 +48,17 @@ pub enum BiasInit {
 #[serde(deny_unknown_fields)]
 pub struct TowersConfig {
     pub module: TowerModuleName,
-    /// Number of towers, table `i` in tower `i mod count` (exclusive with `features`).
+    /// Number of towers (after loading, always given: an old config's listed towers set
+    /// it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<usize>,
-    /// The towers by table name (exclusive with `count`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// An old config's towers by table name, read on load and never written back: they
+    /// stand in for the default planner's towers (`crate::run_towers`).
+    #[serde(default, skip_serializing)]
     pub features: Option<Vec<Vec<String>>>,
-    /// A partition file written by `towerrec partition`, relative to the config; read
-    /// into `features` when the config is loaded.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// An old config's partition file (`towerrec partition`'s JSON), relative to the
+    /// config; read into `features` on load and never written back.
+    #[serde(default, skip_serializing)]
     pub file: Option<std::path::PathBuf>,
     /// D: width of the output vectors (dlrm, dcn); for DLRM also the bottom MLP's output.
     #[serde(default)]
@@ -106,37 +114,48 @@ impl TowersConfig {
         }
     }
 
-    /// The towers as table indices, given the tables' names in model order.
+    /// The default planner's towers as table indices, given the tables' names in model
+    /// order: an old config's listed towers, else table `i` in tower `i mod count` (the
+    /// paper's naive split). A run's towers come from `crate::run_towers`, which
+    /// prefers a plan's or a checkpoint's.
     pub fn assignment(&self, names: &[String]) -> std::result::Result<Vec<Vec<usize>>, String> {
         match (&self.features, self.count) {
-            (Some(_), Some(_)) => Err("model.towers: give count or features, not both".into()),
-            (None, None) => {
-                Err("model.towers: give count (towers) or features (their tables)".into())
+            (Some(towers), _) => {
+                towers_by_name(towers, names).map_err(|e| format!("model.towers.features: {e}"))
             }
+            (None, None) => Err("model.towers: give count (how many towers)".into()),
             (None, Some(0)) => Err("model.towers.count: must be at least 1".into()),
             (None, Some(t)) if t > names.len() => Err(format!(
                 "model.towers.count: {t} towers for {} tables",
                 names.len()
             )),
             (None, Some(t)) => Ok(towerrec_plan::planners::strided_towers(names.len(), t)),
-            (Some(towers), None) => by_name(towers, names),
         }
     }
 
-    /// Reads `file` (relative to `base`) into `features`.
-    pub(super) fn read_file(&mut self, base: &std::path::Path) -> std::result::Result<(), String> {
-        let Some(file) = self.file.take() else {
-            return Ok(());
-        };
-        if self.features.is_some() || self.count.is_some() {
-            return Err("model.towers: give one of count, features and file".into());
+    /// Converts an old config's towers once, on load: reads `file` (relative to `base`)
+    /// into `features`, and sets `count` to the number of towers listed.
+    pub(super) fn convert_listed(
+        &mut self,
+        base: &std::path::Path,
+    ) -> std::result::Result<(), String> {
+        if let Some(file) = self.file.take() {
+            if self.features.is_some() || self.count.is_some() {
+                return Err("model.towers: give one of count, features and file".into());
+            }
+            let path = base.join(&file);
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("model.towers.file {}: {e}", path.display()))?;
+            let partition = towerrec_plan::partition::TowerPartition::from_json(&text)
+                .map_err(|e| format!("model.towers.file {}: {e}", path.display()))?;
+            self.features = Some(partition.towers);
         }
-        let path = base.join(&file);
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("model.towers.file {}: {e}", path.display()))?;
-        let partition = towerrec_plan::partition::TowerPartition::from_json(&text)
-            .map_err(|e| format!("model.towers.file {}: {e}", path.display()))?;
-        self.features = Some(partition.towers);
+        if let Some(listed) = &self.features {
+            if self.count.is_some() {
+                return Err("model.towers: give count or features, not both".into());
+            }
+            self.count = Some(listed.len());
+        }
         Ok(())
     }
 
@@ -155,7 +174,8 @@ impl TowersConfig {
     }
 }
 
-fn by_name(
+/// `towers` (table names) as indices into `names`: every table in exactly one tower.
+pub fn towers_by_name(
     towers: &[Vec<String>],
     names: &[String],
 ) -> std::result::Result<Vec<Vec<usize>>, String> {
@@ -163,28 +183,23 @@ fn by_name(
     let mut out = Vec::with_capacity(towers.len());
     for (t, features) in towers.iter().enumerate() {
         if features.is_empty() {
-            return Err(format!("model.towers.features: tower {t} is empty"));
+            return Err(format!("tower {t} is empty"));
         }
         let mut ids = Vec::with_capacity(features.len());
         for f in features {
             let i = names
                 .iter()
                 .position(|n| n == f)
-                .ok_or_else(|| format!("model.towers.features: tower {t}: no table '{f}'"))?;
+                .ok_or_else(|| format!("tower {t}: no table '{f}'"))?;
             if let Some(other) = seen[i].replace(t) {
-                return Err(format!(
-                    "model.towers.features: table '{f}' is in towers {other} and {t}"
-                ));
+                return Err(format!("table '{f}' is in towers {other} and {t}"));
             }
             ids.push(i);
         }
         out.push(ids);
     }
     if let Some(i) = seen.iter().position(Option::is_none) {
-        return Err(format!(
-            "model.towers.features: table '{}' is in no tower",
-            names[i]
-        ));
+        return Err(format!("table '{}' is in no tower", names[i]));
     }
     Ok(out)
 }

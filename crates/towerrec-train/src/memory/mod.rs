@@ -358,7 +358,16 @@ mod tests {
             ],
         ] {
             let (cfg, schema) = quickstart(sets);
-            let mut model = crate::Model::build(&cfg.model, &cfg.optimizer, &schema, 0).unwrap();
+            let mut model = crate::Model::build(
+                &cfg.model,
+                &cfg.optimizer,
+                &schema,
+                0,
+                crate::run_towers::fresh_towers(&cfg.model, &schema, None)
+                    .unwrap()
+                    .as_deref(),
+            )
+            .unwrap();
             let dense: usize = model.dense_params().iter().map(|p| p.value.len()).sum();
             assert_eq!(
                 dense_shape(&cfg.model, &schema).params,
@@ -375,6 +384,7 @@ mod tests {
             &cfg,
             &schema,
             towerrec_comm::Topology::new(2, 2).unwrap(),
+            None,
             None,
         )
         .unwrap();

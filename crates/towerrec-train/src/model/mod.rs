@@ -80,12 +80,15 @@ pub struct Model {
 }
 
 impl Model {
-    /// Builds a model for data of `schema`, initialized from `seed`, all in this process.
+    /// Builds a model for data of `schema`, initialized from `seed`, all in this process;
+    /// a DMT model's `towers` (table indices) come from [`crate::run_towers::run_towers`],
+    /// `None` for a model without towers.
     pub fn build(
         cfg: &ModelConfig,
         opt: &OptimizerConfig,
         schema: &Schema,
         seed: u64,
+        towers: Option<&[Vec<usize>]>,
     ) -> Result<Self> {
         let dim = cfg.embedding_dim;
         let tables = crate::specs::table_specs_of(cfg, opt.sparse, schema)
@@ -105,13 +108,14 @@ impl Model {
                 })
             })
             .collect::<std::result::Result<_, _>>()?;
-        Self::assemble(cfg, opt, schema, seed, Embeddings::Local(tables))
+        Self::assemble(cfg, opt, schema, seed, towers, Embeddings::Local(tables))
     }
 
     /// Builds this rank's part of a model whose tables are spread over the ranks of
     /// `comm` by `plan` (validated by the caller). Every rank starts from the values
     /// [`Model::build`] gives. Ranks of an in-process cluster must each run in their own
-    /// rayon pool (`cluster::run_ranks`).
+    /// rayon pool (`cluster::run_ranks`). `towers` as for [`Model::build`]: where the plan
+    /// has towers, they are the plan's.
     pub fn build_sharded(
         cfg: &ModelConfig,
         opt: &OptimizerConfig,
@@ -119,6 +123,7 @@ impl Model {
         seed: u64,
         comm: Comm,
         plan: &Plan,
+        towers: Option<&[Vec<usize>]>,
     ) -> Result<Self> {
         let descs = table_descs(cfg, schema);
         let sharded = ShardedEmbeddings::new(comm, &descs, plan, cfg.pooling, opt.sparse, seed)?;
@@ -128,6 +133,7 @@ impl Model {
             opt,
             schema,
             seed,
+            towers,
             Embeddings::Sharded(Box::new(sharded)),
         )
     }
@@ -137,6 +143,7 @@ impl Model {
         opt: &OptimizerConfig,
         schema: &Schema,
         seed: u64,
+        towers: Option<&[Vec<usize>]>,
         embeddings: Embeddings,
     ) -> Result<Self> {
         // Layers allocate as they are made: a width too large for the machine must
@@ -156,14 +163,15 @@ impl Model {
             ModelKind::Dcn => num_dense,
         };
         let slots = feature_slots(base, dim, n_tables)?;
-        let towers = match &cfg.towers {
-            None => None,
-            Some(t) => {
-                let names: Vec<String> = schema.sparse.iter().map(|f| f.name.clone()).collect();
-                let assignment = t.assignment(&names).map_err(Error::Model)?;
+        let towers = match (&cfg.towers, towers) {
+            (None, None) => None,
+            (Some(t), Some(assignment)) => {
                 crate::towers::check_widths(&slots)?;
                 let init = (t.kind(), t.bias_init() == BiasInit::Zero);
-                Some(ModelTowers::new(&assignment, init, dim, base, seed)?)
+                Some(ModelTowers::new(assignment, init, dim, base, seed)?)
+            }
+            (Some(_), None) | (None, Some(_)) => {
+                unreachable!("a model's towers come with [model.towers] (run_towers)")
             }
         };
         let inter_width = towers
@@ -545,6 +553,18 @@ impl Model {
         let moved = sharded.respread(&self.tables, plan, self.sparse_optimizer)?;
         self.embeddings = Embeddings::Sharded(Box::new(moved));
         Ok(())
+    }
+
+    /// A DMT model's towers by table name, as its checkpoint records them
+    /// (docs/DMT.md, "Where the towers come from"); `None` without towers.
+    pub fn tower_tables(&mut self) -> Option<Vec<Vec<String>>> {
+        let towers = match (&self.dense.towers, &mut self.embeddings) {
+            (Some(t), _) => Some(t.tables()),
+            (None, Embeddings::Sharded(s)) => s.towers_mut().map(|t| t.tables()),
+            (None, Embeddings::Local(_)) => None,
+        }?;
+        let names: Vec<String> = self.tables.iter().map(|t| t.name.clone()).collect();
+        Some(crate::run_towers::tower_names(&towers, &names))
     }
 
     /// A DMT model's Tower Modules: their parameters and forward FLOPs per sample.

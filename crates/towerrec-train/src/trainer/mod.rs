@@ -133,8 +133,27 @@ pub fn train(cfg: &Config, opts: &TrainOptions, observer: &mut dyn Observer) -> 
     let need = MemoryNeed::of_run(cfg, &data_schema, Placement::Single, 0);
     need.check("the run")?;
     observer.on_memory("the run", &need);
-    let model = Model::build(&cfg.model, &cfg.optimizer, &data_schema, cfg.train.seed)?;
+    let names: Vec<String> = data_schema.sparse.iter().map(|f| f.name.clone()).collect();
+    let recorded = resumed_towers(opts)?;
+    let towers = crate::run_towers::run_towers(&cfg.model, &names, None, recorded.as_deref())?;
+    let model = Model::build(
+        &cfg.model,
+        &cfg.optimizer,
+        &data_schema,
+        cfg.train.seed,
+        towers.as_deref(),
+    )?;
     train_model(cfg, opts, model, observer)
+}
+
+/// The towers the checkpoint a run of `opts` resumes from was trained with (`None` for
+/// a new run, a model without towers, or a checkpoint older than the record): a
+/// resumed run builds its model on them (docs/DMT.md, "Where the towers come from").
+pub fn resumed_towers(opts: &TrainOptions) -> Result<Option<Vec<Vec<String>>>> {
+    if !opts.resume {
+        return Ok(None);
+    }
+    crate::checkpoint::recorded_towers(&opts.out_dir.join(crate::checkpoint::CHECKPOINT_FILE))
 }
 
 /// One optimizer step on a global batch: this rank's share of its mean loss (the sum

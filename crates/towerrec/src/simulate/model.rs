@@ -58,15 +58,21 @@ pub(super) fn load_model(name: &str) -> Result<SimModel> {
 }
 
 /// The towers of `[model.towers]`: the same tables in each as `towerrec train` puts
-/// there, the same module; hosts per tower as `towerrec train` places them without a
-/// plan.
+/// there (the config's `[cluster] plan`'s, else the default planner's: docs/DMT.md,
+/// "Where the towers come from"), the same module; hosts per tower as `towerrec train`
+/// places them without a plan.
 fn towers_of(t: &TowersConfig, cfg: &Config, name: &str) -> Result<Towers> {
     let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir)
         .with_context(|| format!("{name}: reading the data's schema for the towers"))?;
     let names: Vec<String> = schema.sparse.iter().map(|f| f.name.clone()).collect();
-    let tables = t
-        .assignment(&names)
-        .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    let plan = cfg
+        .plan_path()
+        .map(towerrec_plan::Plan::load)
+        .transpose()
+        .with_context(|| format!("{name}: reading its [cluster] plan for the towers"))?;
+    let tables = towerrec_train::run_towers::run_towers(&cfg.model, &names, plan.as_ref(), None)
+        .with_context(|| format!("{name}: its towers"))?
+        .expect("a model with [model.towers] has towers");
     Ok(Towers {
         kind: t.kind(),
         tables,
@@ -181,7 +187,16 @@ mod tests {
             .as_ref()
             .map(|t| towers_of(t, &cfg, "quickstart").unwrap());
         let s = towerrec_data::schema(&cfg.data, &cfg.base_dir).unwrap();
-        let model = Model::build(&cfg.model, &cfg.optimizer, &s, cfg.train.seed).unwrap();
+        let model = Model::build(
+            &cfg.model,
+            &cfg.optimizer,
+            &s,
+            cfg.train.seed,
+            towerrec_train::run_towers::fresh_towers(&cfg.model, &s, None)
+                .unwrap()
+                .as_deref(),
+        )
+        .unwrap();
         (w, towers, model)
     }
 
