@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::forward::PipelinedForward;
 use crate::model::Model;
 use crate::ranks::rank_slice;
-use crate::run_towers::run_towers;
+use crate::run_towers::{run_towers, single_model};
 use crate::trainer::train_step;
 use serde::Serialize;
 use std::time::Instant;
@@ -96,15 +96,7 @@ pub fn bench_model(
 ) -> Result<BenchResult> {
     let data_schema = schema(&cfg.data, &cfg.base_dir)?;
     cfg.validate_against(&data_schema)?;
-    let names: Vec<String> = data_schema.sparse.iter().map(|f| f.name.clone()).collect();
-    let towers = run_towers(&cfg.model, &names, None, None)?;
-    let mut model = Model::build(
-        &cfg.model,
-        &cfg.optimizer,
-        &data_schema,
-        cfg.train.seed,
-        towers.as_deref(),
-    )?;
+    let mut model = single_model(cfg, &data_schema, cfg.train.seed, None)?;
     bench_built(&mut model, cfg, batches, mode, timing)
 }
 

@@ -20,7 +20,6 @@ use towerrec_data::{next_batch, open, schema, Part};
 use towerrec_plan::oper::{self, Mode};
 use towerrec_plan::{planners, Plan, Shard, ShardingType, TablePlan};
 use towerrec_train::cluster::{run_ranks, table_specs};
-use towerrec_train::run_towers::fresh_towers;
 use towerrec_train::sharded::WholeTable;
 use towerrec_train::trainer::train_step;
 use towerrec_train::{Config, Model};
@@ -118,14 +117,7 @@ fn run(model: &mut Model, cfg: &Config, batches: &[Batch]) -> (Vec<f64>, Vec<Vec
 
 fn single(cfg: &Config, batches: &[Batch]) -> Outcome {
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
-    let mut model = Model::build(
-        &cfg.model,
-        &cfg.optimizer,
-        &s,
-        cfg.train.seed,
-        fresh_towers(&cfg.model, &s, None).unwrap().as_deref(),
-    )
-    .unwrap();
+    let mut model = common::single(&cfg, &s, cfg.train.seed).unwrap();
     let initial = model.whole_tables().unwrap().unwrap();
     let (losses, dense) = run(&mut model, cfg, batches);
     let tables = model.whole_tables().unwrap().unwrap();
@@ -164,15 +156,7 @@ fn cluster_with(
     plan.validate(&table_specs(cfg, &s), topology, None)
         .unwrap_or_else(|e| panic!("plan does not validate: {e}\n{}", plan.to_json_pretty()));
     let outs = run_ranks(topology, 1, |comm: Comm| {
-        let mut model = Model::build_sharded(
-            &cfg.model,
-            &cfg.optimizer,
-            &s,
-            cfg.train.seed,
-            comm,
-            plan,
-            fresh_towers(&cfg.model, &s, Some(plan)).unwrap().as_deref(),
-        )?;
+        let mut model = common::sharded(&cfg, &s, cfg.train.seed, comm, plan)?;
         model.set_replica_sync(cfg.cluster.replica_sync);
         model.set_overlap_halves(halves);
         let in_halves = model.steps_in_halves();
@@ -452,17 +436,7 @@ fn a_failing_rank_stops_the_cluster_promptly_and_is_named() {
         let started = std::time::Instant::now();
         let err = run_ranks(topology, 1, |comm: Comm| {
             let rank = comm.rank();
-            let mut model = Model::build_sharded(
-                &cfg.model,
-                &cfg.optimizer,
-                &s,
-                cfg.train.seed,
-                comm,
-                &plan,
-                fresh_towers(&cfg.model, &s, Some(&plan))
-                    .unwrap()
-                    .as_deref(),
-            )?;
+            let mut model = common::sharded(&cfg, &s, cfg.train.seed, comm, &plan)?;
             let (mut l, mut g) = (Vec::new(), Vec::new());
             for (i, b) in batches.iter().enumerate() {
                 if rank == 2 && i == 3 {
@@ -528,17 +502,7 @@ fn a_checkpoint_is_the_whole_model_and_resumes_on_another_topology() {
     let from = Topology::new(2, 2).unwrap();
     let plan = mixed(&cfg, from);
     let saved = run_ranks(from, 1, |comm: Comm| {
-        let mut model = Model::build_sharded(
-            &cfg.model,
-            &cfg.optimizer,
-            &s,
-            cfg.train.seed,
-            comm,
-            &plan,
-            fresh_towers(&cfg.model, &s, Some(&plan))
-                .unwrap()
-                .as_deref(),
-        )?;
+        let mut model = common::sharded(&cfg, &s, cfg.train.seed, comm, &plan)?;
         run(&mut model, &cfg, &batches[..10]);
         save(&path, &mut model, &cfg, Progress::default(), &[])?;
         model.whole_tables()
@@ -551,15 +515,7 @@ fn a_checkpoint_is_the_whole_model_and_resumes_on_another_topology() {
     let ckpt = Checkpoint::read(&path).unwrap();
     let load = |topology: Topology, plan: &Plan| {
         run_ranks(topology, 1, |comm: Comm| {
-            let mut model = Model::build_sharded(
-                &cfg.model,
-                &cfg.optimizer,
-                &s,
-                cfg.train.seed,
-                comm,
-                plan,
-                fresh_towers(&cfg.model, &s, Some(plan)).unwrap().as_deref(),
-            )?;
+            let mut model = common::sharded(&cfg, &s, cfg.train.seed, comm, plan)?;
             ckpt.apply(&mut model)?;
             model.whole_tables()
         })
@@ -573,14 +529,7 @@ fn a_checkpoint_is_the_whole_model_and_resumes_on_another_topology() {
         load(to, &planners::row_wise(&table_specs(&cfg, &s), to).unwrap())
     );
     assert_eq!(saved, load(from, &oper_plan(&cfg, from, Mode::Training)));
-    let mut single = Model::build(
-        &cfg.model,
-        &cfg.optimizer,
-        &s,
-        cfg.train.seed,
-        fresh_towers(&cfg.model, &s, None).unwrap().as_deref(),
-    )
-    .unwrap();
+    let mut single = common::single(&cfg, &s, cfg.train.seed).unwrap();
     ckpt.apply(&mut single).unwrap();
     assert_eq!(saved, single.whole_tables().unwrap().unwrap());
     let _ = std::fs::remove_file(path);
@@ -621,14 +570,7 @@ fn cluster_scoring_matches_single_process() {
     let batches = batches(&cfg);
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
     let eval = || open(&cfg.data, Part::Eval, cfg.train.bad_rows, &cfg.base_dir).unwrap();
-    let mut single = Model::build(
-        &cfg.model,
-        &cfg.optimizer,
-        &s,
-        cfg.train.seed,
-        fresh_towers(&cfg.model, &s, None).unwrap().as_deref(),
-    )
-    .unwrap();
+    let mut single = common::single(&cfg, &s, cfg.train.seed).unwrap();
     run(&mut single, &cfg, &batches);
     // Batches of 13 leave a short last batch and ranks with uneven slices.
     let want = score(&mut single, eval(), 13).unwrap();
@@ -641,17 +583,7 @@ fn cluster_scoring_matches_single_process() {
         ("oper_inference", oper_plan(&cfg, topology, Mode::Inference)),
     ] {
         let got = run_ranks(topology, 1, |comm: Comm| {
-            let mut model = Model::build_sharded(
-                &cfg.model,
-                &cfg.optimizer,
-                &s,
-                cfg.train.seed,
-                comm,
-                &plan,
-                fresh_towers(&cfg.model, &s, Some(&plan))
-                    .unwrap()
-                    .as_deref(),
-            )?;
+            let mut model = common::sharded(&cfg, &s, cfg.train.seed, comm, &plan)?;
             run(&mut model, &cfg, &batches);
             score(&mut model, eval(), 13)
         })

@@ -12,7 +12,6 @@ use towerrec_comm::{Bytes, Comm, Phase, Topology};
 use towerrec_core::Batch;
 use towerrec_data::schema;
 use towerrec_train::cluster::{resolve_plan, run_ranks};
-use towerrec_train::run_towers::fresh_towers;
 use towerrec_train::trainer::train_step;
 use towerrec_train::{Config, Model};
 
@@ -78,14 +77,7 @@ fn train(model: &mut Model, cfg: &Config, batches: &[Batch]) -> (Vec<f64>, Vec<V
 fn single(cfg: &Config, batches: &[Batch]) -> (Vec<f64>, Vec<Vec<f32>>) {
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
     cfg.validate_against(&s).unwrap();
-    let mut model = Model::build(
-        &cfg.model,
-        &cfg.optimizer,
-        &s,
-        cfg.train.seed,
-        fresh_towers(&cfg.model, &s, None).unwrap().as_deref(),
-    )
-    .unwrap();
+    let mut model = common::single(&cfg, &s, cfg.train.seed).unwrap();
     train(&mut model, cfg, batches)
 }
 
@@ -129,14 +121,7 @@ fn dmt_models_train_and_their_modules_learn() {
     for (kind, towers) in [("dlrm", DLRM_TOWERS), ("dcn", DCN_TOWERS)] {
         let cfg = config(kind, towers);
         let s = schema(&cfg.data, &cfg.base_dir).unwrap();
-        let mut model = Model::build(
-            &cfg.model,
-            &cfg.optimizer,
-            &s,
-            cfg.train.seed,
-            fresh_towers(&cfg.model, &s, None).unwrap().as_deref(),
-        )
-        .unwrap();
+        let mut model = common::single(&cfg, &s, cfg.train.seed).unwrap();
         let (params, flops) = model.tower_counts().expect("a DMT model has towers");
         assert!(
             params > 0 && flops > 0,
@@ -219,17 +204,7 @@ fn assert_cluster_matches_one_process(
         "{kind}: the default plan has the model's towers"
     );
     let outs = run_ranks(topology, 1, |comm: Comm| {
-        let mut model = Model::build_sharded(
-            &cfg.model,
-            &cfg.optimizer,
-            &s,
-            cfg.train.seed,
-            comm,
-            &plan,
-            fresh_towers(&cfg.model, &s, Some(&plan))
-                .unwrap()
-                .as_deref(),
-        )?;
+        let mut model = common::sharded(&cfg, &s, cfg.train.seed, comm, &plan)?;
         if let Some(c) = chunks {
             model.set_tower_chunks(c);
         }
@@ -290,17 +265,7 @@ fn dmt_with_modules_at_the_sample_owner_is_dmt_in_one_process() {
     let specs = towerrec_train::cluster::table_specs(&cfg, &s);
     let plan = towerrec_plan::planners::table_wise(&specs, topology).unwrap();
     let outs = run_ranks(topology, 1, |comm: Comm| {
-        let mut model = Model::build_sharded(
-            &cfg.model,
-            &cfg.optimizer,
-            &s,
-            cfg.train.seed,
-            comm,
-            &plan,
-            fresh_towers(&cfg.model, &s, Some(&plan))
-                .unwrap()
-                .as_deref(),
-        )?;
+        let mut model = common::sharded(&cfg, &s, cfg.train.seed, comm, &plan)?;
         Ok(train(&mut model, &cfg, &b).0)
     })
     .unwrap_or_else(|e| panic!("{e}"));
@@ -324,17 +289,7 @@ fn step_bytes(towers: &str, phase: Phase) -> Bytes {
     let topology = Topology::new(2, 2).unwrap();
     let plan = resolve_plan(&cfg, &s, topology, None, None).unwrap();
     let outs = run_ranks(topology, 1, |comm: Comm| {
-        let mut model = Model::build_sharded(
-            &cfg.model,
-            &cfg.optimizer,
-            &s,
-            cfg.train.seed,
-            comm,
-            &plan,
-            fresh_towers(&cfg.model, &s, Some(&plan))
-                .unwrap()
-                .as_deref(),
-        )?;
+        let mut model = common::sharded(&cfg, &s, cfg.train.seed, comm, &plan)?;
         train(&mut model, &cfg, &b[..1]);
         Ok(model.comm().expect("sharded").traffic().phase(phase))
     })
@@ -383,17 +338,7 @@ fn module_gradients_stay_inside_their_tower() {
         cfg.optimizer.sparse_lr as f32,
     );
     let outs = run_ranks(topology, 1, |comm: Comm| {
-        let mut model = Model::build_sharded(
-            &cfg.model,
-            &cfg.optimizer,
-            &s,
-            cfg.train.seed,
-            comm,
-            &plan,
-            fresh_towers(&cfg.model, &s, Some(&plan))
-                .unwrap()
-                .as_deref(),
-        )?;
+        let mut model = common::sharded(&cfg, &s, cfg.train.seed, comm, &plan)?;
         let (mut logits, mut grad) = (Vec::new(), Vec::new());
         for batch in &b[..3] {
             train_step(&mut model, batch, lrs, &mut logits, &mut grad)?;
@@ -431,14 +376,7 @@ fn flops_per_sample_are_counted_as_the_paper_counts_them() {
     let count = |towers: &str| {
         let cfg = config("dlrm", towers);
         let s = schema(&cfg.data, &cfg.base_dir).unwrap();
-        let mut model = Model::build(
-            &cfg.model,
-            &cfg.optimizer,
-            &s,
-            cfg.train.seed,
-            fresh_towers(&cfg.model, &s, None).unwrap().as_deref(),
-        )
-        .unwrap();
+        let mut model = common::single(&cfg, &s, cfg.train.seed).unwrap();
         model.forward_flops_per_sample()
     };
     // Flat: bottom 4→16→8 (384), dot of 6 vectors of 8 (2·36·8 = 576), top 23→16→1 (768).
@@ -572,14 +510,7 @@ fn tower_module_biases_can_start_at_zero() {
     let biases_of = |kind: &str, towers: &str| -> Vec<(String, Vec<f32>)> {
         let cfg = config(kind, towers);
         let s = schema(&cfg.data, &cfg.base_dir).unwrap();
-        let mut model = Model::build(
-            &cfg.model,
-            &cfg.optimizer,
-            &s,
-            cfg.train.seed,
-            fresh_towers(&cfg.model, &s, None).unwrap().as_deref(),
-        )
-        .unwrap();
+        let mut model = common::single(&cfg, &s, cfg.train.seed).unwrap();
         model
             .dense_params()
             .into_iter()

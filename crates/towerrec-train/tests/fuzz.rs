@@ -12,13 +12,14 @@
 //! applied to a fresh model, which it fills or refuses, naming why. Run long with
 //! `PROPTEST_CASES=1000000 cargo test -p towerrec-train --test fuzz`.
 
+mod common;
+
 use proptest::prelude::*;
 use std::path::Path;
 use towerrec_data::{DataConfig, Part, RecordStream};
 use towerrec_fuzz::{arbitrary, config, mutated, AllocGuard};
 use towerrec_train::checkpoint::{reseal, save, Checkpoint, Progress};
 use towerrec_train::config::{with_overrides, Config, QUICKSTART_TOML};
-use towerrec_train::run_towers::fresh_towers;
 use towerrec_train::Model;
 
 #[global_allocator]
@@ -192,14 +193,7 @@ fn small_config() -> Config {
 
 fn small_model(cfg: &Config) -> Model {
     let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir).expect("synthetic schema");
-    Model::build(
-        &cfg.model,
-        &cfg.optimizer,
-        &schema,
-        3,
-        fresh_towers(&cfg.model, &schema, None).unwrap().as_deref(),
-    )
-    .expect("the small model builds")
+    common::single(&cfg, &schema, 3).expect("the small model builds")
 }
 
 /// The bytes of a real checkpoint of the small model (Adam's state, as the quickstart).

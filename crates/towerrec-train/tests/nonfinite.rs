@@ -11,7 +11,6 @@ use towerrec_core::Batch;
 use towerrec_data::schema;
 use towerrec_plan::{planners, Plan};
 use towerrec_train::cluster::{run_ranks_with, table_specs};
-use towerrec_train::run_towers::fresh_towers;
 use towerrec_train::trainer::train_step;
 use towerrec_train::{Config, Model};
 
@@ -62,14 +61,7 @@ fn steps(model: &mut Model, batches: &[Batch]) -> Option<(usize, String)> {
 
 fn alone(cfg: &Config, batches: &[Batch]) -> Option<(usize, String)> {
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
-    let mut model = Model::build(
-        &cfg.model,
-        &cfg.optimizer,
-        &s,
-        cfg.train.seed,
-        fresh_towers(&cfg.model, &s, None).unwrap().as_deref(),
-    )
-    .unwrap();
+    let mut model = common::single(&cfg, &s, cfg.train.seed).unwrap();
     steps(&mut model, batches)
 }
 
@@ -85,15 +77,7 @@ fn cluster(
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
     let watchdog = Watchdog::new(20.0).unwrap();
     run_ranks_with(topology, 1, watchdog, |comm: Comm| {
-        let mut model = Model::build_sharded(
-            &cfg.model,
-            &cfg.optimizer,
-            &s,
-            cfg.train.seed,
-            comm,
-            plan,
-            fresh_towers(&cfg.model, &s, Some(plan)).unwrap().as_deref(),
-        )?;
+        let mut model = common::sharded(&cfg, &s, cfg.train.seed, comm, plan)?;
         model.set_overlap_halves(halves);
         Ok(steps(&mut model, batches))
     })

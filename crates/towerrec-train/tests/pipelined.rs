@@ -11,7 +11,6 @@ use towerrec_data::{next_batch, open, schema, Part};
 use towerrec_plan::planners;
 use towerrec_train::cluster::{rank_slice, run_ranks};
 use towerrec_train::forward::PipelinedForward;
-use towerrec_train::run_towers::fresh_towers;
 use towerrec_train::trainer::train_step;
 use towerrec_train::{Config, Model};
 
@@ -116,14 +115,7 @@ fn single_process(model_text: &str, threads: usize) {
         .unwrap();
     for group in [1, 2, 3, 8] {
         let (one_by_one, pipelined) = pool.install(|| {
-            let mut model = Model::build(
-                &cfg.model,
-                &cfg.optimizer,
-                &s,
-                cfg.train.seed,
-                fresh_towers(&cfg.model, &s, None).unwrap().as_deref(),
-            )
-            .unwrap();
+            let mut model = common::single(&cfg, &s, cfg.train.seed).unwrap();
             trained(&cfg, &mut model, &data[..3]);
             both_ways(&mut model, &data, group)
         });
@@ -158,17 +150,7 @@ fn sharded_pipelined_logits_equal_one_forward_per_batch() {
     let specs = towerrec_train::cluster::table_specs(&cfg, &s);
     let plan = planners::row_wise(&specs, topology).unwrap();
     let outs = run_ranks(topology, 2, |comm: Comm| {
-        let mut model = Model::build_sharded(
-            &cfg.model,
-            &cfg.optimizer,
-            &s,
-            cfg.train.seed,
-            comm,
-            &plan,
-            fresh_towers(&cfg.model, &s, Some(&plan))
-                .unwrap()
-                .as_deref(),
-        )?;
+        let mut model = common::sharded(&cfg, &s, cfg.train.seed, comm, &plan)?;
         trained(&cfg, &mut model, &data[..3]);
         Ok([1, 3].map(|group| both_ways(&mut model, &data, group)))
     })
@@ -187,14 +169,7 @@ fn a_failing_batch_empties_the_pipeline_and_the_next_starts_afresh() {
     let wide = batches(&config(DLRM, 5000));
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
     let good = batches(&cfg);
-    let mut model = Model::build(
-        &cfg.model,
-        &cfg.optimizer,
-        &s,
-        cfg.train.seed,
-        fresh_towers(&cfg.model, &s, None).unwrap().as_deref(),
-    )
-    .unwrap();
+    let mut model = common::single(&cfg, &s, cfg.train.seed).unwrap();
     let mut want = Vec::new();
     for b in &good[..3] {
         let mut logits = Vec::new();

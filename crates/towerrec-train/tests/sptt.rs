@@ -17,10 +17,9 @@ use towerrec_data::schema;
 use towerrec_plan::oper::{self, Mode};
 use towerrec_plan::{planners, Plan, Shard, ShardingType, TablePlan, TableSpec, TowerPlan};
 use towerrec_train::cluster::{run_ranks, table_specs};
-use towerrec_train::run_towers::fresh_towers;
 use towerrec_train::sharded::WholeTable;
 use towerrec_train::trainer::train_step;
-use towerrec_train::{Config, Model};
+use towerrec_train::Config;
 
 const STEPS: usize = 20;
 const DIM: usize = 8;
@@ -72,15 +71,7 @@ fn train(cfg: &Config, batches: &[Batch], topology: Topology, plan: &Plan) -> Ou
         cfg.optimizer.sparse_lr as f32,
     );
     let outs = run_ranks(topology, 1, |comm: Comm| {
-        let mut model = Model::build_sharded(
-            &cfg.model,
-            &cfg.optimizer,
-            &s,
-            cfg.train.seed,
-            comm,
-            plan,
-            fresh_towers(&cfg.model, &s, Some(plan)).unwrap().as_deref(),
-        )?;
+        let mut model = common::sharded(&cfg, &s, cfg.train.seed, comm, plan)?;
         let before = model.comm().expect("sharded").traffic();
         let (mut logits, mut grad) = (Vec::new(), Vec::new());
         let mut losses = Vec::new();

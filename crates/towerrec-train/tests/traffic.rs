@@ -18,15 +18,16 @@
 //! - data-parallel tables (AllGather of bags and pooled gradients):
 //!   `(p − 1)·(8·(B + n_t) + 4·d·B)`.
 
+mod common;
+
 use std::path::Path;
 use towerrec_comm::{ClusterTraffic, Comm, Phase, Topology};
 use towerrec_core::Batch;
 use towerrec_data::{next_batch, open, schema, Part};
 use towerrec_plan::{planners, Plan, ShardingType};
 use towerrec_train::cluster::{rank_slice, run_ranks, table_specs};
-use towerrec_train::run_towers::fresh_towers;
 use towerrec_train::trainer::train_step;
-use towerrec_train::{Config, Model};
+use towerrec_train::Config;
 
 fn config() -> Config {
     let text = r#"
@@ -59,15 +60,7 @@ tables = [{ rows = 60, pooling = { mean = 3.0 }, count = 3 }]
 fn one_step(cfg: &Config, batch: &Batch, topology: Topology, plan: &Plan) -> ClusterTraffic {
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
     let flats = run_ranks(topology, 1, |comm: Comm| {
-        let mut model = Model::build_sharded(
-            &cfg.model,
-            &cfg.optimizer,
-            &s,
-            0,
-            comm,
-            plan,
-            fresh_towers(&cfg.model, &s, Some(plan)).unwrap().as_deref(),
-        )?;
+        let mut model = common::sharded(&cfg, &s, 0, comm, plan)?;
         let before = model.comm().unwrap().traffic();
         let (mut l, mut g) = (Vec::new(), Vec::new());
         train_step(&mut model, batch, (0.1, 0.1), &mut l, &mut g)?;
@@ -79,14 +72,7 @@ fn one_step(cfg: &Config, batch: &Batch, topology: Topology, plan: &Plan) -> Clu
 
 fn dense_floats(cfg: &Config) -> u64 {
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
-    let mut m = Model::build(
-        &cfg.model,
-        &cfg.optimizer,
-        &s,
-        0,
-        fresh_towers(&cfg.model, &s, None).unwrap().as_deref(),
-    )
-    .unwrap();
+    let mut m = common::single(&cfg, &s, 0).unwrap();
     m.dense_params().iter().map(|p| p.value.len() as u64).sum()
 }
 

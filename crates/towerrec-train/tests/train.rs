@@ -3,7 +3,6 @@
 use safetensors::SafeTensors;
 use std::path::{Path, PathBuf};
 use towerrec_train::checkpoint::CHECKPOINT_FILE;
-use towerrec_train::run_towers::fresh_towers;
 use towerrec_train::{train, Config, Silent, TrainOptions};
 
 fn config(model: &str, sparse: &str, extra_train: &str) -> Config {
@@ -234,15 +233,7 @@ fn tables_larger_than_the_machine_are_refused_before_allocating() {
     let huge = "data.tables=[{ rows = 100_000_000_000, pooling = 1 }]".to_string();
     let cfg = Config::quickstart(&[huge]).expect("quickstart config");
     let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir).expect("schema");
-    let err = towerrec_train::Model::build(
-        &cfg.model,
-        &cfg.optimizer,
-        &schema,
-        1,
-        fresh_towers(&cfg.model, &schema, None).unwrap().as_deref(),
-    )
-    .err()
-    .expect("too large");
+    let err = common::single(&cfg, &schema, 1).err().expect("too large");
     let msg = err.to_string();
     // Refused by the check against available memory, or, where that is unknown, by the
     // allocation itself: either way an error that says how much, not an abort.

@@ -9,7 +9,7 @@ use towerrec_train::checkpoint::Checkpoint;
 use towerrec_train::config::DEFAULT_MAX_BAD_FRACTION;
 use towerrec_train::evaluate::score;
 use towerrec_train::files::Files;
-use towerrec_train::{Config, Model};
+use towerrec_train::Config;
 
 /// What to do with a malformed data row.
 #[derive(Clone, Copy, ValueEnum)]
@@ -169,16 +169,7 @@ pub fn eval(a: EvalArgs) -> Result<()> {
         files.output("--predictions", path)?;
     }
     let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir)?;
-    let towers = ckpt.model_towers(&cfg, &schema)?;
-    let model = Model::build(
-        &cfg.model,
-        &cfg.optimizer,
-        &schema,
-        cfg.train.seed,
-        towers.as_deref(),
-    );
-    let mut model = model?;
-    ckpt.apply(&mut model)?;
+    let mut model = ckpt.restore(&cfg, &schema)?;
     let stream = towerrec_data::open(&cfg.data, Part::Eval, a.bad_rows.into(), &cfg.base_dir)?;
     let scored = score(&mut model, stream, cfg.eval_batch_size())?;
     let source = cfg.data.describe(Part::Eval, &cfg.base_dir);

@@ -136,16 +136,7 @@ pub fn run(a: PartitionArgs) -> Result<()> {
     }
 
     crate::commands::clean(&files);
-    let towers = ckpt.model_towers(&cfg, &schema)?;
-    let model = Model::build(
-        &cfg.model,
-        &cfg.optimizer,
-        &schema,
-        cfg.train.seed,
-        towers.as_deref(),
-    );
-    let mut model = model?;
-    ckpt.apply(&mut model)?;
+    let mut model = ckpt.restore(&cfg, &schema)?;
     let (interaction, samples) = interaction(&cfg, &mut model, a.batches)?;
     drop(model);
     eprintln!(

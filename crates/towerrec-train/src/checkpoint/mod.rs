@@ -454,17 +454,15 @@ impl Checkpoint {
         Ok(())
     }
 
-    /// The towers of a model of `cfg` (the checkpoint's config) restored from this
-    /// checkpoint, as indices into the tables of `schema`: the recorded ones, else (a v2
-    /// file) its config's.
-    pub fn model_towers(
-        &self,
-        cfg: &Config,
-        schema: &towerrec_data::Schema,
-    ) -> Result<Option<Vec<Vec<usize>>>> {
-        let names: Vec<String> = schema.sparse.iter().map(|f| f.name.clone()).collect();
+    /// The model it holds, for data of `schema` (its run's, or one of the same
+    /// features): built on the towers it records (a v2 file: its config's, `cfg`, the
+    /// checkpoint's config), then every parameter and optimizer state loaded.
+    pub fn restore(&self, cfg: &Config, schema: &towerrec_data::Schema) -> Result<Model> {
         let recorded = self.towers()?;
-        crate::run_towers::run_towers(&cfg.model, &names, None, recorded.as_deref())
+        let seed = cfg.train.seed;
+        let mut model = crate::run_towers::single_model(cfg, schema, seed, recorded.as_deref())?;
+        self.apply(&mut model)?;
+        Ok(model)
     }
 
     /// Where the run stood.

@@ -23,16 +23,7 @@ fn model() -> (Config, Model) {
     .collect();
     let cfg = Config::quickstart(&sets).unwrap();
     let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir).unwrap();
-    let m = Model::build(
-        &cfg.model,
-        &cfg.optimizer,
-        &schema,
-        1,
-        crate::run_towers::fresh_towers(&cfg.model, &schema, None)
-            .unwrap()
-            .as_deref(),
-    )
-    .unwrap();
+    let m = crate::run_towers::single_model(&cfg, &schema, 1, None).unwrap();
     (cfg, m)
 }
 
@@ -239,10 +230,8 @@ fn a_dmt_checkpoint_records_its_towers_and_a_v2_file_takes_its_configs() {
     // Its embedded config says count alone: the towers come from the record.
     let embedded = ckpt.config().unwrap();
     assert!(embedded.model.towers.as_ref().unwrap().features.is_none());
-    assert_eq!(
-        ckpt.model_towers(&embedded, &schema).unwrap(),
-        Some(vec![vec![3, 0], vec![1, 2]])
-    );
+    let mut restored = ckpt.restore(&embedded, &schema).unwrap();
+    assert_eq!(restored.tower_tables(), ckpt.towers().unwrap());
     ckpt.check_towers(&mut m).unwrap();
     // A model built on other towers is refused.
     let naive = embedded.model.towers.as_ref().unwrap().assignment(&[
@@ -279,9 +268,8 @@ fn a_dmt_checkpoint_records_its_towers_and_a_v2_file_takes_its_configs() {
     let ckpt = Checkpoint::read(&path).unwrap();
     assert_eq!(ckpt.towers().unwrap(), None);
     let embedded = ckpt.config().unwrap();
-    assert_eq!(
-        ckpt.model_towers(&embedded, &schema).unwrap(),
-        Some(vec![vec![1, 3], vec![2, 0]])
-    );
+    let mut restored = ckpt.restore(&embedded, &schema).unwrap();
+    let v2 = names(&[&["C2", "C4"], &["C3", "C1"]]);
+    assert_eq!(restored.tower_tables(), Some(v2));
     std::fs::remove_dir_all(dir).ok();
 }

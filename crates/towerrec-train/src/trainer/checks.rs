@@ -102,16 +102,7 @@ mod tests {
         .collect();
         let cfg = crate::Config::quickstart(&sets).unwrap();
         let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir).unwrap();
-        let model = Model::build(
-            &cfg.model,
-            &cfg.optimizer,
-            &schema,
-            1,
-            crate::run_towers::fresh_towers(&cfg.model, &schema, None)
-                .unwrap()
-                .as_deref(),
-        )
-        .unwrap();
+        let model = crate::run_towers::single_model(&cfg, &schema, 1, None).unwrap();
         (cfg, model)
     }
 

@@ -133,16 +133,9 @@ pub fn train(cfg: &Config, opts: &TrainOptions, observer: &mut dyn Observer) -> 
     let need = MemoryNeed::of_run(cfg, &data_schema, Placement::Single, 0);
     need.check("the run")?;
     observer.on_memory("the run", &need);
-    let names: Vec<String> = data_schema.sparse.iter().map(|f| f.name.clone()).collect();
     let recorded = resumed_towers(opts)?;
-    let towers = crate::run_towers::run_towers(&cfg.model, &names, None, recorded.as_deref())?;
-    let model = Model::build(
-        &cfg.model,
-        &cfg.optimizer,
-        &data_schema,
-        cfg.train.seed,
-        towers.as_deref(),
-    )?;
+    let seed = cfg.train.seed;
+    let model = crate::run_towers::single_model(cfg, &data_schema, seed, recorded.as_deref())?;
     train_model(cfg, opts, model, observer)
 }
 

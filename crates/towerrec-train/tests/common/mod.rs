@@ -95,3 +95,31 @@ pub fn oper_params(
         ..towerrec_plan::oper::OperParams::default()
     }
 }
+
+/// A fresh model of `cfg` for data of `schema` in one process, initialized from `seed`;
+/// a DMT model's towers are the default planner's (docs/DMT.md, "Where the towers come
+/// from").
+#[allow(dead_code)]
+pub fn single(
+    cfg: &towerrec_train::Config,
+    schema: &towerrec_data::Schema,
+    seed: u64,
+) -> towerrec_train::Result<towerrec_train::Model> {
+    let towers = towerrec_train::run_towers::fresh_towers(&cfg.model, schema, None)?;
+    towerrec_train::Model::build(&cfg.model, &cfg.optimizer, schema, seed, towers.as_deref())
+}
+
+/// This rank's part of a fresh model of `cfg` spread by `plan` (its towers the plan's,
+/// else the default planner's).
+#[allow(dead_code)]
+pub fn sharded(
+    cfg: &towerrec_train::Config,
+    schema: &towerrec_data::Schema,
+    seed: u64,
+    comm: towerrec_comm::Comm,
+    plan: &towerrec_plan::Plan,
+) -> towerrec_train::Result<towerrec_train::Model> {
+    let towers = towerrec_train::run_towers::fresh_towers(&cfg.model, schema, Some(plan))?;
+    let (model, opt) = (&cfg.model, &cfg.optimizer);
+    towerrec_train::Model::build_sharded(model, opt, schema, seed, comm, plan, towers.as_deref())
+}
