@@ -117,7 +117,7 @@ fn run(model: &mut Model, cfg: &Config, batches: &[Batch]) -> (Vec<f64>, Vec<Vec
 
 fn single(cfg: &Config, batches: &[Batch]) -> Outcome {
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
-    let mut model = common::single(&cfg, &s, cfg.train.seed).unwrap();
+    let mut model = common::single(cfg, &s, cfg.train.seed).unwrap();
     let initial = model.whole_tables().unwrap().unwrap();
     let (losses, dense) = run(&mut model, cfg, batches);
     let tables = model.whole_tables().unwrap().unwrap();
@@ -156,7 +156,7 @@ fn cluster_with(
     plan.validate(&table_specs(cfg, &s), topology, None)
         .unwrap_or_else(|e| panic!("plan does not validate: {e}\n{}", plan.to_json_pretty()));
     let outs = run_ranks(topology, 1, |comm: Comm| {
-        let mut model = common::sharded(&cfg, &s, cfg.train.seed, comm, plan)?;
+        let mut model = common::sharded(cfg, &s, cfg.train.seed, comm, plan)?;
         model.set_replica_sync(cfg.cluster.replica_sync);
         model.set_overlap_halves(halves);
         let in_halves = model.steps_in_halves();

@@ -77,7 +77,7 @@ fn train(model: &mut Model, cfg: &Config, batches: &[Batch]) -> (Vec<f64>, Vec<V
 fn single(cfg: &Config, batches: &[Batch]) -> (Vec<f64>, Vec<Vec<f32>>) {
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
     cfg.validate_against(&s).unwrap();
-    let mut model = common::single(&cfg, &s, cfg.train.seed).unwrap();
+    let mut model = common::single(cfg, &s, cfg.train.seed).unwrap();
     train(&mut model, cfg, batches)
 }
 

@@ -193,7 +193,7 @@ fn small_config() -> Config {
 
 fn small_model(cfg: &Config) -> Model {
     let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir).expect("synthetic schema");
-    common::single(&cfg, &schema, 3).expect("the small model builds")
+    common::single(cfg, &schema, 3).expect("the small model builds")
 }
 
 /// The bytes of a real checkpoint of the small model (Adam's state, as the quickstart).

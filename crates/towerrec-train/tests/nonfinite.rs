@@ -61,7 +61,7 @@ fn steps(model: &mut Model, batches: &[Batch]) -> Option<(usize, String)> {
 
 fn alone(cfg: &Config, batches: &[Batch]) -> Option<(usize, String)> {
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
-    let mut model = common::single(&cfg, &s, cfg.train.seed).unwrap();
+    let mut model = common::single(cfg, &s, cfg.train.seed).unwrap();
     steps(&mut model, batches)
 }
 
@@ -77,7 +77,7 @@ fn cluster(
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
     let watchdog = Watchdog::new(20.0).unwrap();
     run_ranks_with(topology, 1, watchdog, |comm: Comm| {
-        let mut model = common::sharded(&cfg, &s, cfg.train.seed, comm, plan)?;
+        let mut model = common::sharded(cfg, &s, cfg.train.seed, comm, plan)?;
         model.set_overlap_halves(halves);
         Ok(steps(&mut model, batches))
     })

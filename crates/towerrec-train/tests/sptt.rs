@@ -71,7 +71,7 @@ fn train(cfg: &Config, batches: &[Batch], topology: Topology, plan: &Plan) -> Ou
         cfg.optimizer.sparse_lr as f32,
     );
     let outs = run_ranks(topology, 1, |comm: Comm| {
-        let mut model = common::sharded(&cfg, &s, cfg.train.seed, comm, plan)?;
+        let mut model = common::sharded(cfg, &s, cfg.train.seed, comm, plan)?;
         let before = model.comm().expect("sharded").traffic();
         let (mut logits, mut grad) = (Vec::new(), Vec::new());
         let mut losses = Vec::new();

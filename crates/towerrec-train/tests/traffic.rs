@@ -60,7 +60,7 @@ tables = [{ rows = 60, pooling = { mean = 3.0 }, count = 3 }]
 fn one_step(cfg: &Config, batch: &Batch, topology: Topology, plan: &Plan) -> ClusterTraffic {
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
     let flats = run_ranks(topology, 1, |comm: Comm| {
-        let mut model = common::sharded(&cfg, &s, 0, comm, plan)?;
+        let mut model = common::sharded(cfg, &s, 0, comm, plan)?;
         let before = model.comm().unwrap().traffic();
         let (mut l, mut g) = (Vec::new(), Vec::new());
         train_step(&mut model, batch, (0.1, 0.1), &mut l, &mut g)?;
@@ -72,7 +72,7 @@ fn one_step(cfg: &Config, batch: &Batch, topology: Topology, plan: &Plan) -> Clu
 
 fn dense_floats(cfg: &Config) -> u64 {
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
-    let mut m = common::single(&cfg, &s, 0).unwrap();
+    let mut m = common::single(cfg, &s, 0).unwrap();
     m.dense_params().iter().map(|p| p.value.len() as u64).sum()
 }
 
