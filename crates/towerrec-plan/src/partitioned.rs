@@ -11,7 +11,7 @@
 //! A rank stores a partitioned table as the partitions it owns, in plan order, then the
 //! replicas it holds, in plan order; [`Location::offset`] counts rows into that.
 
-use crate::plan::{Plan, ShardingType, TablePlan};
+use crate::plan::TablePlan;
 use towerrec_comm::Topology;
 
 mod order;
@@ -40,7 +40,7 @@ pub struct TableAddresses {
 }
 
 impl TableAddresses {
-    /// The map of a valid row-partitioned entry (see [`Plan::validate`]).
+    /// The map of a valid row-partitioned entry (see [`crate::Plan::validate`]).
     pub fn new(entry: &TablePlan, rows: usize, world: usize) -> Self {
         let order = RowOrder::new(rows, &entry.hot_rows);
         let mut owned = vec![0usize; world];
@@ -192,35 +192,6 @@ impl TableAddresses {
                 .map(|r| (r.capacity() + 3) * size_of::<(usize, usize)>())
                 .sum::<usize>()
             + self.stored.capacity() * size_of::<(usize, usize)>()
-    }
-}
-
-impl Plan {
-    /// Rows of row-partitioned tables each rank holds as replicas, in bytes (one entry
-    /// per rank): the extra memory OPER's replication spends.
-    pub fn replica_bytes(&self, tables: &[crate::TableSpec]) -> Vec<u64> {
-        let mut bytes = vec![0u64; crate::plan::world_size_or_zero(self.topology)];
-        for entry in self.partitioned() {
-            let Some(spec) = tables.iter().find(|t| t.name == entry.table) else {
-                continue;
-            };
-            for p in &entry.partitions {
-                let b = (p.num_rows() as u64).saturating_mul(spec.bytes_per_row as u64);
-                for &r in &p.replicas {
-                    if let Some(x) = bytes.get_mut(r) {
-                        *x = x.saturating_add(b);
-                    }
-                }
-            }
-        }
-        bytes
-    }
-
-    /// The row-partitioned entries.
-    pub fn partitioned(&self) -> impl Iterator<Item = &TablePlan> {
-        self.tables
-            .iter()
-            .filter(|e| e.sharding == ShardingType::RowPartitioned)
     }
 }
 

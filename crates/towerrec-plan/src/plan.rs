@@ -13,8 +13,14 @@
 //! ```
 //!
 //! A DMT plan adds `"towers": [ { "features": ["C1", "C3"], "hosts": [0] }, … ]`.
+//!
+//! Here are the types and what a plan says about itself (an entry by name, its
+//! row-partitioned entries, its towers' host groups, bytes per rank); reading and
+//! writing the JSON is in `json.rs`, checking a plan against a model and a cluster in
+//! `validate.rs`.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use towerrec_comm::Topology;
 
 /// How one table is spread.
@@ -165,6 +171,32 @@ impl Plan {
         self.tables.iter().find(|t| t.table == table)
     }
 
+    /// The row-partitioned entries.
+    pub fn partitioned(&self) -> impl Iterator<Item = &TablePlan> {
+        self.tables
+            .iter()
+            .filter(|e| e.sharding == ShardingType::RowPartitioned)
+    }
+
+    /// The plan's host groups: each distinct set of tower hosts, sorted, in order of first
+    /// appearance. Empty for a plan without towers.
+    pub fn host_groups(&self) -> Vec<Vec<usize>> {
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for tower in &self.towers {
+            let hosts: Vec<usize> = tower
+                .hosts
+                .iter()
+                .copied()
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            if !groups.contains(&hosts) {
+                groups.push(hosts);
+            }
+        }
+        groups
+    }
+
     /// Bytes of weights and optimizer state each rank holds: the blocks of its shards
     /// (see [`TableSpec::shard_bytes`]), the partitions it owns or replicates, plus
     /// every data-parallel table in full. One
@@ -194,6 +226,26 @@ impl Plan {
                 let b = (p.num_rows() as u64).saturating_mul(spec.bytes_per_row as u64);
                 for rank in p.holders() {
                     if let Some(x) = bytes.get_mut(rank) {
+                        *x = x.saturating_add(b);
+                    }
+                }
+            }
+        }
+        bytes
+    }
+
+    /// Rows of row-partitioned tables each rank holds as replicas, in bytes (one entry
+    /// per rank): the extra memory OPER's replication spends.
+    pub fn replica_bytes(&self, tables: &[TableSpec]) -> Vec<u64> {
+        let mut bytes = vec![0u64; world_size_or_zero(self.topology)];
+        for entry in self.partitioned() {
+            let Some(spec) = tables.iter().find(|t| t.name == entry.table) else {
+                continue;
+            };
+            for p in &entry.partitions {
+                let b = (p.num_rows() as u64).saturating_mul(spec.bytes_per_row as u64);
+                for &r in &p.replicas {
+                    if let Some(x) = bytes.get_mut(r) {
                         *x = x.saturating_add(b);
                     }
                 }

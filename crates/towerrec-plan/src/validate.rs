@@ -60,7 +60,7 @@ impl Plan {
                 t.name
             )));
         }
-        self.check_towers(topology)?;
+        towers::check_towers(self, topology)?;
         if let Some(budget) = memory_budget_bytes {
             for (rank, &bytes) in self.rank_bytes(tables).iter().enumerate() {
                 if bytes > budget {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::plan::{Partition, Plan, Shard, TableSpec};
+use crate::plan::{Partition, Plan, Shard, ShardingType, TableSpec};
 use proptest::prelude::*;
 
 fn spec(rows: usize) -> TableSpec {

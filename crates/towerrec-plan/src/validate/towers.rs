@@ -9,137 +9,117 @@ use crate::plan::{Plan, ShardingType};
 use std::collections::{BTreeSet, HashMap};
 use towerrec_comm::Topology;
 
-impl Plan {
-    /// The plan's host groups: each distinct set of tower hosts, sorted, in order of first
-    /// appearance. Empty for a plan without towers.
-    pub fn host_groups(&self) -> Vec<Vec<usize>> {
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        for tower in &self.towers {
-            let hosts: Vec<usize> = tower
-                .hosts
-                .iter()
-                .copied()
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect();
-            if !groups.contains(&hosts) {
-                groups.push(hosts);
-            }
-        }
-        groups
+/// Checks the towers, if any, against the plan's tables and `topology`.
+pub(super) fn check_towers(plan: &Plan, topology: Topology) -> Result<()> {
+    if plan.towers.is_empty() {
+        return Ok(());
     }
-
-    /// Checks the towers, if any, against the plan's tables and `topology`.
-    pub(crate) fn check_towers(&self, topology: Topology) -> Result<()> {
-        if self.towers.is_empty() {
-            return Ok(());
+    let mut tower_of: HashMap<&str, usize> = HashMap::new();
+    for (i, tower) in plan.towers.iter().enumerate() {
+        let fail = |reason: String| Error::Plan(format!("tower {i}: {reason}"));
+        if tower.features.is_empty() {
+            return Err(fail("has no features".into()));
         }
-        let mut tower_of: HashMap<&str, usize> = HashMap::new();
-        for (i, tower) in self.towers.iter().enumerate() {
-            let fail = |reason: String| Error::Plan(format!("tower {i}: {reason}"));
-            if tower.features.is_empty() {
-                return Err(fail("has no features".into()));
+        if tower.hosts.is_empty() {
+            return Err(fail("has no hosts".into()));
+        }
+        let hosts: BTreeSet<usize> = tower.hosts.iter().copied().collect();
+        if hosts.len() != tower.hosts.len() {
+            return Err(fail(format!("lists a host twice in {:?}", tower.hosts)));
+        }
+        if let Some(h) = hosts.iter().find(|&&h| h >= topology.hosts) {
+            return Err(fail(format!(
+                "host {h} is outside the {} hosts",
+                topology.hosts
+            )));
+        }
+        for f in &tower.features {
+            if let Some(other) = tower_of.insert(f.as_str(), i) {
+                return Err(fail(format!("feature '{f}' is also in tower {other}")));
             }
-            if tower.hosts.is_empty() {
-                return Err(fail("has no hosts".into()));
-            }
-            let hosts: BTreeSet<usize> = tower.hosts.iter().copied().collect();
-            if hosts.len() != tower.hosts.len() {
-                return Err(fail(format!("lists a host twice in {:?}", tower.hosts)));
-            }
-            if let Some(h) = hosts.iter().find(|&&h| h >= topology.hosts) {
+            let Some(entry) = plan.table(f) else {
                 return Err(fail(format!(
-                    "host {h} is outside the {} hosts",
-                    topology.hosts
+                    "feature '{f}' has no table entry in the plan"
+                )));
+            };
+            if entry.sharding == ShardingType::DataParallel {
+                return Err(fail(format!(
+                    "feature '{f}' is data_parallel; a tower's tables live on its hosts"
                 )));
             }
-            for f in &tower.features {
-                if let Some(other) = tower_of.insert(f.as_str(), i) {
-                    return Err(fail(format!("feature '{f}' is also in tower {other}")));
-                }
-                let Some(entry) = self.table(f) else {
-                    return Err(fail(format!(
-                        "feature '{f}' has no table entry in the plan"
-                    )));
-                };
-                if entry.sharding == ShardingType::DataParallel {
-                    return Err(fail(format!(
-                        "feature '{f}' is data_parallel; a tower's tables live on its hosts"
-                    )));
-                }
-                if let Some(s) = entry
-                    .shards
-                    .iter()
-                    .find(|s| !hosts.contains(&topology.host_of(s.rank)))
-                {
-                    return Err(fail(format!(
-                        "feature '{f}' has a shard on rank {} (host {}), outside the tower's hosts {:?}",
-                        s.rank,
-                        topology.host_of(s.rank),
-                        tower.hosts
-                    )));
-                }
-                let copies = entry.partitions.iter().flat_map(|p| p.holders());
-                if let Some(r) = copies
-                    .into_iter()
-                    .find(|&r| !hosts.contains(&topology.host_of(r)))
-                {
-                    return Err(fail(format!(
-                        "feature '{f}' has rows on rank {r} (host {}), outside the tower's hosts {:?}",
-                        topology.host_of(r),
-                        tower.hosts
-                    )));
-                }
+            if let Some(s) = entry
+                .shards
+                .iter()
+                .find(|s| !hosts.contains(&topology.host_of(s.rank)))
+            {
+                return Err(fail(format!(
+                    "feature '{f}' has a shard on rank {} (host {}), outside the tower's hosts {:?}",
+                    s.rank,
+                    topology.host_of(s.rank),
+                    tower.hosts
+                )));
+            }
+            let copies = entry.partitions.iter().flat_map(|p| p.holders());
+            if let Some(r) = copies
+                .into_iter()
+                .find(|&r| !hosts.contains(&topology.host_of(r)))
+            {
+                return Err(fail(format!(
+                    "feature '{f}' has rows on rank {r} (host {}), outside the tower's hosts {:?}",
+                    topology.host_of(r),
+                    tower.hosts
+                )));
             }
         }
-        if let Some(t) = self
-            .tables
-            .iter()
-            .find(|t| !tower_of.contains_key(t.table.as_str()))
-        {
-            return Err(Error::Plan(format!(
-                "table '{}' is in no tower; with towers, every table must be in one",
-                t.table
-            )));
-        }
-        self.check_host_groups(topology)
     }
+    if let Some(t) = plan
+        .tables
+        .iter()
+        .find(|t| !tower_of.contains_key(t.table.as_str()))
+    {
+        return Err(Error::Plan(format!(
+            "table '{}' is in no tower; with towers, every table must be in one",
+            t.table
+        )));
+    }
+    check_host_groups(plan, topology)
+}
 
-    /// Host groups must be disjoint, of one size K that divides the hosts, and cover them.
-    fn check_host_groups(&self, topology: Topology) -> Result<()> {
-        let groups = self.host_groups();
-        let k = groups[0].len();
-        let mut covered = BTreeSet::new();
-        for g in &groups {
-            if g.len() != k {
-                return Err(Error::Plan(format!(
-                    "towers span {k} and {} hosts; every tower must span the same number",
-                    g.len()
-                )));
-            }
-            for &h in g {
-                if !covered.insert(h) {
-                    return Err(Error::Plan(format!(
-                        "host {h} is in two different host sets of towers; towers that share a \
-                         host must share all their hosts"
-                    )));
-                }
-            }
-        }
-        if covered.len() != topology.hosts {
-            let missing: Vec<usize> = (0..topology.hosts)
-                .filter(|h| !covered.contains(h))
-                .collect();
+/// Host groups must be disjoint, of one size K that divides the hosts, and cover them.
+fn check_host_groups(plan: &Plan, topology: Topology) -> Result<()> {
+    let groups = plan.host_groups();
+    let k = groups[0].len();
+    let mut covered = BTreeSet::new();
+    for g in &groups {
+        if g.len() != k {
             return Err(Error::Plan(format!(
-                "hosts {missing:?} hold no tower; every host must hold part of one"
+                "towers span {k} and {} hosts; every tower must span the same number",
+                g.len()
             )));
         }
-        Ok(())
+        for &h in g {
+            if !covered.insert(h) {
+                return Err(Error::Plan(format!(
+                    "host {h} is in two different host sets of towers; towers that share a \
+                     host must share all their hosts"
+                )));
+            }
+        }
     }
+    if covered.len() != topology.hosts {
+        let missing: Vec<usize> = (0..topology.hosts)
+            .filter(|h| !covered.contains(h))
+            .collect();
+        return Err(Error::Plan(format!(
+            "hosts {missing:?} hold no tower; every host must hold part of one"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use super::check_towers;
     use crate::{Plan, Shard, ShardingType, TablePlan, TowerPlan};
     use towerrec_comm::Topology;
 
@@ -175,8 +155,7 @@ mod tests {
     }
 
     fn refused(plan: &Plan, needle: &str) {
-        let err = plan
-            .check_towers(plan.topology)
+        let err = check_towers(plan, plan.topology)
             .expect_err("refused")
             .to_string();
         assert!(err.contains(needle), "{err}");
@@ -185,7 +164,7 @@ mod tests {
     #[test]
     fn a_tower_per_host_passes() {
         let p = plan();
-        p.check_towers(p.topology).unwrap();
+        check_towers(&p, p.topology).unwrap();
         assert_eq!(p.host_groups(), vec![vec![0], vec![1]]);
     }
 
@@ -194,7 +173,7 @@ mod tests {
         let mut p = plan();
         p.towers[0].hosts = vec![1, 0];
         p.towers[1].hosts = vec![0, 1];
-        p.check_towers(p.topology).unwrap();
+        check_towers(&p, p.topology).unwrap();
         assert_eq!(p.host_groups(), vec![vec![0, 1]]);
     }
 
