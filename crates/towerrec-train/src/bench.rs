@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::forward::PipelinedForward;
 use crate::model::Model;
 use crate::ranks::rank_slice;
-use crate::run_towers::{run_towers, single_model};
+use crate::run_towers::run_towers;
 use crate::trainer::train_step;
 use serde::Serialize;
 use std::time::Instant;
@@ -96,7 +96,7 @@ pub fn bench_model(
 ) -> Result<BenchResult> {
     let data_schema = schema(&cfg.data, &cfg.base_dir)?;
     cfg.validate_against(&data_schema)?;
-    let mut model = single_model(cfg, &data_schema, cfg.train.seed, None)?;
+    let mut model = Model::for_run(cfg, &data_schema, cfg.train.seed, None)?;
     bench_built(&mut model, cfg, batches, mode, timing)
 }
 

@@ -11,9 +11,8 @@
 //! `file`) is read once: its towers stand in for the default planner's, and the run's
 //! own config and checkpoint then say `count` and record the towers.
 
-use crate::config::{Config, ModelConfig};
+use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::Model;
 use towerrec_data::Schema;
 use towerrec_plan::Plan;
 
@@ -75,19 +74,6 @@ pub fn fresh_towers(
     run_towers(model, &names, plan, None)
 }
 
-/// A model of `cfg` for data of `schema` in one process, initialized from `seed`, on
-/// its run's towers ([`run_towers`], without a plan; `recorded` as there).
-pub fn single_model(
-    cfg: &Config,
-    schema: &Schema,
-    seed: u64,
-    recorded: Option<&[Vec<String>]>,
-) -> Result<Model> {
-    let names: Vec<String> = schema.sparse.iter().map(|f| f.name.clone()).collect();
-    let towers = run_towers(&cfg.model, &names, None, recorded)?;
-    Model::build(&cfg.model, &cfg.optimizer, schema, seed, towers.as_deref())
-}
-
 /// The towers `towers` (indices into `names`) by table name, as a checkpoint records
 /// them.
 pub fn tower_names(towers: &[Vec<usize>], names: &[String]) -> Vec<Vec<String>> {
@@ -105,6 +91,7 @@ fn by_name(towers: &[Vec<String>], names: &[String], what: &str) -> Result<Vec<V
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
     use towerrec_comm::Topology;
     use towerrec_plan::TowerPlan;
 

@@ -460,7 +460,7 @@ impl Checkpoint {
     pub fn restore(&self, cfg: &Config, schema: &towerrec_data::Schema) -> Result<Model> {
         let recorded = self.towers()?;
         let seed = cfg.train.seed;
-        let mut model = crate::run_towers::single_model(cfg, schema, seed, recorded.as_deref())?;
+        let mut model = crate::model::Model::for_run(cfg, schema, seed, recorded.as_deref())?;
         self.apply(&mut model)?;
         Ok(model)
     }

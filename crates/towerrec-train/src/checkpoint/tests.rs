@@ -23,7 +23,7 @@ fn model() -> (Config, Model) {
     .collect();
     let cfg = Config::quickstart(&sets).unwrap();
     let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir).unwrap();
-    let m = crate::run_towers::single_model(&cfg, &schema, 1, None).unwrap();
+    let m = crate::model::Model::for_run(&cfg, &schema, 1, None).unwrap();
     (cfg, m)
 }
 

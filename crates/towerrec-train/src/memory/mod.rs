@@ -358,7 +358,7 @@ mod tests {
             ],
         ] {
             let (cfg, schema) = quickstart(sets);
-            let mut model = crate::run_towers::single_model(&cfg, &schema, 0, None).unwrap();
+            let mut model = crate::model::Model::for_run(&cfg, &schema, 0, None).unwrap();
             let dense: usize = model.dense_params().iter().map(|p| p.value.len()).sum();
             assert_eq!(
                 dense_shape(&cfg.model, &schema).params,

@@ -111,6 +111,20 @@ impl Model {
         Self::assemble(cfg, opt, schema, seed, towers, Embeddings::Local(tables))
     }
 
+    /// A model of `cfg` for data of `schema` in one process, initialized from `seed`, on
+    /// its run's towers ([`crate::run_towers::run_towers`] without a plan; `recorded`,
+    /// the towers of the checkpoint it resumes or restores, as there).
+    pub fn for_run(
+        cfg: &crate::config::Config,
+        schema: &Schema,
+        seed: u64,
+        recorded: Option<&[Vec<String>]>,
+    ) -> Result<Self> {
+        let names: Vec<String> = schema.sparse.iter().map(|f| f.name.clone()).collect();
+        let towers = crate::run_towers::run_towers(&cfg.model, &names, None, recorded)?;
+        Self::build(&cfg.model, &cfg.optimizer, schema, seed, towers.as_deref())
+    }
+
     /// Builds this rank's part of a model whose tables are spread over the ranks of
     /// `comm` by `plan` (validated by the caller). Every rank starts from the values
     /// [`Model::build`] gives. Ranks of an in-process cluster must each run in their own

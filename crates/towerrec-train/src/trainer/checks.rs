@@ -102,7 +102,7 @@ mod tests {
         .collect();
         let cfg = crate::Config::quickstart(&sets).unwrap();
         let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir).unwrap();
-        let model = crate::run_towers::single_model(&cfg, &schema, 1, None).unwrap();
+        let model = crate::model::Model::for_run(&cfg, &schema, 1, None).unwrap();
         (cfg, model)
     }
 

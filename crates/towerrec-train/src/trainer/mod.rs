@@ -135,7 +135,7 @@ pub fn train(cfg: &Config, opts: &TrainOptions, observer: &mut dyn Observer) -> 
     observer.on_memory("the run", &need);
     let recorded = resumed_towers(opts)?;
     let seed = cfg.train.seed;
-    let model = crate::run_towers::single_model(cfg, &data_schema, seed, recorded.as_deref())?;
+    let model = crate::model::Model::for_run(cfg, &data_schema, seed, recorded.as_deref())?;
     train_model(cfg, opts, model, observer)
 }
 
