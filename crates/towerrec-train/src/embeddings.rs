@@ -2,7 +2,7 @@
 //! the ranks of a cluster, with their pooled forward and fused backward-and-update.
 
 use crate::error::Result;
-use crate::sharded::{GradWork, RowsWork, ShardedEmbeddings};
+use crate::sharded::{GradWork, RowsWork, ShardedEmbeddings, StepPart};
 use crate::slots::FeatureSlots;
 use towerrec_comm::Comm;
 use towerrec_core::embedding::EmbeddingBag;
@@ -54,59 +54,50 @@ impl Embeddings {
         }
     }
 
-    /// Part `k` of a training step's forward in `parts` ([`crate::model`]'s schedule):
-    /// the first part looks every table up, and each part's feature rows are in `out`
-    /// when it returns; `work` runs during part `k`'s exchange on part `k - 1`'s
-    /// finished rows. Tables in this process run in one part.
+    /// The forward of `step`'s part ([`crate::model`]'s schedule): the first part looks
+    /// every table up, and each part's feature rows are in `out` when it returns;
+    /// `work` runs during part `k`'s exchange on part `k - 1`'s finished rows. Tables
+    /// in this process run in one part.
     pub(crate) fn forward_part(
         &mut self,
-        batch: &Batch,
+        step: StepPart<'_>,
         out: &mut [f32],
-        slots: &FeatureSlots,
-        (k, parts): (usize, usize),
         work: Option<RowsWork<'_>>,
     ) -> Result<()> {
         match self {
             Embeddings::Local(tables) => {
-                debug_assert_eq!((k, parts), (0, 1), "one part in one process");
+                debug_assert_eq!((step.k, step.parts), (0, 1), "one part in one process");
+                let StepPart { batch, slots, .. } = step;
                 for (t, table) in tables.iter().enumerate() {
                     let offset = slots.slot(t).offset;
                     table.forward(batch.sparse.feature(t), out, slots.width(), offset)?;
                 }
                 Ok(())
             }
-            Embeddings::Sharded(s) => s.forward_part(batch, out, slots, (k, parts), work),
+            Embeddings::Sharded(s) => s.forward_part(step, out, work),
         }
     }
 
-    /// Part `k` of a step's gradient exchange in `parts`, but the last: `work` writes
-    /// the next part's gradient rows during it. Only on a cluster.
+    /// The gradient exchange of `step`'s part, but the last: `work` writes the next
+    /// part's gradient rows during it. Only on a cluster.
     pub(crate) fn backward_part(
         &mut self,
-        batch: &Batch,
+        step: StepPart<'_>,
         grad: &mut [f32],
-        slots: &FeatureSlots,
-        (k, parts): (usize, usize),
         work: GradWork<'_>,
     ) -> Result<()> {
         match self {
             Embeddings::Local(_) => unreachable!("tables in this process run in one part"),
-            Embeddings::Sharded(s) => s.backward_part(batch, grad, slots, (k, parts), work),
+            Embeddings::Sharded(s) => s.backward_part(step, grad, work),
         }
     }
 
-    /// The last part's gradient exchange of a step in `parts` (nothing to exchange in
-    /// this process).
-    pub(crate) fn backward_last(
-        &mut self,
-        batch: &Batch,
-        grad: &[f32],
-        slots: &FeatureSlots,
-        parts: usize,
-    ) -> Result<()> {
+    /// The gradient exchange of `step`'s last part (nothing to exchange in this
+    /// process).
+    pub(crate) fn backward_last(&mut self, step: StepPart<'_>, grad: &[f32]) -> Result<()> {
         match self {
             Embeddings::Local(_) => Ok(()),
-            Embeddings::Sharded(s) => s.backward_last(batch, grad, slots, parts),
+            Embeddings::Sharded(s) => s.backward_last(step, grad),
         }
     }
 

@@ -5,30 +5,21 @@
 //!
 //! With `P` parts: the ids are routed and the rows pooled with the first part's
 //! exchange, beside DLRM's bottom MLP; part `k`'s forward exchange carries part
-//! `k - 1`'s dense forward and backward ([`Dense::step_part`]); the last part's dense
-//! work runs during the first part's gradient exchange (alone in a whole step); the last
-//! gradient exchange and the tables' updates run beside the bottom MLP's backward, then
-//! the dense gradients are summed and applied. The tables update once a step, from the
-//! same gradient rows whatever `P`; the dense parameter gradients are summed over the
-//! parts, which rounds differently from a whole step.
+//! `k - 1`'s dense forward and backward ([`super::dense::Dense::step_part`]); the last
+//! part's dense work runs during the first part's gradient exchange (alone in a whole
+//! step); the last gradient exchange and the tables' updates run beside the bottom
+//! MLP's backward, then the dense gradients are summed and applied. The tables update
+//! once a step, from the same gradient rows whatever `P`; the dense parameter gradients
+//! are summed over the parts, which rounds differently from a whole step. Every
+//! exchange is handed its part as a [`StepPart`].
 
 use super::dense::{PartRows, Place};
 use super::{Bottom, Embeddings, Model};
 use crate::error::Result;
+use crate::sharded::StepPart;
 use crate::stages::{put_dense_columns, resize, timed};
 use crate::times::PhaseTimes;
-use std::ops::Range;
 use towerrec_core::{Batch, Layer};
-
-/// Samples of a slice of `b` in part `k` of `parts`: one part is the whole slice, two
-/// split it at `b / 2`.
-fn part_range(b: usize, (k, parts): (usize, usize)) -> Range<usize> {
-    match (k, parts) {
-        (_, 1) => 0..b,
-        (0, _) => 0..b / 2,
-        _ => b / 2..b,
-    }
-}
 
 /// Seconds of dense work in `t`.
 fn dense_seconds(t: &PhaseTimes) -> f64 {
@@ -91,6 +82,7 @@ impl Model {
             ..
         } = self;
         let slots = &*slots;
+        let step = StepPart::new(batch, slots, (0, parts));
         let scale = 1.0 / global_size.max(1) as f32;
         let place = |k: usize| Place {
             first: k == 0,
@@ -98,7 +90,7 @@ impl Model {
         };
         // The lookups and the first part's exchange, beside DLRM's bottom MLP.
         let ((first, t_emb), t_bottom) = rayon::join(
-            || timed(|| embeddings.forward_part(batch, features, slots, (0, parts), None)),
+            || timed(|| embeddings.forward_part(step, features, None)),
             || timed(|| bottom.as_mut().map(|bottom| bottom.forward(batch, *dim))),
         );
         first?;
@@ -113,7 +105,7 @@ impl Model {
         let mut loss = 0.0;
         let (logits, grad) = (&mut logits[..], &mut grad[..]);
         for k in 1..parts {
-            let r = part_range(b, (k - 1, parts));
+            let r = step.nth(k - 1).samples();
             let before = dense_seconds(&inside);
             let part = (
                 &batch.labels[r.clone()],
@@ -134,15 +126,14 @@ impl Model {
                 };
                 loss += dense.step_part(rows, slots, (scale, place(k - 1)), &mut inside, progress);
             };
-            let (sent, t) = timed(|| {
-                embeddings.forward_part(batch, features, slots, (k, parts), Some(&mut work))
-            });
+            let (sent, t) =
+                timed(|| embeddings.forward_part(step.nth(k), features, Some(&mut work)));
             sent?;
             times.embedding_forward += t - (dense_seconds(&inside) - before);
         }
         // The last part's dense work: during the first gradient exchange, or alone in a
         // whole step.
-        let last = part_range(b, (parts - 1, parts));
+        let last = step.last().samples();
         let before = dense_seconds(&inside);
         let rows = &features[last.start * width..last.end * width];
         let (labels, part_logits, logits_grad) = (
@@ -169,9 +160,8 @@ impl Model {
         if parts == 1 {
             dense_last(&mut features_grad[..], &mut || {});
         } else {
-            let (sent, t) = timed(|| {
-                embeddings.backward_part(batch, features_grad, slots, (0, parts), &mut dense_last)
-            });
+            let (sent, t) =
+                timed(|| embeddings.backward_part(step, features_grad, &mut dense_last));
             sent?;
             times.embedding_backward_update += t - (dense_seconds(&inside) - before);
         }
@@ -200,10 +190,11 @@ impl Model {
         } = self;
         let (grad, slots, dim) = (&features_grad[..], &*slots, *dim);
         let width = slots.width();
+        let last = StepPart::new(batch, slots, (parts - 1, parts));
         let ((bad, t_emb), t_bottom) = rayon::join(
             || {
                 timed(|| {
-                    embeddings.backward_last(batch, grad, slots, parts)?;
+                    embeddings.backward_last(last, grad)?;
                     embeddings.update(batch, grad, slots, sparse_lr)
                 })
             },

@@ -8,15 +8,13 @@
 //! cluster of several hosts, go through [`super::trw`] instead: summed within their
 //! host, then across hosts once.
 
-use super::output::{GradWork, OutputDist, RowsWork};
+use super::output::{GradWork, OutputDist, RowsWork, StepPart};
 use super::own::{add_partial, own_pass, OwnSplit};
 use super::route::{bag_of, Part};
 use super::spread::Spread;
 use crate::error::Result;
-use crate::slots::FeatureSlots;
 use towerrec_comm::Phase;
 use towerrec_core::simd::{prefetch_for_write, ROWS_APART_AHEAD};
-use towerrec_core::Batch;
 
 /// Writes the rows of `block` (`cols` wide) into columns `off..off + cols` of the rows
 /// of `rows` (`width` wide): copied, or added to the partial sums already there
@@ -122,51 +120,31 @@ impl OutputDist for Flat {
     fn forward_part(
         &mut self,
         sp: &mut Spread,
-        batch: &Batch,
+        step: StepPart<'_>,
         out: &mut [f32],
-        slots: &FeatureSlots,
-        (k, parts): (usize, usize),
         work: Option<RowsWork<'_>>,
     ) -> Result<()> {
-        let part = match (k, parts) {
-            (0, 1) => Part::Whole,
-            (0, _) => Part::First,
-            _ => {
-                let work = work.expect("a later part runs the previous part's work");
-                return self.output_second_half(sp, batch, out, slots, work);
-            }
-        };
-        self.output_part_with_own_pass(sp, batch, out, slots, part)?;
-        self.scale_mean_row_split(sp, batch, out, slots, part);
+        if Part::of(step) == Part::Second {
+            let work = work.expect("a later part runs the previous part's work");
+            return self.output_second_half(sp, step, out, work);
+        }
+        self.output_part_with_own_pass(sp, step, out)?;
+        self.scale_mean_row_split(sp, step, out);
         Ok(())
     }
 
     fn backward_part(
         &mut self,
         sp: &mut Spread,
-        batch: &Batch,
+        step: StepPart<'_>,
         grad: &mut [f32],
-        slots: &FeatureSlots,
-        _: (usize, usize),
         work: GradWork<'_>,
     ) -> Result<()> {
-        self.grads_first_half(sp, batch, grad, slots, work)
+        self.grads_first_half(sp, step, grad, work)
     }
 
-    fn backward_last(
-        &mut self,
-        sp: &mut Spread,
-        batch: &Batch,
-        grad: &[f32],
-        slots: &FeatureSlots,
-        parts: usize,
-    ) -> Result<()> {
-        let part = if parts == 1 {
-            Part::Whole
-        } else {
-            Part::Second
-        };
-        self.grads_last(sp, (batch, grad, slots), part)
+    fn backward_last(&mut self, sp: &mut Spread, step: StepPart<'_>, grad: &[f32]) -> Result<()> {
+        self.grads_last(sp, step, grad)
     }
 }
 
@@ -182,17 +160,17 @@ impl Flat {
         }
     }
 
-    /// The output exchange of `part` (whole or first half) with the own pass during
-    /// it, and the part's rows placed; the own pass pools every own bag, of both halves.
+    /// The output exchange of `step`'s part (whole or first half) with the own pass
+    /// during it, and the part's rows placed; the own pass pools every own bag, of both
+    /// halves.
     fn output_part_with_own_pass(
         &mut self,
         sp: &mut Spread,
-        batch: &Batch,
+        step: StepPart<'_>,
         out: &mut [f32],
-        slots: &FeatureSlots,
-        part: Part,
     ) -> Result<()> {
-        let (send, counts, own_firsts) = self.pack_rows(sp, part);
+        let StepPart { batch, slots, .. } = step;
+        let (send, counts, own_firsts) = self.pack_rows(sp, Part::of(step));
         let mut recv = std::mem::take(&mut self.recv);
         let mut own_split = std::mem::take(&mut self.own_split);
         let (comm, pass) = own_pass(sp, &mut own_split);
@@ -205,26 +183,24 @@ impl Flat {
         let placed = exchanged.map_err(Into::into).and_then(|(_, pass)| pass);
         if placed.is_ok() {
             self.start_written(sp, batch.batch_size());
-            self.place_part(sp, out, slots, part, &recv, own_firsts, batch.batch_size());
+            self.place_part(sp, step, out, &recv, own_firsts);
         }
         self.recv = recv;
         placed
     }
 
-    /// The second half's output exchange, with `work` run during it on the first half's
-    /// finished feature rows; then the second half's rows placed.
+    /// The second half's output exchange (`step`'s second part), with `work` run during
+    /// it on the first half's finished feature rows; then the second half's rows placed.
     fn output_second_half(
         &mut self,
         sp: &Spread,
-        batch: &Batch,
+        step: StepPart<'_>,
         out: &mut [f32],
-        slots: &FeatureSlots,
         work: RowsWork<'_>,
     ) -> Result<()> {
-        let b_local = batch.batch_size();
         let (send, counts, own_firsts) = self.pack_rows(sp, Part::Second);
         let mut recv = std::mem::take(&mut self.recv);
-        let first = &out[..Part::First.range(b_local).end * slots.width()];
+        let first = &out[..Part::First.range(step.batch.batch_size()).end * step.slots.width()];
         let exchanged =
             sp.comm
                 .all_to_all_v_during(&send, &counts, &mut recv, Phase::OutputDist, |progress| {
@@ -232,8 +208,8 @@ impl Flat {
                 });
         self.send = send;
         let placed = exchanged.map(|_| {
-            self.place_part(sp, out, slots, Part::Second, &recv, own_firsts, b_local);
-            self.scale_mean_row_split(sp, batch, out, slots, Part::Second);
+            self.place_part(sp, step, out, &recv, own_firsts);
+            self.scale_mean_row_split(sp, step, out);
         });
         self.recv = recv;
         Ok(placed?)
@@ -287,22 +263,20 @@ impl Flat {
         self.written = written;
     }
 
-    /// Places the rows of `part` of this rank's samples from `recv` (every other rank's,
-    /// in rank order) and from its own shards (`own_firsts`, where each one's rows of the
-    /// part start in its `pooled`), then zeroes every slot of the part that no shard
-    /// wrote (a bag no store served).
-    #[allow(clippy::too_many_arguments)]
+    /// Places the rows of `step`'s part of this rank's samples from `recv` (every other
+    /// rank's, in rank order) and from its own shards (`own_firsts`, where each one's
+    /// rows of the part start in its `pooled`), then zeroes every slot of the part that
+    /// no shard wrote (a bag no store served).
     fn place_part(
         &mut self,
         sp: &Spread,
+        step: StepPart<'_>,
         out: &mut [f32],
-        slots: &FeatureSlots,
-        part: Part,
         recv: &[f32],
         mut own_firsts: Vec<usize>,
-        b_local: usize,
     ) {
         let (p, me) = (sp.comm.size(), sp.comm.rank());
+        let (slots, b_local, part) = (step.slots, step.batch.batch_size(), Part::of(step));
         let width = slots.width();
         let range = part.range(b_local);
         let out = &mut out[..b_local * width];
@@ -353,16 +327,9 @@ impl Flat {
     }
 
     /// Divides the summed slots of the mean-pooled row-split tables it carries by each
-    /// bag's length, for the samples of `part`.
-    fn scale_mean_row_split(
-        &self,
-        sp: &Spread,
-        batch: &Batch,
-        out: &mut [f32],
-        slots: &FeatureSlots,
-        part: Part,
-    ) {
-        let samples = part.range(batch.batch_size());
-        sp.scale_mean_rows(batch, (out, slots), |t| self.carries[t], samples);
+    /// bag's length, for the samples of `step`'s part.
+    fn scale_mean_row_split(&self, sp: &Spread, step: StepPart<'_>, out: &mut [f32]) {
+        let (batch, slots) = (step.batch, step.slots);
+        sp.scale_mean_rows(batch, (out, slots), |t| self.carries[t], step.samples());
     }
 }

@@ -1,35 +1,33 @@
 //! The backward of the flat output distribution ([`super::flat`]): each shard gets its
 //! columns of the pooled gradient for the bags it pooled, by one AlltoAllv, or by two
-//! when a step runs in halves ([`super::schedule`]); this rank's own segment skips the
-//! exchange and is pushed into its stores while the exchange runs.
+//! when a step runs in halves (the model's step schedule, `model::schedule`); this
+//! rank's own segment skips the exchange and is pushed into its stores while the
+//! exchange runs.
 
 use super::flat::Flat;
 use super::lookup::LocalShard;
-use super::output::GradWork;
+use super::output::{GradWork, StepPart};
 use super::route::{bag_of, Part};
 use super::spread::Spread;
 use crate::error::Result;
-use crate::slots::FeatureSlots;
 use towerrec_comm::Phase;
 use towerrec_core::simd::{prefetch, ROWS_APART_AHEAD};
-use towerrec_core::Batch;
 
 impl Flat {
-    /// The first half's gradient exchange on the flat path, while `work` fills the
-    /// second half's gradient rows; what arrives is kept for [`Flat::grads_last`].
+    /// The first half's gradient exchange on the flat path (`step`'s first part), while
+    /// `work` fills the second half's gradient rows; what arrives is kept for
+    /// [`Flat::grads_last`].
     pub(super) fn grads_first_half(
         &mut self,
         sp: &Spread,
-        batch: &Batch,
+        step: StepPart<'_>,
         grad: &mut [f32],
-        slots: &FeatureSlots,
         work: GradWork<'_>,
     ) -> Result<()> {
-        let width = slots.width();
-        let grad = &mut grad[..batch.batch_size() * width];
-        let (send, counts) = self.pack_grad_rows(sp, batch, grad, slots, Part::First);
+        let grad = &mut grad[..step.rows_len()];
+        let (send, counts) = self.pack_grad_rows(sp, step, grad, Part::First);
         let mut first = std::mem::take(&mut self.recv_first);
-        let split = Part::First.range(batch.batch_size()).end * width;
+        let split = Part::First.range(step.batch.batch_size()).end * step.slots.width();
         let second = &mut grad[split..];
         let exchanged = sp.comm.all_to_all_v_during(
             &send,
@@ -44,25 +42,25 @@ impl Flat {
         Ok(())
     }
 
-    /// The last gradient exchange (`part`: of a whole step, or its second half after
-    /// [`Flat::grads_first_half`]): sends each shard its columns of the gradient `grad`
-    /// of this rank's feature rows, leaving in each local shard's `grad` the gradient of
-    /// the whole global batch, the same values in the same order whatever the parts.
-    /// This rank's own segment goes straight from `grad` into its shards while the
-    /// exchange runs (it needs nothing from the other ranks); the earlier ranks'
-    /// segments, which come before it, are written over a zeroed placeholder when they
-    /// arrive.
+    /// The last gradient exchange (`step`'s last part: a whole step, or its second half
+    /// after [`Flat::grads_first_half`]): sends each shard its columns of the gradient
+    /// `grad` of this rank's feature rows, leaving in each local shard's `grad` the
+    /// gradient of the whole global batch, the same values in the same order whatever
+    /// the parts. This rank's own segment goes straight from `grad` into its shards
+    /// while the exchange runs (it needs nothing from the other ranks); the earlier
+    /// ranks' segments, which come before it, are written over a zeroed placeholder
+    /// when they arrive.
     pub(super) fn grads_last(
         &mut self,
         sp: &mut Spread,
-        (batch, grad, slots): (&Batch, &[f32], &FeatureSlots),
-        part: Part,
+        step: StepPart<'_>,
+        grad: &[f32],
     ) -> Result<()> {
+        let part = Part::of(step);
         let first = std::mem::take(&mut self.recv_first);
-        let (send, counts) = self.pack_grad_rows(sp, batch, grad, slots, part);
+        let (send, counts) = self.pack_grad_rows(sp, step, grad, part);
         let mut recv = std::mem::take(&mut self.recv);
-        let received =
-            self.grad_part_with_own_rows(sp, batch, grad, slots, (&send, &counts), &mut recv);
+        let received = self.grad_part_with_own_rows(sp, step, grad, (&send, &counts), &mut recv);
         self.send = send;
         let assembled = received.map(|local| {
             let (whole, halves) = (
@@ -82,9 +80,8 @@ impl Flat {
     fn pack_grad_rows(
         &mut self,
         sp: &Spread,
-        batch: &Batch,
+        step: StepPart<'_>,
         grad: &[f32],
-        slots: &FeatureSlots,
         part: Part,
     ) -> (Vec<f32>, Vec<usize>) {
         let (p, me) = (sp.comm.size(), sp.comm.rank());
@@ -96,7 +93,7 @@ impl Flat {
             for (t, s) in sp.router.held_by(dest) {
                 if self.carries[t] {
                     let at = (t, s, false);
-                    push_grad_rows(sp, &mut send, batch, grad, slots, at, part);
+                    push_grad_rows(sp, &mut send, step, grad, at, part);
                 }
             }
             *count = send.len() - before;
@@ -108,13 +105,11 @@ impl Flat {
     /// rank's own segment of every local store pushed during it; returns the local
     /// shards, taken out for the push (their `grad` now holds zeros for the earlier
     /// ranks' segments, then this rank's).
-    #[allow(clippy::too_many_arguments)]
     fn grad_part_with_own_rows(
         &self,
         sp: &mut Spread,
-        batch: &Batch,
+        step: StepPart<'_>,
         grad: &[f32],
-        slots: &FeatureSlots,
         (send, counts): (&[f32], &[usize]),
         recv: &mut Vec<f32>,
     ) -> Result<Vec<LocalShard>> {
@@ -131,7 +126,7 @@ impl Flat {
                 .comm
                 .all_to_all_v_during(send, counts, recv, Phase::OutputDist, |progress| {
                     let own = (&mut local[..], &before[..]);
-                    self.push_own_grad_rows(there, own, batch, grad, slots, progress)
+                    self.push_own_grad_rows(there, own, step, grad, progress)
                 });
         match exchanged {
             Ok(_) => Ok(local),
@@ -177,14 +172,14 @@ impl Flat {
     }
 
     /// This rank's own segment of every local store's gradient (after `before[k]` zeroed
-    /// values, the earlier ranks' segments of store `k`), during the gradient exchange.
+    /// values, the earlier ranks' segments of store `k`), of all its samples whatever
+    /// `step`'s part, during the gradient exchange.
     fn push_own_grad_rows(
         &self,
         sp: &Spread,
         (local, before): (&mut [LocalShard], &[usize]),
-        batch: &Batch,
+        step: StepPart<'_>,
         grad: &[f32],
-        slots: &FeatureSlots,
         progress: &mut dyn FnMut(),
     ) {
         let own = sp.router.held_by(sp.comm.rank());
@@ -198,7 +193,7 @@ impl Flat {
             // This rank's own store holds every bag of its slice when it pooled them
             // into the rank's rows.
             let at = (t, s, sp.direct[k]);
-            push_grad_rows(sp, &mut l.grad, batch, grad, slots, at, Part::Whole);
+            push_grad_rows(sp, &mut l.grad, step, grad, at, Part::Whole);
             progress();
         }
     }
@@ -209,18 +204,19 @@ fn segment(sp: &Spread, l: &LocalShard, src: usize, part: Part) -> usize {
     l.part_of_source(src, &sp.samples, part).len() * l.columns()
 }
 
-/// Appends to `out` shard `s` of table `t`'s columns of the gradient `grad`, for
-/// each bag this rank sent it ids of (`every_bag`: for every bag), mean-pooled bags
-/// of row-split tables scaled by their length.
+/// Appends to `out` shard `s` of table `t`'s columns of the gradient `grad` (of
+/// `step`'s feature rows), for each bag of `part` of the samples (not necessarily
+/// `step`'s part) this rank sent it ids of (`every_bag`: for every bag), mean-pooled
+/// bags of row-split tables scaled by their length.
 fn push_grad_rows(
     sp: &Spread,
     out: &mut Vec<f32>,
-    batch: &Batch,
+    step: StepPart<'_>,
     grad: &[f32],
-    slots: &FeatureSlots,
     (t, s, every_bag): (usize, usize, bool),
     part: Part,
 ) {
+    let StepPart { batch, slots, .. } = step;
     let width = slots.width();
     let shard = &sp.tables[t].shards[s];
     let off = slots.slot(t).offset + shard.columns.0;

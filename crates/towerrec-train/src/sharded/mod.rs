@@ -39,7 +39,7 @@ mod store;
 mod trw;
 mod whole;
 
-pub use output::{GradWork, RowsWork};
+pub use output::{GradWork, RowsWork, StepPart};
 pub use partitioned::add_addressing_bytes;
 pub use spread::TableDesc;
 pub(crate) use sptt::TowerDomain;
@@ -320,7 +320,7 @@ impl ShardedEmbeddings {
     /// batch: rank `r` holds the `r`-th slice) into their slots of the feature rows `out`
     /// (`B × slots.width()`): a whole step's forward.
     pub fn forward(&mut self, batch: &Batch, out: &mut [f32], slots: &FeatureSlots) -> Result<()> {
-        self.forward_part(batch, out, slots, (0, 1), None)
+        self.forward_part(StepPart::whole(batch, slots), out, None)
     }
 
     /// Parts a step's exchanges can run in: the fewest of its output distributions'
@@ -331,66 +331,57 @@ impl ShardedEmbeddings {
         self.outputs.max_parts()
     }
 
-    /// Part `k` of a step's forward in `parts` (at most [`ShardedEmbeddings::max_parts`]):
-    /// the first part routes the ids and pools the rows, and every part's feature rows
-    /// are in `out` when it returns. `work` runs during part `k`'s exchange on part
+    /// The forward of `step`'s part (of at most [`ShardedEmbeddings::max_parts`]): the
+    /// first part routes the ids and pools the rows, and every part's feature rows are
+    /// in `out` when it returns. `work` runs during part `k`'s exchange on part
     /// `k - 1`'s finished rows (`None` for the first part).
     pub fn forward_part(
         &mut self,
-        batch: &Batch,
+        step: StepPart<'_>,
         out: &mut [f32],
-        slots: &FeatureSlots,
-        part: (usize, usize),
         mut work: Option<RowsWork<'_>>,
     ) -> Result<()> {
         let sp = &mut self.spread;
-        if part.0 == 0 {
-            sp.input_dist(batch)?;
+        if step.k == 0 {
+            sp.input_dist(step.batch)?;
             sp.pool()?;
         }
         for dist in self.outputs.each() {
-            dist.forward_part(sp, batch, out, slots, part, work.take())?;
+            dist.forward_part(sp, step, out, work.take())?;
         }
-        if part.0 == 0 {
+        if step.k == 0 {
             // Replicas fill their own slots, which the distributions leave alone.
-            self.replicas.forward(batch, out, slots)?;
+            self.replicas.forward(step.batch, out, step.slots)?;
         }
         Ok(())
     }
 
-    /// Part `k` of the gradient exchange of the last forward in `parts`, but the last:
-    /// `grad`'s rows of parts up to `k` are final, and `work` writes the next part's
-    /// during it.
+    /// The gradient exchange of `step`'s part, of the last forward, but the last part:
+    /// `grad`'s rows of parts up to `step.k` are final, and `work` writes the next
+    /// part's during it.
     pub fn backward_part(
         &mut self,
-        batch: &Batch,
+        step: StepPart<'_>,
         grad: &mut [f32],
-        slots: &FeatureSlots,
-        part: (usize, usize),
         work: GradWork<'_>,
     ) -> Result<()> {
         let sp = &mut self.spread;
         let mut each = self.outputs.each();
         match (each.next(), each.next()) {
-            (Some(one), None) => one.backward_part(sp, batch, grad, slots, part, work),
+            (Some(one), None) => one.backward_part(sp, step, grad, work),
             _ => unreachable!("a step of several parts has one output distribution"),
         }
     }
 
-    /// The last part's gradient exchange of the last forward in `parts` (a whole step's
-    /// only one), from the final gradient `grad` of this rank's feature rows: every
-    /// local shard then holds the gradient of the whole global batch; the tables are
-    /// not updated yet ([`ShardedEmbeddings::update_after_exchange`]).
-    pub fn backward_last(
-        &mut self,
-        batch: &Batch,
-        grad: &[f32],
-        slots: &FeatureSlots,
-        parts: usize,
-    ) -> Result<()> {
+    /// The gradient exchange of `step`'s last part, of the last forward (a whole
+    /// step's only one), from the final gradient `grad` of this rank's feature rows:
+    /// every local shard then holds the gradient of the whole global batch; the tables
+    /// are not updated yet ([`ShardedEmbeddings::update_after_exchange`]).
+    pub fn backward_last(&mut self, step: StepPart<'_>, grad: &[f32]) -> Result<()> {
+        debug_assert_eq!(step.k + 1, step.parts, "the step's last part");
         let sp = &mut self.spread;
         for dist in self.outputs.each() {
-            dist.backward_last(sp, batch, grad, slots, parts)?;
+            dist.backward_last(sp, step, grad)?;
         }
         Ok(())
     }

@@ -5,14 +5,18 @@
 //! step may combine them, each over its own tables (a plan with table-row-wise tables
 //! across hosts sends the others flat).
 //!
-//! The model's micro-batch schedule (`model::schedule`; docs/DISTRIBUTED.md, "The step schedule") runs a step's exchanges in parts
-//! of each rank's samples: part `k`'s forward exchange carries dense work on part
-//! `k - 1`'s finished rows, and a gradient exchange but the last carries the dense work
-//! that writes the next part's gradient. One part is a whole step.
+//! The model's micro-batch schedule (`model::schedule`; docs/DISTRIBUTED.md, "The step
+//! schedule") runs a step's exchanges in parts of each rank's samples: part `k`'s
+//! forward exchange carries dense work on part `k - 1`'s finished rows, and a gradient
+//! exchange but the last carries the dense work that writes the next part's gradient.
+//! One part is a whole step. Each exchange is told its part as a [`StepPart`]: the
+//! rank's batch, the feature-row slots, `k` and the number of parts.
 
+use super::route::Part;
 use super::spread::Spread;
 use crate::error::Result;
 use crate::slots::FeatureSlots;
+use std::ops::Range;
 use towerrec_core::Batch;
 
 /// Dense work run during a forward exchange, on the previous part's finished feature
@@ -23,48 +27,94 @@ pub type RowsWork<'a> = &'a mut dyn FnMut(&[f32], &mut dyn FnMut());
 /// part's feature rows.
 pub type GradWork<'a> = &'a mut dyn FnMut(&mut [f32], &mut dyn FnMut());
 
+/// Part `k` of a training step in `parts`, as every exchange of the step sees it: this
+/// rank's samples and the layout of their feature rows. The model's schedule builds it
+/// (a forward alone: [`StepPart::whole`]) and hands it down to the output
+/// distributions by value.
+#[derive(Clone, Copy)]
+pub struct StepPart<'a> {
+    /// This rank's slice of the global batch (rank `r` holds the `r`-th slice).
+    pub batch: &'a Batch,
+    /// Where each table's slot lies in the feature rows (`slots.width()` wide).
+    pub slots: &'a FeatureSlots,
+    /// Which part, from 0.
+    pub k: usize,
+    /// Parts the step runs in (1: a whole step; 2: halves).
+    pub parts: usize,
+}
+
+impl<'a> StepPart<'a> {
+    /// Part `k` of a step in `parts`.
+    pub fn new(batch: &'a Batch, slots: &'a FeatureSlots, (k, parts): (usize, usize)) -> Self {
+        Self {
+            batch,
+            slots,
+            k,
+            parts,
+        }
+    }
+
+    /// A whole step: the one part of one.
+    pub fn whole(batch: &'a Batch, slots: &'a FeatureSlots) -> Self {
+        Self::new(batch, slots, (0, 1))
+    }
+
+    /// Part `k` of the same step.
+    pub fn nth(self, k: usize) -> Self {
+        Self { k, ..self }
+    }
+
+    /// The same step's last part.
+    pub fn last(self) -> Self {
+        self.nth(self.parts - 1)
+    }
+
+    /// The samples of this rank's slice in the part: the whole slice in one part, or
+    /// the slice split at `B / 2` in two.
+    pub fn samples(self) -> Range<usize> {
+        Part::of(self).range(self.batch.batch_size())
+    }
+
+    /// The length of this rank's feature rows, of every part (`B × slots.width()`).
+    pub fn rows_len(self) -> usize {
+        self.batch.batch_size() * self.slots.width()
+    }
+}
+
 /// One way of exchanging the pooled rows of its tables and their gradient.
 pub(super) trait OutputDist {
     /// Parts a step's exchanges can run in (1: whole steps only).
     fn max_parts(&self) -> usize;
 
-    /// Part `k` of a step's forward exchange in `parts`, after the lookups: this rank's
-    /// rows of the part, of this distribution's tables, are in `out` (`B × width`) when
-    /// it returns; `work` runs during it on part `k - 1`'s finished rows (`None` for
+    /// The forward exchange of `step`'s part, after the lookups: this rank's rows of
+    /// the part, of this distribution's tables, are in `out` (`B × width`) when it
+    /// returns; `work` runs during it on the previous part's finished rows (`None` for
     /// the first part).
-    #[allow(clippy::too_many_arguments)]
     fn forward_part(
         &mut self,
         spread: &mut Spread,
-        batch: &Batch,
+        step: StepPart<'_>,
         out: &mut [f32],
-        slots: &FeatureSlots,
-        part: (usize, usize),
         work: Option<RowsWork<'_>>,
     ) -> Result<()>;
 
-    /// Part `k` (not the last) of the gradient exchange of a step in `parts`: `grad`'s
-    /// rows of parts up to `k` are final, and `work` writes the next part's during it.
-    #[allow(clippy::too_many_arguments)]
+    /// The gradient exchange of `step`'s part (not the last): `grad`'s rows of parts up
+    /// to it are final, and `work` writes the next part's during it.
     fn backward_part(
         &mut self,
         spread: &mut Spread,
-        batch: &Batch,
+        step: StepPart<'_>,
         grad: &mut [f32],
-        slots: &FeatureSlots,
-        part: (usize, usize),
         work: GradWork<'_>,
     ) -> Result<()>;
 
-    /// The last part's gradient exchange of a step in `parts` (a whole step's only
-    /// one), from the final gradient of this rank's rows: every local shard of this
-    /// distribution's tables then holds the gradient of the whole global batch.
+    /// The gradient exchange of `step`'s last part (a whole step's only one), from the
+    /// final gradient of this rank's rows: every local shard of this distribution's
+    /// tables then holds the gradient of the whole global batch.
     fn backward_last(
         &mut self,
         spread: &mut Spread,
-        batch: &Batch,
+        step: StepPart<'_>,
         grad: &[f32],
-        slots: &FeatureSlots,
-        parts: usize,
     ) -> Result<()>;
 }

@@ -14,13 +14,12 @@
 //! cross.
 
 use super::lookup::LocalShard;
-use super::output::{GradWork, OutputDist, RowsWork};
+use super::output::{GradWork, OutputDist, RowsWork, StepPart};
 use super::route::Router;
 use super::spread::{firsts, Spread, TableState};
 use crate::error::Result;
 use crate::slots::FeatureSlots;
 use towerrec_comm::{Comm, Phase, Topology};
-use towerrec_core::Batch;
 use towerrec_plan::ShardingType;
 
 /// The two communicators and the tables that go through them.
@@ -316,15 +315,13 @@ impl OutputDist for HierTrw {
     fn forward_part(
         &mut self,
         sp: &mut Spread,
-        batch: &Batch,
+        step: StepPart<'_>,
         out: &mut [f32],
-        slots: &FeatureSlots,
-        _: (usize, usize),
         _: Option<RowsWork<'_>>,
     ) -> Result<()> {
+        let StepPart { batch, slots, .. } = step;
         let firsts = firsts(&sp.samples);
-        let rows = &mut out[..batch.batch_size() * slots.width()];
-        self.forward(view(sp, &firsts), rows, slots)?;
+        self.forward(view(sp, &firsts), &mut out[..step.rows_len()], slots)?;
         let samples = 0..batch.batch_size();
         sp.scale_mean_rows(batch, (out, slots), |t| self.mine[t], samples);
         Ok(())
@@ -333,24 +330,16 @@ impl OutputDist for HierTrw {
     fn backward_part(
         &mut self,
         _: &mut Spread,
-        _: &Batch,
+        _: StepPart<'_>,
         _: &mut [f32],
-        _: &FeatureSlots,
-        _: (usize, usize),
         _: GradWork<'_>,
     ) -> Result<()> {
         unreachable!("table-row-wise tables across hosts run whole steps")
     }
 
     /// The reverse of the forward from the gradient of this rank's rows.
-    fn backward_last(
-        &mut self,
-        sp: &mut Spread,
-        batch: &Batch,
-        grad: &[f32],
-        slots: &FeatureSlots,
-        _: usize,
-    ) -> Result<()> {
+    fn backward_last(&mut self, sp: &mut Spread, step: StepPart<'_>, grad: &[f32]) -> Result<()> {
+        let StepPart { batch, slots, .. } = step;
         let firsts = firsts(&sp.samples);
         let scales: Vec<Option<Vec<f32>>> = (0..sp.tables.len())
             .map(|t| {

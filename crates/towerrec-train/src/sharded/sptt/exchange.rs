@@ -4,11 +4,10 @@
 use super::{mean_scale_of, peer_order, pipeline, pipeline_back, stores, Sptt};
 use crate::error::Result;
 use crate::sharded::flat::place_block;
-use crate::sharded::output::{GradWork, OutputDist, RowsWork};
+use crate::sharded::output::{GradWork, OutputDist, RowsWork, StepPart};
 use crate::sharded::spread::{firsts, Spread};
 use crate::slots::FeatureSlots;
 use towerrec_comm::Phase;
-use towerrec_core::Batch;
 
 impl OutputDist for Sptt {
     /// Two where the maps run before step d (the chunks are cut from the halves of
@@ -27,20 +26,18 @@ impl OutputDist for Sptt {
     fn forward_part(
         &mut self,
         st: &mut Spread,
-        batch: &Batch,
+        part: StepPart<'_>,
         out: &mut [f32],
-        slots: &FeatureSlots,
-        (k, parts): (usize, usize),
         work: Option<RowsWork<'_>>,
     ) -> Result<()> {
-        let out = &mut out[..batch.batch_size() * slots.width()];
+        let (out, slots) = (&mut out[..part.rows_len()], part.slots);
         let (local, router, samples) = (&st.local, &st.router, &st.samples);
-        match (k, parts) {
+        match (part.k, part.parts) {
             (_, 1) if self.early.is_some() => {
                 let step = self.pipeline(local, router, samples, slots, false)?;
                 pipeline::forward(step, local, out, slots, None)
             }
-            (_, 1) => self.forward_whole(st, batch, out, slots),
+            (_, 1) => self.forward_whole(st, part, out),
             (0, _) => Ok(()),
             _ => {
                 debug_assert!(work.is_some(), "a later part runs the previous part's work");
@@ -55,30 +52,21 @@ impl OutputDist for Sptt {
     fn backward_part(
         &mut self,
         st: &mut Spread,
-        batch: &Batch,
+        part: StepPart<'_>,
         grad: &mut [f32],
-        slots: &FeatureSlots,
-        _: (usize, usize),
         work: GradWork<'_>,
     ) -> Result<()> {
-        let grad = &mut grad[..batch.batch_size() * slots.width()];
+        let (grad, slots) = (&mut grad[..part.rows_len()], part.slots);
         let step = self.pipeline(&st.local, &st.router, &st.samples, slots, true)?;
         pipeline_back::backward_in_halves(step, &mut st.local, grad, slots, work)
     }
 
-    fn backward_last(
-        &mut self,
-        st: &mut Spread,
-        batch: &Batch,
-        grad: &[f32],
-        slots: &FeatureSlots,
-        parts: usize,
-    ) -> Result<()> {
-        if parts > 1 {
+    fn backward_last(&mut self, st: &mut Spread, part: StepPart<'_>, grad: &[f32]) -> Result<()> {
+        if part.parts > 1 {
             // The chunks ran back in the first part.
             return Ok(());
         }
-        let grad = &grad[..batch.batch_size() * slots.width()];
+        let (grad, slots) = (&grad[..part.rows_len()], part.slots);
         if self.early.is_some() {
             let step = self.pipeline(&st.local, &st.router, &st.samples, slots, false)?;
             return pipeline_back::backward(step, &mut st.local, grad, slots);
@@ -88,13 +76,15 @@ impl OutputDist for Sptt {
 }
 
 impl Sptt {
+    /// Steps c–f of a whole step (`part`: its one part) where no maps run before step
+    /// d: this rank's feature rows in `out`, the Tower Modules (if any) between e and f.
     fn forward_whole(
         &mut self,
         st: &mut Spread,
-        batch: &Batch,
+        part: StepPart<'_>,
         out: &mut [f32],
-        slots: &FeatureSlots,
     ) -> Result<()> {
+        let StepPart { batch, slots, .. } = part;
         let firsts = firsts(&st.samples);
         // c, d: every group-mate gets its peers' rows of every local shard (a store's:
         // only the bags it served, their samples on the index channel).
