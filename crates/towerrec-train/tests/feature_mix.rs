@@ -492,14 +492,25 @@ fn dlrm_without_dense_features_needs_a_pair() {
         Config::from_toml(&text, "test", Path::new(".")).unwrap()
     };
     let bare = cfg("");
-    let s = data_schema(&bare);
-    assert_eq!(s.sparse.len(), 1);
-    let e = common::single(&bare, &s, 0)
+    assert_eq!(data_schema(&bare).sparse.len(), 1);
+    let e = mix_error(&bare);
+    assert!(
+        e.contains("one table") && e.contains("model.self_interaction = true"),
+        "{e}"
+    );
+    // A single tower of one output vector (c = 1, p = 0 over one table): the same,
+    // found when the model is built.
+    let tower = cfg("[model.towers]\nmodule = \"dlrm\"\ncount = 1\nd = 8\nc = 1");
+    let s = data_schema(&tower);
+    tower
+        .validate_against(&s)
+        .expect("counted when the model is built");
+    let e = common::single(&tower, &s, 0)
         .err()
         .expect("refused")
         .to_string();
     assert!(
-        e.contains("1 vector") && e.contains("model.self_interaction = true"),
+        e.contains("1 vector (the towers' outputs)") && e.contains("model.self_interaction = true"),
         "{e}"
     );
     let with_self = cfg("self_interaction = true");

@@ -333,6 +333,14 @@ pub(crate) fn feature_mix(m: &ModelConfig, schema: &Schema) -> Check {
             },
             (4 * width).max(16),
         )),
+        // One table and no dense vector: no pair to interact. (With towers, their
+        // output vectors are counted when the model is built.)
+        (0, true) if sparse == 1 && m.towers.is_none() && !m.self_interaction => Err(
+            "model.self_interaction: DLRM without dense features interacts its embedding \
+             vectors in pairs, and the data has one table: set model.self_interaction = true (each vector's dot with \
+             itself), or use model.kind = \"dcn\""
+                .into(),
+        ),
         _ => Ok(()),
     }
 }
