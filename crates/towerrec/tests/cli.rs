@@ -290,7 +290,7 @@ fn categorical_csv(path: &Path, n: usize) {
 
 /// `towerrec train` on a click log without dense columns: DLRM with `bottom_mlp = []`
 /// (the default) interacts the embeddings alone and learns; `eval` scores its
-/// checkpoint to the same AUC; a DMT model trains on a 2 × 2 in-process cluster; a
+/// checkpoint to the same AUC, and a run stopped and resumed ends at it; a DMT model trains on a 2 × 2 in-process cluster; a
 /// bottom MLP on this data is refused saying what to write.
 #[test]
 fn train_on_a_categorical_only_csv() {
@@ -351,6 +351,28 @@ sparse = [
     let m: serde_json::Value = serde_json::from_str(text(&o).0.trim()).unwrap();
     assert_eq!(m["auc"], summary["auc"]);
     assert_eq!(m["count"], 800);
+
+    // Stopped and resumed, it ends where the run never stopped did.
+    let resumed = dir.join("resumed");
+    let resumed = resumed.to_str().unwrap();
+    let o = towerrec(&[
+        "train",
+        "-q",
+        "--config",
+        cfg,
+        "--out",
+        resumed,
+        "--stop-after",
+        "30",
+    ]);
+    assert!(o.status.success(), "{}", common::describe(&o));
+    let o = towerrec(&["train", "-q", "--resume", resumed]);
+    assert!(o.status.success(), "{}", common::describe(&o));
+    let again: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("resumed").join("summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(again["auc"], summary["auc"]);
 
     let cluster = dir.join("cluster");
     let o = towerrec(&[
