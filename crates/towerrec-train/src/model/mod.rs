@@ -2,7 +2,8 @@
 //! backward-and-update per step.
 //!
 //! DLRM (Naumov et al. 2019): dense → bottom MLP → [bottom out | pooled embeddings] →
-//! dot interaction → top MLP → logit. DCN-v2 (Wang et al. 2021, stacked): [dense |
+//! dot interaction → top MLP → logit; without dense features, [pooled embeddings] →
+//! their pairwise dots alone → top MLP (docs/CONFIG.md, "Any feature mix"). DCN-v2 (Wang et al. 2021, stacked): [dense |
 //! pooled embeddings] → CrossNet → MLP → logit. In both, the tables pool straight into
 //! the row-major buffer the next layer reads (stride = row width, offset = the
 //! feature's slot), and their backward reads the gradient from the same slots, so no
@@ -60,7 +61,8 @@ pub struct Model {
     tables: Vec<TableDesc>,
     sparse_optimizer: SparseOptimizer,
     embeddings: Embeddings,
-    /// DLRM's bottom MLP (DCN's dense features go into the feature rows as they are).
+    /// DLRM's bottom MLP (DCN's dense features go into the feature rows as they are;
+    /// DLRM without dense features has none, docs/CONFIG.md "Any feature mix").
     bottom: Option<Bottom>,
     /// The layers after the feature rows: towers run here, interaction, top MLP.
     dense: Dense,
