@@ -247,7 +247,8 @@ impl Towers {
     }
 
     /// The dense layers outside the towers: the interaction reads the base part and the
-    /// modules' outputs (DLRM: `1 + ΣO/D` vectors of `D`, the bottom MLP ending in `D`;
+    /// modules' outputs (DLRM: `1 + ΣO/D` vectors of `D`, the bottom MLP ending in `D`,
+    /// or `ΣO/D` without dense features;
     /// DCN: a cross net over `base + ΣO` columns), as towerrec builds a DMT model.
     pub fn over_arch(&self, workload: &Workload) -> Result<DenseCounts> {
         self.check(workload)?;
@@ -268,7 +269,7 @@ impl Towers {
                     ));
                 }
                 InteractionInput::Dot {
-                    vectors: 1 + out / width,
+                    vectors: workload.dense_vectors() + out / width,
                     width,
                 }
             }

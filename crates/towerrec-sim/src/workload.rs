@@ -216,20 +216,29 @@ impl Workload {
                 t.lookups
             ));
         }
-        if self.embedding_dim == 0 || self.batch == 0 || self.dense_features == 0 {
-            return bad("embedding_dim, batch and dense_features must be at least 1".into());
+        if self.embedding_dim == 0 || self.batch == 0 {
+            return bad("embedding_dim and batch must be at least 1".into());
         }
         if self.top_mlp.is_empty() {
             return bad("the top MLP needs at least one layer".into());
         }
-        if self.bottom_mlp.is_empty() && matches!(self.interaction, Interaction::Dot { .. }) {
-            return bad("the dot interaction needs a bottom MLP".into());
+        // Without dense features there is no bottom MLP (towerrec's DLRM then interacts
+        // the embeddings alone, docs/CONFIG.md "Any feature mix"); with them, the dot
+        // interaction needs one.
+        if self.dense_features == 0 && !self.bottom_mlp.is_empty() {
+            return bad("a bottom MLP needs dense features (dense_features is 0)".into());
+        }
+        let dot = matches!(self.interaction, Interaction::Dot { .. });
+        if dot && self.bottom_mlp.is_empty() && self.dense_features > 0 {
+            return bad("the dot interaction needs a bottom MLP for the dense features".into());
+        }
+        if dot && self.interaction_width() == 0 {
+            return bad("the dot interaction of one table without a bottom MLP has no pair".into());
         }
         if self.bottom_mlp.iter().chain(&self.top_mlp).any(|&w| w == 0) {
             return bad("an MLP layer has width 0".into());
         }
-        if matches!(self.interaction, Interaction::Dot { .. })
-            && self.bottom_mlp.last() != Some(&self.embedding_dim)
+        if dot && !self.bottom_mlp.is_empty() && self.bottom_mlp.last() != Some(&self.embedding_dim)
         {
             return bad(format!(
                 "the dot interaction needs the bottom MLP to end in embedding_dim {}",
@@ -276,17 +285,24 @@ impl Workload {
     }
 
     /// What the interaction of this model reads without towers: the bottom-MLP output
-    /// and one pooled vector per table (DLRM), or their concatenation (DCN).
+    /// (if there is one) and one pooled vector per table (DLRM), or their concatenation
+    /// (DCN).
     pub fn interaction_input(&self) -> InteractionInput {
         match self.interaction {
             Interaction::Dot { .. } => InteractionInput::Dot {
-                vectors: self.num_tables() + 1,
+                vectors: self.num_tables() + self.dense_vectors(),
                 width: self.embedding_dim,
             },
             Interaction::Cross { .. } => InteractionInput::Cross {
                 width: self.dense_width() + self.num_tables() * self.embedding_dim,
             },
         }
+    }
+
+    /// Vectors of the dot interaction that are not embeddings: the bottom MLP's output,
+    /// or none without a bottom MLP.
+    pub(crate) fn dense_vectors(&self) -> usize {
+        usize::from(!self.bottom_mlp.is_empty())
     }
 
     /// Width of the dense part a cross network reads: the bottom MLP output, or the raw
@@ -317,7 +333,8 @@ impl Workload {
                 } else {
                     f * f.saturating_sub(1) / 2
                 };
-                pairs + width
+                // The bottom-MLP vector is copied ahead of the dots.
+                pairs + width * self.dense_vectors()
             }
             InteractionInput::Cross { width } => width,
         }
@@ -540,6 +557,41 @@ mod tests {
             self_interaction: false,
         };
         assert!(w.validate().is_err());
+    }
+
+    /// A DLRM without dense features has no bottom MLP: its dot interaction reads the
+    /// tables' vectors alone, and its output is their pairs.
+    #[test]
+    fn dlrm_without_dense_features_interacts_the_embeddings_alone() {
+        let mut w = Workload::rm2(false);
+        w.dense_features = 0;
+        assert!(w.validate().is_err(), "a bottom MLP without dense features");
+        w.bottom_mlp.clear();
+        w.validate().unwrap();
+        let tables = w.num_tables();
+        assert_eq!(
+            w.interaction_input(),
+            InteractionInput::Dot {
+                vectors: tables,
+                width: 32
+            }
+        );
+        assert_eq!(w.interaction_width(), tables * (tables - 1) / 2);
+        assert_eq!(w.bottom_flops(), 0.0);
+        assert_eq!(w.interaction_flops(), 2.0 * (tables * tables * 32) as f64);
+        assert_eq!(w.dense_params(), mlp_params(&w));
+        w.tables = vec![TableGroup {
+            count: 1,
+            lookups: 1.0,
+            rows: 10,
+        }];
+        let e = w.validate().unwrap_err().to_string();
+        assert!(e.contains("no pair"), "{e}");
+        w.interaction = Interaction::Dot {
+            self_interaction: true,
+        };
+        w.validate().unwrap();
+        assert_eq!(w.interaction_width(), 1);
     }
 
     fn mlp_params(w: &Workload) -> f64 {

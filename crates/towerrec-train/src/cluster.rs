@@ -71,6 +71,12 @@ pub fn resolve_plan(
     plan: Option<Plan>,
     recorded: Option<&[Vec<String>]>,
 ) -> Result<Plan> {
+    if schema.sparse.is_empty() {
+        return Err(Error::Config {
+            file: cfg.origin.clone(),
+            message: format!("cluster: {}", crate::config::nothing_to_shard()),
+        });
+    }
     let specs = table_specs(cfg, schema);
     let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
     let towers = run_towers(&cfg.model, &names, plan.as_ref(), recorded)?;

@@ -15,7 +15,7 @@ use towerrec_core::{Batch, Layer};
 pub(crate) struct Front<'a> {
     pub embeddings: &'a mut Embeddings,
     /// DLRM's bottom MLP; `None` for DCN, whose dense features go into the rows as
-    /// they are.
+    /// they are, and for DLRM on data without dense features (no base columns).
     pub bottom: Option<&'a mut Mlp<f32>>,
     pub slots: &'a FeatureSlots,
     pub dim: usize,

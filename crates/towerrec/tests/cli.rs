@@ -254,3 +254,164 @@ fn an_endless_data_file_fails_at_line_1() {
     );
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// A click log with categorical columns only (`click,user,item,tags`): `n` rows whose
+/// click depends on the user and the item (a hidden score per user and per item), with
+/// a multi-hot `tags` column; generated here, deterministically.
+fn categorical_csv(path: &Path, n: usize) {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        // xorshift64*
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11
+    };
+    let score = |kind: u64, id: u64| -> f64 {
+        let h = (id.wrapping_add(kind * 1_000_003)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
+        (h % 1000) as f64 / 1000.0 * 4.0 - 2.0
+    };
+    let mut s = String::from("click,user,item,tags\n");
+    for _ in 0..n {
+        let (user, item) = (next() % 60, next() % 40);
+        let tags: Vec<String> = (0..1 + next() % 3)
+            .map(|_| format!("t{}", next() % 12))
+            .collect();
+        let p = 1.0 / (1.0 + (-(score(1, user) + score(2, item) - 1.0)).exp());
+        let click = ((next() % 10_000) as f64 / 10_000.0) < p;
+        s.push_str(&format!(
+            "{},u{user},i{item},{}\n",
+            u8::from(click),
+            tags.join("|")
+        ));
+    }
+    std::fs::write(path, s).unwrap();
+}
+
+/// `towerrec train` on a click log without dense columns: DLRM with `bottom_mlp = []`
+/// (the default) interacts the embeddings alone and learns; `eval` scores its
+/// checkpoint to the same AUC, and a run stopped and resumed ends at it; a DMT model trains on a 2 × 2 in-process cluster; a
+/// bottom MLP on this data is refused saying what to write.
+#[test]
+fn train_on_a_categorical_only_csv() {
+    let dir = tmp_dir("categorical");
+    categorical_csv(&dir.join("clicks.csv"), 4000);
+    let cfg = dir.join("clicks.toml");
+    std::fs::write(
+        &cfg,
+        r#"[model]
+kind = "dlrm"
+embedding_dim = 8
+top_mlp = [16, 1]
+
+[optimizer]
+dense = { kind = "adam" }
+dense_lr = 0.01
+sparse = { kind = "adam" }
+sparse_lr = 0.05
+
+[train]
+batch_size = 64
+epochs = 3
+eval_every = 0
+
+[data]
+format = "csv"
+path = "clicks.csv"
+split = { kind = "tail", eval_rows = 800 }
+
+[data.schema]
+label = { column = "click", positive = ["1"] }
+sparse = [
+  { column = "user", rows = 100 },
+  { column = "item", rows = 100 },
+  { column = "tags", rows = 30, separator = "|" },
+]
+"#,
+    )
+    .unwrap();
+    let (cfg, run) = (cfg.to_str().unwrap(), dir.join("run"));
+    let o = towerrec(&[
+        "train",
+        "-q",
+        "--config",
+        cfg,
+        "--out",
+        run.to_str().unwrap(),
+    ]);
+    let (stdout, _) = text(&o);
+    assert!(o.status.success(), "{}", common::describe(&o));
+    assert!(stdout.contains("final eval: auc 0."), "{stdout}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap()).unwrap();
+    let auc = summary["auc"].as_f64().unwrap();
+    assert!(auc > 0.65, "AUC {auc}");
+    let o = towerrec(&["eval", "--checkpoint", run.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", common::describe(&o));
+    let m: serde_json::Value = serde_json::from_str(text(&o).0.trim()).unwrap();
+    assert_eq!(m["auc"], summary["auc"]);
+    assert_eq!(m["count"], 800);
+
+    // Stopped and resumed, it ends where the run never stopped did.
+    let resumed = dir.join("resumed");
+    let resumed = resumed.to_str().unwrap();
+    let o = towerrec(&[
+        "train",
+        "-q",
+        "--config",
+        cfg,
+        "--out",
+        resumed,
+        "--stop-after",
+        "30",
+    ]);
+    assert!(o.status.success(), "{}", common::describe(&o));
+    let o = towerrec(&["train", "-q", "--resume", resumed]);
+    assert!(o.status.success(), "{}", common::describe(&o));
+    let again: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("resumed").join("summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(again["auc"], summary["auc"]);
+
+    let cluster = dir.join("cluster");
+    let o = towerrec(&[
+        "train",
+        "-q",
+        "--config",
+        cfg,
+        "--out",
+        cluster.to_str().unwrap(),
+        "--set",
+        "model.towers={ module = \"dlrm\", count = 2, d = 4, c = 1 }",
+        "--set",
+        "cluster.hosts=2",
+        "--set",
+        "cluster.ranks_per_host=2",
+    ]);
+    assert!(o.status.success(), "{}", common::describe(&o));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cluster.join("summary.json")).unwrap())
+            .unwrap();
+    assert!(summary["auc"].as_f64().unwrap() > 0.6, "{summary}");
+
+    let o = towerrec(&[
+        "train",
+        "-q",
+        "--config",
+        cfg,
+        "--out",
+        dir.join("refused").to_str().unwrap(),
+        "--set",
+        "model.bottom_mlp=[16, 8]",
+    ]);
+    let (_, stderr) = text(&o);
+    assert!(!o.status.success());
+    assert!(
+        stderr.contains("clicks.toml")
+            && stderr.contains("no dense features")
+            && stderr.contains("write bottom_mlp = []"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -5,6 +5,11 @@
 //! Input row: `num_vectors` vectors of `dim` values, vector 0 the bottom-MLP output.
 //! Output row: vector 0, then `<v_i, v_j>` for the strict lower triangle `i > j` (or
 //! `i ≥ j` with self-interaction) in the reference's order: `i` ascending, then `j`.
+//!
+//! A model without dense features has no bottom-MLP vector ([`DotInteraction::without_dense`]):
+//! its input row is the embeddings' vectors alone and its output row the dots alone, the
+//! same dots in the same order (the reference's `interact_features` concatenates the
+//! dense vector `x` ahead of the dots; with no `x` there is nothing to concatenate).
 
 use crate::layer::{Layer, ParamMut};
 use crate::real::Real;
@@ -27,12 +32,17 @@ fn rows_per_block(batch: usize) -> usize {
 /// Output width of a [`DotInteraction`]: `dim` plus the number of pairs. A free function
 /// so that model builders can size buffers without naming the scalar type.
 pub fn output_dim(num_vectors: usize, dim: usize, self_interaction: bool) -> usize {
-    let pairs = if self_interaction {
+    dim + pairs(num_vectors, self_interaction)
+}
+
+/// Number of dots of `num_vectors` vectors: the output width of
+/// [`DotInteraction::without_dense`].
+pub fn pairs(num_vectors: usize, self_interaction: bool) -> usize {
+    if self_interaction {
         num_vectors * (num_vectors + 1) / 2
     } else {
         num_vectors * num_vectors.saturating_sub(1) / 2
-    };
-    dim + pairs
+    }
 }
 
 /// `Σ a·b` in eight interleaved partial sums (one 8-wide vector register) combined by
@@ -67,6 +77,9 @@ pub struct DotInteraction<T> {
     num_vectors: usize,
     dim: usize,
     self_interaction: bool,
+    /// Columns copied from vector 0 ahead of the dots: `dim` (vector 0 is the dense
+    /// vector), or 0 without dense features.
+    lead: usize,
     _scalar: PhantomData<fn() -> T>,
 }
 
@@ -80,8 +93,32 @@ impl<T: Real> DotInteraction<T> {
             num_vectors,
             dim,
             self_interaction,
+            lead: dim,
             _scalar: PhantomData,
         }
+    }
+
+    /// The interaction of a model without dense features: every vector is an
+    /// embedding, and the output row is the dots alone (no vector ahead of them).
+    ///
+    /// # Panics
+    /// If there would be no dot (one vector without self-interaction): the model builder
+    /// refuses such a model first.
+    pub fn without_dense(num_vectors: usize, dim: usize, self_interaction: bool) -> Self {
+        assert!(
+            dim >= 1 && pairs(num_vectors, self_interaction) >= 1,
+            "DotInteraction::without_dense({num_vectors}, {dim}, {self_interaction})"
+        );
+        Self {
+            lead: 0,
+            ..Self::new(num_vectors, dim, self_interaction)
+        }
+    }
+
+    /// Whether vector 0 is copied ahead of the dots (false for
+    /// [`DotInteraction::without_dense`]).
+    pub fn has_dense_vector(&self) -> bool {
+        self.lead > 0
     }
 
     /// As the free [`output_dim`].
@@ -104,13 +141,14 @@ impl<T: Real> DotInteraction<T> {
         self.num_vectors * self.num_vectors
     }
 
-    /// One row: vector 0, then each pair's dot. The pairs are independent, so the CPU
-    /// overlaps their dependency chains; each dot keeps its partial sums in registers.
+    /// One row: vector 0 (unless without dense features), then each pair's dot. The
+    /// pairs are independent, so the CPU overlaps their dependency chains; each dot keeps
+    /// its partial sums in registers.
     #[inline(always)]
     fn forward_row(&self, x: &[T], y: &mut [T], _scratch: &mut [T]) {
-        let (n, d) = (self.num_vectors, self.dim);
-        y[..d].copy_from_slice(&x[..d]);
-        let mut k = d;
+        let (n, d, lead) = (self.num_vectors, self.dim, self.lead);
+        y[..lead].copy_from_slice(&x[..lead]);
+        let mut k = lead;
         for i in 0..n {
             let vi = &x[i * d..(i + 1) * d];
             for j in 0..self.partners(i) {
@@ -122,10 +160,10 @@ impl<T: Real> DotInteraction<T> {
 
     /// One row: `dX = S·X` with `S` the symmetric matrix of the dots' gradients
     /// (`∂<v_i, v_j>/∂v_i = v_j`; a self-dot contributes `2·v_i`), plus the pass-through
-    /// of vector 0.
+    /// of vector 0 (unless without dense features).
     #[inline(always)]
     fn backward_row(&self, x: &[T], dy: &[T], dx: &mut [T], scratch: &mut [T]) {
-        let (n, d) = (self.num_vectors, self.dim);
+        let (n, d, lead) = (self.num_vectors, self.dim, self.lead);
         let s = self.dot_gradients(dy, scratch);
         match d {
             8 => Self::apply_gradient_fixed::<8>(n, s, x, dx),
@@ -144,7 +182,7 @@ impl<T: Real> DotInteraction<T> {
                 }
             }
         }
-        for (o, &g) in dx[..d].iter_mut().zip(&dy[..d]) {
+        for (o, &g) in dx[..lead].iter_mut().zip(&dy[..lead]) {
             *o += g;
         }
     }
@@ -152,9 +190,9 @@ impl<T: Real> DotInteraction<T> {
     /// The symmetric `n × n` matrix `S` of one row's dot gradients `dy`, in `scratch`.
     #[inline(always)]
     fn dot_gradients<'s>(&self, dy: &[T], scratch: &'s mut [T]) -> &'s [T] {
-        let (n, d) = (self.num_vectors, self.dim);
+        let n = self.num_vectors;
         let s = &mut scratch[..n * n];
-        let mut k = d;
+        let mut k = self.lead;
         for i in 0..n {
             for j in 0..i {
                 // Written as the sum it is: `0 + g` (which turns -0 into +0).
@@ -227,10 +265,10 @@ impl<T: Real> DotInteraction<T> {
                 )
             };
             let (ni, no) = (self.in_dim(), self.out_dim());
-            let (n, d) = (self.num_vectors, self.dim);
+            let (n, d, lead) = (self.num_vectors, self.dim, self.lead);
             for (yr, xr) in y32.chunks_exact_mut(no).zip(x32.chunks_exact(ni)) {
-                yr[..d].copy_from_slice(&xr[..d]);
-                let mut k = d;
+                yr[..lead].copy_from_slice(&xr[..lead]);
+                let mut k = lead;
                 for i in 0..n {
                     let vi = &xr[i * d..(i + 1) * d];
                     let partners = self.partners(i);
@@ -314,7 +352,7 @@ impl<T: Real> DotInteraction<T> {
             };
             // SAFETY: AVX-512F was checked by the caller; d is a multiple of 16.
             unsafe { s_times_x_avx512(n, d, s32, x32, dx32) };
-            for (o, &g) in dxr[..d].iter_mut().zip(&dyr[..d]) {
+            for (o, &g) in dxr[..self.lead].iter_mut().zip(&dyr[..self.lead]) {
                 *o += g;
             }
         }
@@ -342,7 +380,7 @@ impl<T: Real> Layer<T> for DotInteraction<T> {
     }
 
     fn out_dim(&self) -> usize {
-        Self::output_dim(self.num_vectors, self.dim, self.self_interaction)
+        self.lead + pairs(self.num_vectors, self.self_interaction)
     }
 
     fn forward(&mut self, x: &[T], y: &mut [T], batch: usize) {
@@ -390,6 +428,16 @@ mod tests {
         assert_eq!(DotInteraction::<f32>::output_dim(3, 2, true), 2 + 6);
         assert_eq!(output_dim(1, 4, false), 4);
         assert_eq!(output_dim(2, 4, true), 4 + 3);
+        assert_eq!(pairs(3, false), 3);
+        assert_eq!(pairs(3, true), 6);
+        assert_eq!(
+            DotInteraction::<f32>::without_dense(26, 16, false).out_dim(),
+            325
+        );
+        assert_eq!(
+            DotInteraction::<f32>::without_dense(26, 16, true).out_dim(),
+            351
+        );
         assert_eq!(
             DotInteraction::<f32>::new(27, 16, false).out_dim(),
             16 + 351
@@ -451,6 +499,140 @@ mod tests {
                 "gradcheck interaction f32 self={self_interaction}: max relative error {err:e}"
             );
             assert!(err < 1e-3, "self={self_interaction}: {err:e}");
+        }
+    }
+
+    #[test]
+    fn without_dense_matches_hand_computation() {
+        let x = [1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let mut layer = DotInteraction::<f64>::without_dense(3, 2, false);
+        assert!(!layer.has_dense_vector());
+        assert_eq!((layer.in_dim(), layer.out_dim()), (6, 3));
+        let mut y = [0.0; 3];
+        layer.forward(&x, &mut y, 1);
+        // <v1,v0>, <v2,v0>, <v2,v1>: no vector ahead of them.
+        assert_eq!(y, [11.0, 17.0, 39.0]);
+        let mut dx = [0.0; 6];
+        layer.backward(&x, &y, &[1.0, 0.0, 0.0], Some(&mut dx), 1);
+        // d<v1,v0> alone: v1 onto v0, v0 onto v1, no pass-through.
+        assert_eq!(dx, [3.0, 4.0, 1.0, 2.0, 0.0, 0.0]);
+
+        let mut layer = DotInteraction::<f64>::without_dense(3, 2, true);
+        let mut y = [0.0; 6];
+        layer.forward(&x, &mut y, 1);
+        assert_eq!(y, [5.0, 11.0, 25.0, 17.0, 39.0, 61.0]);
+        // One vector has a dot only with itself.
+        let mut one = DotInteraction::<f64>::without_dense(1, 2, true);
+        let mut y = [0.0; 1];
+        one.forward(&x[..2], &mut y, 1);
+        assert_eq!(y, [5.0]);
+    }
+
+    #[test]
+    #[should_panic(expected = "without_dense(1, 4, false)")]
+    fn without_dense_needs_a_pair() {
+        DotInteraction::<f32>::without_dense(1, 4, false);
+    }
+
+    #[test]
+    fn gradcheck_without_dense_f64() {
+        for (n, self_interaction, batch) in [
+            (4, false, 5),
+            (4, true, 5),
+            (2, false, 3),
+            (1, true, 3),
+            (3, true, MAX_BLOCK_ROWS + 6),
+        ] {
+            let mut layer = DotInteraction::<f64>::without_dense(n, 3, self_interaction);
+            let err = check_layer(&mut layer, batch, 1e-5, 1e-6, 17).max();
+            eprintln!(
+                "gradcheck interaction without dense f64 n={n} self={self_interaction}: max relative error {err:e}"
+            );
+            assert!(err < 1e-6, "n={n} self={self_interaction}: {err:e}");
+        }
+    }
+
+    #[test]
+    fn gradcheck_without_dense_f32() {
+        let mut rng = StdRng::seed_from_u64(18);
+        for self_interaction in [false, true] {
+            let mut layer = DotInteraction::<f32>::without_dense(4, 3, self_interaction);
+            let batch = 3;
+            let x = test_grid::values(batch * layer.in_dim(), &mut rng);
+            let r = test_grid::values(batch * layer.out_dim(), &mut rng);
+            let err = check_layer_at(&mut layer, &x, &r, batch, test_grid::STEP, 1e-3).max();
+            eprintln!(
+                "gradcheck interaction without dense f32 self={self_interaction}: max relative error {err:e}"
+            );
+            assert!(err < 1e-3, "self={self_interaction}: {err:e}");
+        }
+    }
+
+    /// Without dense features the output is the full layer's output after its first
+    /// `dim` columns, bit for bit, and the input gradient is the full layer's for an
+    /// output gradient of -0 on those columns (adding -0 changes no value), on every
+    /// kernel the CPU runs (AVX2, AVX-512 and portable paths alike).
+    #[test]
+    fn without_dense_is_the_full_layers_dots_bit_for_bit() {
+        for (self_interaction, d, n) in [
+            (false, 16, 27),
+            (true, 16, 27),
+            (false, 19, 27),
+            (true, 64, 9),
+            (false, 8, 9),
+            (true, 8, 5),
+            (false, 48, 6),
+            (true, 80, 3),
+            (false, 112, 2),
+            (true, 32, 1),
+            (false, 3, 4),
+        ] {
+            let batch = 9;
+            let mut full = DotInteraction::<f32>::new(n, d, self_interaction);
+            let mut dots = DotInteraction::<f32>::without_dense(n, d, self_interaction);
+            let (ni, no) = (dots.in_dim(), dots.out_dim());
+            assert_eq!((ni, no + d), (full.in_dim(), full.out_dim()));
+            let x: Vec<f32> = (0..batch * ni)
+                .map(|i| ((i * 7919) % 211) as f32 / 97.0 - 1.0)
+                .collect();
+            let dy: Vec<f32> = (0..batch * no)
+                .map(|i| ((i * 104_729) % 193) as f32 / 89.0 - 1.0)
+                .collect();
+            let mut y = vec![0.0; batch * no];
+            dots.forward(&x, &mut y, batch);
+            let mut y_full = vec![0.0; batch * (no + d)];
+            full.forward(&x, &mut y_full, batch);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let tail: Vec<f32> = y_full
+                .chunks_exact(no + d)
+                .flat_map(|r| r[d..].to_vec())
+                .collect();
+            assert_eq!(
+                bits(&y),
+                bits(&tail),
+                "({self_interaction}, {d}, {n}) forward"
+            );
+            let mut portable = vec![0.0; batch * no];
+            let mut scratch = vec![0.0; dots.scratch_len()];
+            dots.forward_rows(&x, &mut portable, &mut scratch);
+            assert_eq!(bits(&y), bits(&portable));
+
+            let mut dx = vec![0.0; batch * ni];
+            dots.backward(&x, &y, &dy, Some(&mut dx), batch);
+            let dy_full: Vec<f32> = dy
+                .chunks_exact(no)
+                .flat_map(|r| std::iter::repeat_n(-0.0, d).chain(r.iter().copied()))
+                .collect();
+            let mut dx_full = vec![0.0; batch * ni];
+            full.backward(&x, &y_full, &dy_full, Some(&mut dx_full), batch);
+            assert_eq!(
+                bits(&dx),
+                bits(&dx_full),
+                "({self_interaction}, {d}, {n}) backward"
+            );
+            let mut dx_portable = vec![0.0; batch * ni];
+            dots.backward_rows(&x, &dy, &mut dx_portable, &mut scratch);
+            assert_eq!(bits(&dx), bits(&dx_portable));
         }
     }
 

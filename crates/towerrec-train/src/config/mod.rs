@@ -9,6 +9,7 @@ mod validate;
 pub use overrides::with_overrides;
 pub use resume::SAFE_ON_RESUME;
 pub use towers::{towers_by_name, BiasInit, TowerModuleName, TowersConfig};
+pub(crate) use validate::{feature_mix, nothing_to_shard};
 pub use validate::{MAX_BATCH_SIZE, MAX_EVAL_BATCH_SIZE, MAX_WORLD_SIZE};
 
 use crate::error::{Error, Result};
@@ -41,7 +42,9 @@ pub struct ModelConfig {
     pub embedding_dim: usize,
     #[serde(default = "default_pooling")]
     pub pooling: Pooling,
-    /// DLRM: bottom MLP layer widths after the dense input; the last must equal `embedding_dim`.
+    /// DLRM: bottom MLP layer widths after the dense input; the last must equal
+    /// `embedding_dim` (or the towers' D). `[]` for data without dense features: the
+    /// interaction then takes the embeddings alone.
     #[serde(default)]
     pub bottom_mlp: Vec<usize>,
     /// Top MLP (DLRM) or deep network after the CrossNet (DCN) widths; the last must be 1.

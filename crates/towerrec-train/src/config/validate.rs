@@ -2,7 +2,7 @@
 //! an error that names the key, so that a typo fails before anything is allocated
 //! instead of producing NaN or a silent wrap-around later.
 
-use super::{Config, ModelKind};
+use super::{Config, ModelConfig, ModelKind};
 use crate::error::{Error, Result};
 use towerrec_core::embedding::SparseOptimizer;
 use towerrec_core::optim::DenseOptimizerKind;
@@ -185,11 +185,10 @@ impl Config {
         }
         match m.kind {
             ModelKind::Dlrm => {
-                let width = m
-                    .towers
-                    .as_ref()
-                    .map_or(m.embedding_dim, |t| t.vector_width(m.embedding_dim));
-                if m.bottom_mlp.last() != Some(&width) {
+                let width = dlrm_vector_width(m);
+                // `[]` is DLRM without dense features, checked against the data
+                // (`feature_mix`).
+                if !m.bottom_mlp.is_empty() && m.bottom_mlp.last() != Some(&width) {
                     let what = if width == m.embedding_dim {
                         "model.embedding_dim"
                     } else {
@@ -254,19 +253,7 @@ impl Config {
             file: self.origin.clone(),
             message,
         };
-        if self.model.kind == ModelKind::Dlrm
-            && schema.dense.is_empty()
-            && !self.model.bottom_mlp.is_empty()
-        {
-            return Err(fail(
-                "model.bottom_mlp: the data has no dense features; DLRM needs at least one".into(),
-            ));
-        }
-        if schema.sparse.is_empty() {
-            return Err(fail(
-                "data: the data has no sparse (categorical) features".into(),
-            ));
-        }
+        feature_mix(&self.model, schema).map_err(fail)?;
         if let Some(t) = &self.model.towers {
             let names: Vec<String> = schema.sparse.iter().map(|f| f.name.clone()).collect();
             t.assignment(&names).map_err(fail)?;
@@ -289,6 +276,81 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The width of DLRM's vectors: the embedding width, or the towers' D.
+fn dlrm_vector_width(m: &ModelConfig) -> usize {
+    m.towers
+        .as_ref()
+        .map_or(m.embedding_dim, |t| t.vector_width(m.embedding_dim))
+}
+
+/// Whether the model fits the data's mix of dense and sparse features
+/// (docs/CONFIG.md, "Any feature mix"):
+///
+/// - DLRM has a bottom MLP exactly when the data has dense features: without them
+///   (`bottom_mlp = []`) its interaction takes the embeddings' vectors alone;
+/// - without sparse features there are no tables, so no towers: DLRM is then the bottom
+///   MLP and the top MLP, DCN a CrossNet over the dense features (one process only:
+///   a cluster has nothing to shard, `nothing_to_shard`);
+/// - some feature there must be.
+pub(crate) fn feature_mix(m: &ModelConfig, schema: &Schema) -> Check {
+    let (dense, sparse) = (schema.dense.len(), schema.sparse.len());
+    if dense == 0 && sparse == 0 {
+        return Err(
+            "data: the data has neither dense nor sparse features: describe at least one column \
+             (data.schema.dense or data.schema.sparse; synthetic data: num_dense or tables)"
+                .into(),
+        );
+    }
+    if sparse == 0 && m.towers.is_some() {
+        return Err(format!(
+            "model.towers: the data has no sparse features ({dense} dense ones), so there are \
+             no tables to group into towers; drop [model.towers]"
+        ));
+    }
+    if m.kind != ModelKind::Dlrm {
+        return Ok(());
+    }
+    let width = dlrm_vector_width(m);
+    match (dense, m.bottom_mlp.is_empty()) {
+        (0, false) => Err(format!(
+            "model.bottom_mlp: the data has no dense features, so DLRM has nothing for a bottom \
+             MLP to read: write bottom_mlp = [] (the interaction then takes the {sparse} \
+             embedding vectors alone), got {:?}",
+            m.bottom_mlp
+        )),
+        (n, true) if n > 0 => Err(format!(
+            "model.bottom_mlp: the data has {n} dense feature{}, which DLRM's bottom MLP maps to \
+             the interaction's first vector: give its layer widths, the last equal to {} \
+             ({width}), for example bottom_mlp = [{}, {width}]; bottom_mlp = [] is for data \
+             without dense features",
+            if n == 1 { "" } else { "s" },
+            if m.towers.is_some() && width != m.embedding_dim {
+                "model.towers.d"
+            } else {
+                "model.embedding_dim"
+            },
+            (4 * width).max(16),
+        )),
+        // One table and no dense vector: no pair to interact. (With towers, their
+        // output vectors are counted when the model is built.)
+        (0, true) if sparse == 1 && m.towers.is_none() && !m.self_interaction => Err(
+            "model.self_interaction: DLRM without dense features interacts its embedding \
+             vectors in pairs, and the data has one table: set model.self_interaction = true (each vector's dot with \
+             itself), or use model.kind = \"dcn\""
+                .into(),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// The error of a cluster run on data without sparse features: no tables to shard.
+pub(crate) fn nothing_to_shard() -> String {
+    "the data has no sparse (categorical) features, so there are no embedding tables and \
+     nothing to shard over the cluster's ranks: train in one process (cluster.hosts = 1, \
+     cluster.ranks_per_host = 1, no --plan)"
+        .into()
 }
 
 #[cfg(test)]

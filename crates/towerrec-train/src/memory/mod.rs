@@ -356,6 +356,32 @@ mod tests {
                 "model.cross_layers=2",
                 "model.towers={ module = \"dcn\", count = 2, d = 8, cross_layers = 1 }",
             ],
+            // Any feature mix: DLRM and DCN without dense features, flat and DMT;
+            // dense-only models.
+            &["data.num_dense=0", "model.bottom_mlp=[]"],
+            &[
+                "data.num_dense=0",
+                "model.bottom_mlp=[]",
+                "model.towers={ module = \"dlrm\", count = 2, d = 8, c = 1, p = 1 }",
+            ],
+            &[
+                "data.num_dense=0",
+                "model.kind=\"dcn\"",
+                "model.cross_layers=2",
+                "model.bottom_mlp=[]",
+                "model.towers={ module = \"dcn\", count = 2, d = 8, cross_layers = 1 }",
+            ],
+            &[
+                "data.tables=[]",
+                "cluster.hosts=1",
+                "cluster.ranks_per_host=1",
+            ],
+            &[
+                "data.tables=[]",
+                "model.kind=\"dcn\"",
+                "model.cross_layers=2",
+                "model.bottom_mlp=[]",
+            ],
         ] {
             let (cfg, schema) = quickstart(sets);
             let mut model = crate::model::Model::for_run(&cfg, &schema, 0, None).unwrap();

@@ -144,7 +144,9 @@ pub(super) fn dense_shape(cfg: &ModelConfig, schema: &Schema) -> DenseShape {
         .towers
         .as_ref()
         .map_or(dim, |t| t.vector_width(cfg.embedding_dim) as u128);
+    // DLRM without a bottom MLP (data without dense features) has no base vector.
     let base = match cfg.kind {
+        ModelKind::Dlrm if cfg.bottom_mlp.is_empty() => 0,
         ModelKind::Dlrm => vector,
         ModelKind::Dcn => num_dense,
     };
@@ -190,14 +192,15 @@ pub(super) fn dense_shape(cfg: &ModelConfig, schema: &Schema) -> DenseShape {
             layers.extend(hidden);
             // The bottom MLP's last output is the model's `bottom_out`, and its gradient.
             backward.extend(bwd);
-            backward.push(vector);
+            let bottom_out = (base > 0).then_some(vector);
+            backward.extend(bottom_out);
             let n = inter / vector.max(1);
             let pairs = if cfg.self_interaction {
                 n.saturating_mul(n.saturating_add(1)) / 2
             } else {
                 n.saturating_mul(n.saturating_sub(1)) / 2
             };
-            (p, vector.saturating_add(pairs), Some(vector))
+            (p, base.saturating_add(pairs), bottom_out)
         }
         ModelKind::Dcn => {
             let w = inter;

@@ -2,7 +2,8 @@
 //! backward-and-update per step.
 //!
 //! DLRM (Naumov et al. 2019): dense → bottom MLP → [bottom out | pooled embeddings] →
-//! dot interaction → top MLP → logit. DCN-v2 (Wang et al. 2021, stacked): [dense |
+//! dot interaction → top MLP → logit; without dense features, [pooled embeddings] →
+//! their pairwise dots alone → top MLP (docs/CONFIG.md, "Any feature mix"). DCN-v2 (Wang et al. 2021, stacked): [dense |
 //! pooled embeddings] → CrossNet → MLP → logit. In both, the tables pool straight into
 //! the row-major buffer the next layer reads (stride = row width, offset = the
 //! feature's slot), and their backward reads the gradient from the same slots, so no
@@ -30,7 +31,7 @@ use towerrec_comm::{Comm, HierarchicalAllReduce, Phase};
 use towerrec_core::embedding::{EmbeddingBag, SparseOptimizer};
 use towerrec_core::layers::activation::Activation;
 use towerrec_core::layers::crossnet::CrossNet;
-use towerrec_core::layers::interaction::DotInteraction;
+use towerrec_core::layers::interaction::{pairs, DotInteraction};
 use towerrec_core::layers::mlp::Mlp;
 use towerrec_core::optim::DenseOptimizer;
 use towerrec_core::{Batch, Layer, ParamMut};
@@ -60,7 +61,8 @@ pub struct Model {
     tables: Vec<TableDesc>,
     sparse_optimizer: SparseOptimizer,
     embeddings: Embeddings,
-    /// DLRM's bottom MLP (DCN's dense features go into the feature rows as they are).
+    /// DLRM's bottom MLP (DCN's dense features go into the feature rows as they are;
+    /// DLRM without dense features has none, docs/CONFIG.md "Any feature mix").
     bottom: Option<Bottom>,
     /// The layers after the feature rows: towers run here, interaction, top MLP.
     dense: Dense,
@@ -139,6 +141,9 @@ impl Model {
         plan: &Plan,
         towers: Option<&[Vec<usize>]>,
     ) -> Result<Self> {
+        if schema.sparse.is_empty() {
+            return Err(Error::Cluster(crate::config::nothing_to_shard()));
+        }
         let descs = table_descs(cfg, schema);
         let sharded = ShardedEmbeddings::new(comm, &descs, plan, cfg.pooling, opt.sparse, seed)?;
         sharded.check_optimizer(opt.sparse)?;
@@ -165,6 +170,7 @@ impl Model {
         crate::memory::check_fits(crate::memory::dense_bytes(cfg, opt, schema), || {
             "the model's dense layers (weights, gradients, optimizer state)".into()
         })?;
+        crate::config::feature_mix(cfg, schema).map_err(Error::Model)?;
         let mut rng = StdRng::seed_from_u64(seed);
         let dim = cfg.embedding_dim;
         let num_dense = schema.dense.len();
@@ -172,8 +178,12 @@ impl Model {
         let table_params = schema.sparse.iter().map(|f| f.rows as usize * dim).sum();
         // DLRM's vectors are D wide with towers (the bottom MLP ends in D), else `dim`.
         let vector = cfg.towers.as_ref().map_or(dim, |t| t.vector_width(dim));
+        // The base part of a feature row: DLRM's bottom-MLP output (none without dense
+        // features: `feature_mix` tied `bottom_mlp = []` to them), DCN's dense features.
+        let has_bottom = cfg.kind == ModelKind::Dlrm && !cfg.bottom_mlp.is_empty();
         let base = match cfg.kind {
-            ModelKind::Dlrm => vector,
+            ModelKind::Dlrm if has_bottom => vector,
+            ModelKind::Dlrm => 0,
             ModelKind::Dcn => num_dense,
         };
         let slots = feature_slots(base, dim, n_tables)?;
@@ -209,9 +219,15 @@ impl Model {
         // a cross layer of width `W` `2·W² + 3·W`, `4·W·r + 3·W` at rank `r`).
         let (bottom, interaction, name, flops): (_, Box<dyn Layer<f32>>, _, u64) = match cfg.kind {
             ModelKind::Dlrm => {
-                let mut dims = vec![num_dense];
-                dims.extend(&cfg.bottom_mlp);
-                let mlp = Mlp::new(&dims, Activation::Relu, Activation::Relu, &mut rng);
+                let bottom = has_bottom.then(|| {
+                    let mut dims = vec![num_dense];
+                    dims.extend(&cfg.bottom_mlp);
+                    Bottom {
+                        mlp: Mlp::new(&dims, Activation::Relu, Activation::Relu, &mut rng),
+                        out: Vec::new(),
+                        grad: Vec::new(),
+                    }
+                });
                 if inter_width % vector != 0 {
                     return Err(Error::Model(format!(
                         "the towers' outputs ({} columns) are not whole vectors of {vector}",
@@ -219,14 +235,22 @@ impl Model {
                     )));
                 }
                 let n = inter_width / vector;
-                let dot = DotInteraction::new(n, vector, cfg.self_interaction);
                 let flops = 2 * (n * n * vector) as u64;
-                let bottom = Bottom {
-                    mlp,
-                    out: Vec::new(),
-                    grad: Vec::new(),
-                };
-                (Some(bottom), Box::new(dot), "dot", flops)
+                let dot =
+                    if has_bottom {
+                        DotInteraction::new(n, vector, cfg.self_interaction)
+                    } else if pairs(n, cfg.self_interaction) == 0 {
+                        return Err(Error::Model(format!(
+                        "DLRM without dense features interacts its embedding vectors in pairs, \
+                         and this model has {n} vector{} ({}): set model.self_interaction = true \
+                         (each vector's dot with itself), or use model.kind = \"dcn\"",
+                        if n == 1 { "" } else { "s" },
+                        if cfg.towers.is_some() { "the towers' outputs" } else { "one table" }
+                    )));
+                    } else {
+                        DotInteraction::without_dense(n, vector, cfg.self_interaction)
+                    };
+                (bottom, Box::new(dot), "dot", flops)
             }
             ModelKind::Dcn => {
                 let cross = CrossNet::new(inter_width, cfg.cross_layers, cfg.cross_rank, &mut rng);

@@ -234,6 +234,20 @@ mod tests {
                 "model.cross_rank=8",
                 &by_name,
             ],
+            // Without dense features (docs/CONFIG.md, "Any feature mix").
+            &["data.num_dense=0", "model.bottom_mlp=[]"],
+            &[
+                "data.num_dense=0",
+                "model.bottom_mlp=[]",
+                "model.towers={module=\"dlrm\",count=5,d=4,c=2,p=1}",
+            ],
+            &[
+                "data.num_dense=0",
+                "model.bottom_mlp=[]",
+                "model.kind=\"dcn\"",
+                "model.cross_layers=1",
+                "model.towers={module=\"dcn\",count=4,d=4,cross_layers=2}",
+            ],
         ];
         for overrides in cases {
             let (w, towers, mut model) = both(overrides);
