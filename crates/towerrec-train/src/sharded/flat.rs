@@ -124,7 +124,7 @@ impl OutputDist for Flat {
         out: &mut [f32],
         work: Option<RowsWork<'_>>,
     ) -> Result<()> {
-        if Part::of(step) == Part::Second {
+        if step.part() == Part::Second {
             let work = work.expect("a later part runs the previous part's work");
             return self.output_second_half(sp, step, out, work);
         }
@@ -170,7 +170,7 @@ impl Flat {
         out: &mut [f32],
     ) -> Result<()> {
         let StepPart { batch, slots, .. } = step;
-        let (send, counts, own_firsts) = self.pack_rows(sp, Part::of(step));
+        let (send, counts, own_firsts) = self.pack_rows(sp, step.part());
         let mut recv = std::mem::take(&mut self.recv);
         let mut own_split = std::mem::take(&mut self.own_split);
         let (comm, pass) = own_pass(sp, &mut own_split);
@@ -276,7 +276,7 @@ impl Flat {
         mut own_firsts: Vec<usize>,
     ) {
         let (p, me) = (sp.comm.size(), sp.comm.rank());
-        let (slots, b_local, part) = (step.slots, step.batch.batch_size(), Part::of(step));
+        let (slots, b_local, part) = (step.slots, step.batch.batch_size(), step.part());
         let width = slots.width();
         let range = part.range(b_local);
         let out = &mut out[..b_local * width];

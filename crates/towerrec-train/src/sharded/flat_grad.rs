@@ -56,7 +56,7 @@ impl Flat {
         step: StepPart<'_>,
         grad: &[f32],
     ) -> Result<()> {
-        let part = Part::of(step);
+        let part = step.part();
         let first = std::mem::take(&mut self.recv_first);
         let (send, counts) = self.pack_grad_rows(sp, step, grad, part);
         let mut recv = std::mem::take(&mut self.recv);

@@ -69,10 +69,19 @@ impl<'a> StepPart<'a> {
         self.nth(self.parts - 1)
     }
 
+    /// Which samples the part holds: the whole slice in one part, a half in two.
+    pub(crate) fn part(self) -> Part {
+        match (self.k, self.parts) {
+            (_, 1) => Part::Whole,
+            (0, _) => Part::First,
+            _ => Part::Second,
+        }
+    }
+
     /// The samples of this rank's slice in the part: the whole slice in one part, or
     /// the slice split at `B / 2` in two.
     pub fn samples(self) -> Range<usize> {
-        Part::of(self).range(self.batch.batch_size())
+        self.part().range(self.batch.batch_size())
     }
 
     /// The length of this rank's feature rows, of every part (`B × slots.width()`).

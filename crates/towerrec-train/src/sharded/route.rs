@@ -10,7 +10,6 @@
 //! map names (the row's position, then a binary search over the partitions, each of
 //! which this rank reads from one store), as offsets there.
 
-use super::output::StepPart;
 use crate::error::{Error, Result};
 use std::sync::Arc;
 use towerrec_comm::{Comm, Topology};
@@ -394,15 +393,6 @@ pub(crate) enum Part {
 }
 
 impl Part {
-    /// Which samples `step`'s part holds: the whole slice in one part, a half in two.
-    pub(crate) fn of(step: StepPart<'_>) -> Part {
-        match (step.k, step.parts) {
-            (_, 1) => Part::Whole,
-            (0, _) => Part::First,
-            _ => Part::Second,
-        }
-    }
-
     /// The samples of a slice of `n` that the part holds.
     pub(crate) fn range(self, n: usize) -> std::ops::Range<usize> {
         match self {
