@@ -81,21 +81,6 @@ fn single(cfg: &Config, batches: &[Batch]) -> (Vec<f64>, Vec<Vec<f32>>) {
     train(&mut model, cfg, batches)
 }
 
-const DLRM_TOWERS: &str = r#"[model.towers]
-module = "dlrm"
-count = 2
-d = 4
-c = 1
-p = 1"#;
-
-/// DLRM's module with its per-feature map alone: SPTT runs it before step d.
-const PER_FEATURE_TOWERS: &str = r#"[model.towers]
-module = "dlrm"
-count = 2
-d = 4
-c = 1
-p = 0"#;
-
 const DCN_TOWERS: &str = r#"[model.towers]
 module = "dcn"
 features = [["C1", "C3", "C5"], ["C2", "C4"]]
@@ -118,7 +103,7 @@ fn one_pass_through_tower_is_the_flat_model_bit_for_bit() {
 
 #[test]
 fn dmt_models_train_and_their_modules_learn() {
-    for (kind, towers) in [("dlrm", DLRM_TOWERS), ("dcn", DCN_TOWERS)] {
+    for (kind, towers) in [("dlrm", common::DLRM_TOWERS), ("dcn", DCN_TOWERS)] {
         let cfg = config(kind, towers);
         let s = schema(&cfg.data, &cfg.base_dir).unwrap();
         let mut model = common::single(&cfg, &s, cfg.train.seed).unwrap();
@@ -152,8 +137,8 @@ fn dmt_models_train_and_their_modules_learn() {
 #[test]
 fn dmt_on_a_cluster_is_dmt_in_one_process() {
     for (kind, towers) in [
-        ("dlrm", DLRM_TOWERS),
-        ("dlrm", PER_FEATURE_TOWERS),
+        ("dlrm", common::DLRM_TOWERS),
+        ("dlrm", common::PER_FEATURE_TOWERS),
         ("dcn", DCN_TOWERS),
     ] {
         assert_cluster_matches_one_process(kind, towers, None, false);
@@ -167,9 +152,9 @@ fn dmt_on_a_cluster_is_dmt_in_one_process() {
 #[test]
 fn dmt_in_halves_is_dmt_in_one_process() {
     for chunks in [None, Some(1), Some(3), Some(7)] {
-        assert_cluster_matches_one_process("dlrm", PER_FEATURE_TOWERS, chunks, true);
+        assert_cluster_matches_one_process("dlrm", common::PER_FEATURE_TOWERS, chunks, true);
     }
-    for (kind, towers) in [("dlrm", DLRM_TOWERS), ("dcn", DCN_TOWERS)] {
+    for (kind, towers) in [("dlrm", common::DLRM_TOWERS), ("dcn", DCN_TOWERS)] {
         assert_cluster_matches_one_process(kind, towers, None, true);
     }
 }
@@ -179,7 +164,7 @@ fn any_chunk_count_of_the_exchange_is_dmt_in_one_process() {
     // Per-feature modules run before step d, where the exchange is cut into chunks of
     // samples; 7 chunks leave some ranks' parts empty in the uneven batches.
     for chunks in [1, 3, 7] {
-        assert_cluster_matches_one_process("dlrm", PER_FEATURE_TOWERS, Some(chunks), false);
+        assert_cluster_matches_one_process("dlrm", common::PER_FEATURE_TOWERS, Some(chunks), false);
     }
 }
 
@@ -214,7 +199,7 @@ fn assert_cluster_matches_one_process(
     })
     .unwrap_or_else(|e| panic!("{e}"));
     // Only the maps before step d split.
-    let splits = halves && towers == PER_FEATURE_TOWERS;
+    let splits = halves && towers == common::PER_FEATURE_TOWERS;
     for (rank, ((got_l, got_d), split)) in outs.iter().enumerate() {
         assert_eq!(*split, splits, "{kind} rank {rank}: in halves");
         for (w, g) in want_l.iter().zip(got_l) {
@@ -256,7 +241,7 @@ fn bad_tower_configs_are_named() {
 
 #[test]
 fn dmt_with_modules_at_the_sample_owner_is_dmt_in_one_process() {
-    let cfg = config("dlrm", DLRM_TOWERS);
+    let cfg = config("dlrm", common::DLRM_TOWERS);
     let b = common::uneven_batches(&cfg, STEPS);
     let (want_l, _) = single(&cfg, &b);
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
@@ -323,12 +308,12 @@ fn per_feature_modules_also_compress_the_intra_host_step() {
         let towers = format!("[model.towers]\nmodule = \"dlrm\"\ncount = 2\nd = {d}\nc = 1\np = 0");
         assert_eq!(intra(&towers) * ratio, identity, "D = {d}");
     }
-    assert_eq!(intra(DLRM_TOWERS), identity);
+    assert_eq!(intra(common::DLRM_TOWERS), identity);
 }
 
 #[test]
 fn module_gradients_stay_inside_their_tower() {
-    let cfg = config("dlrm", DLRM_TOWERS);
+    let cfg = config("dlrm", common::DLRM_TOWERS);
     let b = common::uneven_batches(&cfg, STEPS);
     let s = schema(&cfg.data, &cfg.base_dir).unwrap();
     let topology = Topology::new(2, 2).unwrap();
@@ -384,7 +369,7 @@ fn flops_per_sample_are_counted_as_the_paper_counts_them() {
     // DMT-DLRM, c = p = 1, D = 4, towers of 3 and 2 tables of N = 8: bottom 4→16→4
     // (256); modules 2·F·N·D·(c + p) = 384 and 256; 1 + 4 + 3 vectors of 4 (2·64·4 =
     // 512); top 32→16→1 (1056).
-    assert_eq!(count(DLRM_TOWERS), 256 + 384 + 256 + 512 + 1056);
+    assert_eq!(count(common::DLRM_TOWERS), 256 + 384 + 256 + 512 + 1056);
 }
 
 #[test]
@@ -490,9 +475,9 @@ fn the_summary_counts_dense_and_embedding_parameters() {
     let two_by_two = Topology::new(2, 2).unwrap();
     for (towers, topology, dense, name) in [
         ("", None, flat, "flat"),
-        (DLRM_TOWERS, None, dmt, "dmt"),
+        (common::DLRM_TOWERS, None, dmt, "dmt"),
         // Modules inside SPTT: every rank holds every module; counted once.
-        (DLRM_TOWERS, Some(two_by_two), dmt, "dmt-2x2"),
+        (common::DLRM_TOWERS, Some(two_by_two), dmt, "dmt-2x2"),
     ] {
         let (d, e, all) = summary(towers, topology, name);
         assert_eq!(d, dense as u64, "{name}: dense parameters");
@@ -519,10 +504,10 @@ fn tower_module_biases_can_start_at_zero() {
             .collect()
     };
     let tower_biases = |towers: &str| biases_of("dlrm", towers);
-    let drawn = tower_biases(&format!("{DLRM_TOWERS}\nbias_init = \"normal\""));
-    let zero = tower_biases(&format!("{DLRM_TOWERS}\nbias_init = \"zero\""));
+    let drawn = tower_biases(&format!("{}\nbias_init = \"normal\"", common::DLRM_TOWERS));
+    let zero = tower_biases(&format!("{}\nbias_init = \"zero\"", common::DLRM_TOWERS));
     assert_eq!(
-        tower_biases(DLRM_TOWERS),
+        tower_biases(common::DLRM_TOWERS),
         zero,
         "DLRM modules start at zero"
     );

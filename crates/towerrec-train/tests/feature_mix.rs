@@ -90,23 +90,6 @@ fn config(model: &str, mix: Mix) -> Config {
     Config::from_toml(&config_text(model, mix, 3000), "test", Path::new(".")).expect("test config")
 }
 
-/// DLRM's towers: a per-tower and a per-feature map (modules between SPTT's steps e
-/// and f).
-const DLRM_TOWERS: &str = r#"[model.towers]
-module = "dlrm"
-count = 2
-d = 4
-c = 1
-p = 1"#;
-
-/// DLRM's per-feature maps alone: SPTT runs them before its step d, in chunks.
-const PER_FEATURE_TOWERS: &str = r#"[model.towers]
-module = "dlrm"
-count = 2
-d = 4
-c = 1
-p = 0"#;
-
 const DCN_TOWERS: &str = r#"[model.towers]
 module = "dcn"
 count = 2
@@ -117,8 +100,12 @@ cross_layers = 1"#;
 const WITHOUT_DENSE: [(&str, &str, &str); 5] = [
     ("flat DLRM", "dlrm", ""),
     ("flat DCN", "dcn", ""),
-    ("DMT-DLRM", "dlrm", DLRM_TOWERS),
-    ("DMT-DLRM, per-feature maps", "dlrm", PER_FEATURE_TOWERS),
+    ("DMT-DLRM", "dlrm", common::DLRM_TOWERS),
+    (
+        "DMT-DLRM, per-feature maps",
+        "dlrm",
+        common::PER_FEATURE_TOWERS,
+    ),
     ("DMT-DCN", "dcn", DCN_TOWERS),
 ];
 
@@ -257,7 +244,7 @@ fn without_dense_features_the_interaction_reads_the_embeddings_alone() {
             config(&model("dlrm", "[]", "self_interaction = true"), Mix::Sparse),
             15,
         ),
-        (without_dense("dlrm", DLRM_TOWERS), 21),
+        (without_dense("dlrm", common::DLRM_TOWERS), 21),
         (without_dense("dcn", ""), 40),
         (without_dense("dcn", DCN_TOWERS), 15),
     ] {
@@ -381,7 +368,7 @@ fn without_dense_a_cluster_is_one_process() {
 #[test]
 fn without_dense_dmt_on_a_flat_plan_is_one_process() {
     let topology = Topology::new(2, 2).unwrap();
-    for (kind, towers) in [("dlrm", DLRM_TOWERS), ("dcn", DCN_TOWERS)] {
+    for (kind, towers) in [("dlrm", common::DLRM_TOWERS), ("dcn", DCN_TOWERS)] {
         let cfg = without_dense(kind, towers);
         let s = data_schema(&cfg);
         let plan = planners::table_wise(&table_specs(&cfg, &s), topology).unwrap();
@@ -465,7 +452,7 @@ fn a_bottom_mlp_that_does_not_fit_the_data_is_named_with_the_fix() {
         "{e}"
     );
     // With towers of D = 4 it must end in D.
-    let text = data_text(&model("dlrm", "[]", DLRM_TOWERS), 3, TABLES, 300);
+    let text = data_text(&model("dlrm", "[]", common::DLRM_TOWERS), 3, TABLES, 300);
     let cfg = Config::from_toml(&text, "test", Path::new(".")).unwrap();
     let e = mix_error(&cfg);
     assert!(

@@ -123,3 +123,22 @@ pub fn sharded(
     let (model, opt) = (&cfg.model, &cfg.optimizer);
     towerrec_train::Model::build_sharded(model, opt, schema, seed, comm, plan, towers.as_deref())
 }
+
+/// DMT-DLRM's towers, 2 of them: a per-tower and a per-feature map (modules between
+/// SPTT's steps e and f; docs/DMT.md).
+#[allow(dead_code)]
+pub const DLRM_TOWERS: &str = r#"[model.towers]
+module = "dlrm"
+count = 2
+d = 4
+c = 1
+p = 1"#;
+
+/// DMT-DLRM's per-feature maps alone: SPTT runs them before its step d, in chunks.
+#[allow(dead_code)]
+pub const PER_FEATURE_TOWERS: &str = r#"[model.towers]
+module = "dlrm"
+count = 2
+d = 4
+c = 1
+p = 0"#;
