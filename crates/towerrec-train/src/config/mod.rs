@@ -301,12 +301,50 @@ pub struct Config {
     pub origin: String,
 }
 
+/// `e` as the TOML parser says it, and where it blames a whole table for an unknown
+/// key (a section read through an enum, such as `[data]`, is parsed whole), also the
+/// line inside it that holds the key.
+fn parse_error(text: &str, e: &toml::de::Error) -> String {
+    let said = e.to_string();
+    let key = e
+        .message()
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split('`').next());
+    let (Some(key), Some(span)) = (key, e.span()) else {
+        return said;
+    };
+    let first = text[..span.start.min(text.len())].matches('\n').count() + 1;
+    let holds_key = |line: &str| {
+        line.match_indices(key).any(|(i, _)| {
+            let before = line[..i].trim_end();
+            let after = line[i + key.len()..].trim_start();
+            (before.is_empty() || before.ends_with(['{', ','])) && after.starts_with('=')
+        })
+    };
+    // The table's own lines: from its header to the next header.
+    let lines = text.lines().enumerate().skip(first.saturating_sub(1));
+    let mut section = lines.take_while({
+        let mut header = true;
+        move |(_, l)| std::mem::take(&mut header) || !l.trim_start().starts_with('[')
+    });
+    match section.find(|(_, l)| holds_key(l)) {
+        Some((n, line)) if n + 1 != first => {
+            format!(
+                "{said}(the key `{key}` is on line {}: {})",
+                n + 1,
+                line.trim()
+            )
+        }
+        _ => said,
+    }
+}
+
 impl Config {
     /// Parses and validates TOML text; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str, base_dir: &Path) -> Result<Self> {
         let mut cfg: Config = toml::from_str(text).map_err(|e| Error::Config {
             file: origin.to_string(),
-            message: e.to_string(),
+            message: parse_error(text, &e),
         })?;
         cfg.base_dir = base_dir.to_path_buf();
         cfg.origin = origin.to_string();
@@ -371,5 +409,36 @@ impl Config {
         self.train
             .eval_batch_size
             .unwrap_or(self.train.batch_size * 4)
+    }
+}
+
+#[cfg(test)]
+mod parse_error_tests {
+    use super::*;
+
+    /// An unknown key in an entry of `[data] tables` is named with its own line, not
+    /// only the `[data]` header the parser blames; an inline table the parser places
+    /// itself is left as it says.
+    #[test]
+    fn an_unknown_key_in_an_inline_entry_names_its_line() {
+        let text = QUICKSTART_TOML.replace(
+            "tables = [{ rows = 20_000, zipf_exponent = 1.05, pooling = 1, count = 26 }]",
+            "tables = [\n  { rows = 200, count = 4 },\n  { rows = 100, cnt = 4 },\n]",
+        );
+        let line = text.lines().position(|l| l.contains("cnt = 4")).unwrap() + 1;
+        let e = Config::from_toml(&text, "t.toml", Path::new("."))
+            .unwrap_err()
+            .to_string();
+        let want = format!("(the key `cnt` is on line {line}: {{ rows = 100, cnt = 4 }},)");
+        assert!(e.contains("[data]") && e.contains(&want), "{e}");
+
+        let text = QUICKSTART_TOML.replace("{ kind = \"adam\" }", "{ kind = \"adam\", lrr = 3 }");
+        let e = Config::from_toml(&text, "t.toml", Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unknown field `lrr`") && !e.contains("the key"),
+            "{e}"
+        );
     }
 }
