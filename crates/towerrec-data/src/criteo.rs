@@ -5,13 +5,15 @@
 //!
 //! - Dense: empty → 0; then `ln(1 + max(x, 0))`, the transform of the DLRM reference,
 //!   which tames the heavy-tailed counts (a few fields hold small negatives, clamped).
-//! - Sparse: the hex string parsed as a u64 (empty → 0), then `% rows` of its table.
+//! - Sparse: the hex string parsed as a u64 (empty → 0), its key, then `% rows` of its
+//!   table, or another encoding ([`crate::encode`]).
 //!
 //! The reader holds one line at a time, so memory stays constant on the 1 TB data set.
 //! A line of only spaces is blank and skipped; a line with tabs is a row (of empty
 //! fields, which is malformed: the label cannot be empty). See [`crate::lines`] for
 //! blank and over-long lines.
 
+use crate::encode::{hashing, FeatureIds};
 use crate::error::{quote_found, Error, Result};
 use crate::lines::Lines;
 use crate::record::{BadRows, Record, RecordStream, Schema, SparseFeature};
@@ -74,6 +76,8 @@ fn field_label(i: usize) -> String {
 pub struct CriteoReader {
     rows: RowCursor,
     schema: Schema,
+    /// Per categorical: its key (the hex id) → its row.
+    ids: Vec<FeatureIds>,
 }
 
 impl CriteoReader {
@@ -82,6 +86,7 @@ impl CriteoReader {
         let schema = criteo_schema(table_rows)?;
         Ok(Self {
             rows: RowCursor::new(Lines::open(path, b'\t')?, bad_rows),
+            ids: hashing(&schema),
             schema,
         })
     }
@@ -96,6 +101,7 @@ impl CriteoReader {
         let schema = criteo_schema(table_rows)?;
         Ok(Self {
             rows: RowCursor::new(Lines::new(Box::new(reader), name, b'\t'), bad_rows),
+            ids: hashing(&schema),
             schema,
         })
     }
@@ -105,10 +111,26 @@ impl CriteoReader {
         self.rows.set_select(select);
         self
     }
+
+    /// Maps each categorical's keys with `ids` (26 entries) instead of hashing into
+    /// `table_rows`; the schema's table sizes follow.
+    pub fn with_ids(mut self, ids: Vec<FeatureIds>) -> Result<Self> {
+        if ids.len() != NUM_SPARSE {
+            return Err(Error::Config(format!(
+                "the Criteo format has {NUM_SPARSE} categoricals, got {} encodings",
+                ids.len()
+            )));
+        }
+        for (f, e) in self.schema.sparse.iter_mut().zip(&ids) {
+            f.rows = e.rows();
+        }
+        self.ids = ids;
+        Ok(self)
+    }
 }
 
 /// Parses one line into a record.
-fn parse_line(lines: &Lines, schema: &Schema) -> Result<Record> {
+fn parse_line(lines: &Lines, ids: &[FeatureIds]) -> Result<Record> {
     let line = &lines.buf[..];
     let n = line.split(|&b| b == b'\t').count();
     if n != NUM_FIELDS {
@@ -146,11 +168,10 @@ fn parse_line(lines: &Lines, schema: &Schema) -> Result<Record> {
                 record.dense.push((x.max(0) as f64).ln_1p() as f32);
             }
             i => {
-                let id = parse_hex(field)
+                let key = parse_hex(field)
                     .ok_or_else(|| lines.error(field_label(i), "a hex id", quote_found(field)))?;
                 // Bounds: `criteo_schema` checked that every table has at least one row.
-                let rows = schema.sparse[i - NUM_DENSE - 1].rows;
-                record.sparse.push(vec![id % rows]);
+                record.sparse.push(vec![ids[i - NUM_DENSE - 1].id(key)]);
             }
         }
     }
@@ -176,8 +197,8 @@ impl RecordStream for CriteoReader {
     }
 
     fn next_record(&mut self) -> Result<Option<Record>> {
-        let schema = &self.schema;
-        self.rows.next(|lines| parse_line(lines, schema))
+        let ids = &self.ids;
+        self.rows.next(|lines| parse_line(lines, ids))
     }
 
     fn skipped(&self) -> u64 {

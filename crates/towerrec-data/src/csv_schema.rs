@@ -1,8 +1,9 @@
 //! A CSV/TSV reader driven by a schema from the run config: which column is the label,
 //! which are dense (numeric) and which are sparse (categorical, possibly multi-hot).
 //!
-//! Categorical strings become ids with a stable 64-bit FNV-1a hash `% rows`, so the same
-//! string maps to the same row on every run and platform. A single-valued empty field
+//! Categorical strings become keys with a stable 64-bit FNV-1a hash, then rows with `%
+//! rows` (or another encoding, [`crate::encode`]), so the same string maps to the same
+//! row on every run and platform. A single-valued empty field
 //! hashes the empty string (it is a category of its own, "missing"); a multi-hot field
 //! is split on its separator, empty pieces are dropped, and an empty field has no ids.
 //!
@@ -14,8 +15,8 @@
 //! Blank lines, and lines of only whitespace that is not the delimiter, are skipped
 //! (see [`crate::lines`]).
 
+use crate::encode::{hashing, key_of, FeatureIds};
 use crate::error::{quote_found, Error, Result};
-use crate::hash::fnv1a64;
 use crate::lines::{Lines, MAX_LINE_BYTES};
 use crate::record::{BadRows, Record, RecordStream, Schema, SparseFeature};
 use crate::text::{RowCursor, RowSelect};
@@ -203,7 +204,9 @@ struct Plan {
     names: Option<Vec<String>>,
     label: (usize, LabelRule),
     dense: Vec<(usize, DenseTransform, f32)>,
-    sparse: Vec<(usize, u64, Option<Vec<u8>>)>,
+    sparse: Vec<(usize, Option<Vec<u8>>)>,
+    /// Per sparse column: its key → its row.
+    ids: Vec<FeatureIds>,
 }
 
 /// Reads records from a delimited text file described by a [`CsvSchema`].
@@ -237,6 +240,23 @@ impl CsvReader {
     pub fn with_rows(mut self, select: RowSelect) -> Self {
         self.rows.set_select(select);
         self
+    }
+
+    /// Maps each sparse column's keys with `ids` (one per column) instead of hashing
+    /// into its `rows`; the schema's table sizes follow.
+    pub fn with_ids(mut self, ids: Vec<FeatureIds>) -> Result<Self> {
+        if ids.len() != self.plan.sparse.len() {
+            return Err(Error::Config(format!(
+                "the schema has {} sparse columns, got {} encodings",
+                self.plan.sparse.len(),
+                ids.len()
+            )));
+        }
+        for (f, e) in self.schema.sparse.iter_mut().zip(&ids) {
+            f.rows = e.rows();
+        }
+        self.plan.ids = ids;
+        Ok(self)
     }
 
     fn with_lines(mut lines: Lines, csv: &CsvSchema, bad_rows: BadRows) -> Result<Self> {
@@ -299,7 +319,7 @@ impl CsvReader {
             .iter()
             .map(|s| {
                 let sep = s.separator.map(|c| c.to_string().into_bytes());
-                Ok((resolve(&s.column, "sparse")?, s.rows, sep))
+                Ok((resolve(&s.column, "sparse")?, sep))
             })
             .collect::<Result<Vec<_>>>()?;
         let needed = std::iter::once(label.0)
@@ -319,6 +339,7 @@ impl CsvReader {
             label,
             dense,
             sparse,
+            ids: hashing(&schema),
         };
         Ok(Self {
             rows: RowCursor::new(lines, bad_rows),
@@ -552,14 +573,14 @@ fn parse_line(lines: &Lines, plan: &Plan, spans: &mut Vec<Span>) -> Result<Recor
         }
         record.dense.push(value);
     }
-    for (i, rows, sep) in &plan.sparse {
+    for ((i, sep), enc) in plan.sparse.iter().zip(&plan.ids) {
         let raw = field(*i);
         let ids = match sep {
-            None => vec![fnv1a64(&raw) % rows],
+            None => vec![enc.id(key_of(&raw))],
             Some(sep) => split_on(&raw, sep)
                 .map(<[u8]>::trim_ascii)
                 .filter(|p| !p.is_empty())
-                .map(|p| fnv1a64(p) % rows)
+                .map(|p| enc.id(key_of(p)))
                 .collect(),
         };
         record.sparse.push(ids);
