@@ -20,6 +20,7 @@ use crate::datafile;
 use crate::error::{Error, Result};
 use crate::lines::Lines;
 use crate::record::{BadRows, RecordStream, Schema};
+use crate::shuffle::{self, Shuffle, ShuffledBinary};
 use crate::synthetic::{SyntheticConfig, SyntheticStream};
 use crate::text::{count_lines, RowSelect};
 use serde::{Deserialize, Serialize};
@@ -449,34 +450,59 @@ fn open_binary(
     path: &Path,
     split: &Split,
     part: Part,
+    shuffle: Option<Shuffle>,
 ) -> Result<Box<dyn RecordStream>> {
     let data = Arc::new(BinaryDataset::from_file(file, path)?);
     let select = split.select(part, path, || Ok(data.len()))?;
-    Ok(Box::new(BinaryStream::with_rows(data, select)))
+    Ok(match shuffle {
+        Some(s) => Box::new(ShuffledBinary::new(data, select, s.key())),
+        None => Box::new(BinaryStream::with_rows(data, select)),
+    })
 }
 
 /// Opens one file with its format's reader, or as binary when it has the binary magic:
 /// the file is opened once, and its magic, a split's row count and its rows are read
-/// through that one handle ([`crate::datafile`]).
+/// through that one handle ([`crate::datafile`]). With `shuffle`, a binary file's rows
+/// come in a random order and a text file's through a shuffle buffer.
 fn open_file(
     format: FileFormat<'_>,
     path: &Path,
     split: &Split,
     part: Part,
     bad_rows: BadRows,
+    shuffle: Option<Shuffle>,
 ) -> Result<Box<dyn RecordStream>> {
     let mut file = datafile::open(path)?;
     let binary = matches!(format, FileFormat::Binary) || is_binary(&mut file, path)?;
+    if binary {
+        return open_binary(&file, path, split, part, shuffle);
+    }
+    let stream = open_text(format, file, path, split, part, bad_rows)?;
+    Ok(match shuffle {
+        Some(s) => shuffle::buffered(stream, s),
+        None => stream,
+    })
+}
+
+/// Opens a text file (not binary) with its format's reader.
+fn open_text(
+    format: FileFormat<'_>,
+    mut file: File,
+    path: &Path,
+    split: &Split,
+    part: Part,
+    bad_rows: BadRows,
+) -> Result<Box<dyn RecordStream>> {
     let buffered = |file: File| BufReader::with_capacity(1 << 16, file);
     Ok(match format {
-        FileFormat::Criteo(rows) if !binary => {
+        FileFormat::Criteo(rows) => {
             let select = split.select(part, path, || {
                 cached_count(&mut file, path, false, b'\t', bad_rows)
             })?;
             let reader = CriteoReader::from_reader(buffered(file), path, rows, bad_rows)?;
             Box::new(reader.with_rows(select))
         }
-        FileFormat::Csv(schema) if !binary => {
+        FileFormat::Csv(schema) => {
             // Before counting, which splits lines on the delimiter.
             schema.validate()?;
             let select = split.select(part, path, || {
@@ -491,7 +517,7 @@ fn open_file(
             let reader = CsvReader::from_reader(buffered(file), path, schema, bad_rows)?;
             Box::new(reader.with_rows(select))
         }
-        _ => open_binary(&file, path, split, part)?,
+        FileFormat::Binary => open_binary(&file, path, split, part, None)?,
     })
 }
 
@@ -525,15 +551,36 @@ pub fn open(
     bad_rows: BadRows,
     base_dir: &Path,
 ) -> Result<Box<dyn RecordStream>> {
+    open_epoch(cfg, part, bad_rows, base_dir, None)
+}
+
+/// [`open`], with the rows in `shuffle`'s order where it is given (one epoch of a
+/// shuffled run, [`crate::shuffle`]): a binary file is permuted whole, any other source
+/// goes through a shuffle buffer.
+pub fn open_epoch(
+    cfg: &DataConfig,
+    part: Part,
+    bad_rows: BadRows,
+    base_dir: &Path,
+    shuffle: Option<Shuffle>,
+) -> Result<Box<dyn RecordStream>> {
     if let DataConfig::Synthetic(s) = cfg {
         return Ok(match (part, &s.eval_path) {
-            (Part::Train, _) => Box::new(SyntheticStream::new(s, s.train_range())?),
+            (Part::Train, _) => {
+                let stream: Box<dyn RecordStream> =
+                    Box::new(SyntheticStream::new(s, s.train_range())?);
+                match shuffle {
+                    Some(sh) => shuffle::buffered(stream, sh),
+                    None => stream,
+                }
+            }
             (Part::Eval, Some(p)) => open_file(
                 FileFormat::Binary,
                 &resolve(base_dir, p),
                 &Split::None,
                 part,
                 bad_rows,
+                shuffle,
             )?,
             (Part::Eval, None) => Box::new(SyntheticStream::new(s, s.eval_range())?),
         });
@@ -542,7 +589,14 @@ pub fn open(
         return Err(Error::Config("data: unknown format".into()));
     };
     let (file, split) = part_source(path, eval_path, split, part)?;
-    open_file(format, &resolve(base_dir, file), split, part, bad_rows)
+    open_file(
+        format,
+        &resolve(base_dir, file),
+        split,
+        part,
+        bad_rows,
+        shuffle,
+    )
 }
 
 /// The schema of one file: from a binary header, else from the format's config (the

@@ -121,6 +121,31 @@ pub struct TrainSettings {
     /// checks; larger ones by 64 sampled blocks of 64 KiB (docs/RELIABILITY.md).
     #[serde(default = "default_fingerprint_whole_mib")]
     pub fingerprint_whole_mib: u64,
+    /// Read the training rows in a new random order every epoch (default false: file
+    /// order). Keyed by `seed` and the epoch (docs/DATA.md, "Shuffling").
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub shuffle: bool,
+    /// With `shuffle`: records held by the shuffle buffer of a streamed source (text,
+    /// Parquet); a binary file is permuted whole and needs none. Default 65536.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shuffle_buffer: Option<usize>,
+}
+
+impl TrainSettings {
+    /// The order of epoch `epoch`'s training rows: `None` for file order.
+    pub fn shuffle_of(&self, epoch: u64) -> Option<towerrec_data::Shuffle> {
+        self.shuffle.then(|| towerrec_data::Shuffle {
+            seed: self.seed,
+            epoch,
+            buffer: self
+                .shuffle_buffer
+                .unwrap_or(towerrec_data::shuffle::DEFAULT_BUFFER),
+        })
+    }
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// Default of `train.fingerprint_whole_mib`: 1 GiB.

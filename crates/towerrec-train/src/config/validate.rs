@@ -244,6 +244,19 @@ impl Config {
                 t.max_bad_fraction
             ));
         }
+        match (t.shuffle, t.shuffle_buffer) {
+            (_, Some(0)) => {
+                return Err(
+                    "train.shuffle_buffer: must be at least 1 (1 keeps the file order)".into(),
+                )
+            }
+            (false, Some(_)) => {
+                return Err(
+                    "train.shuffle_buffer: only means something with train.shuffle = true".into(),
+                )
+            }
+            _ => {}
+        }
         Ok(())
     }
 
@@ -412,6 +425,11 @@ mod tests {
             (&["train.max_steps=0"], "train.max_steps"),
             (&["train.max_bad_fraction=1.5"], "train.max_bad_fraction"),
             (&["train.max_bad_fraction=nan"], "train.max_bad_fraction"),
+            (
+                &["train.shuffle=true", "train.shuffle_buffer=0"],
+                "train.shuffle_buffer",
+            ),
+            (&["train.shuffle_buffer=10"], "train.shuffle_buffer"),
             (
                 &["cluster.hosts=64", "cluster.ranks_per_host=65"],
                 "cluster",

@@ -22,7 +22,7 @@ use crate::rundir::{self, METRICS_FILE, SUMMARY_FILE};
 use std::path::PathBuf;
 use std::time::Instant;
 use towerrec_comm::RankTraffic;
-use towerrec_data::{open, DataConfig, Part};
+use towerrec_data::{open, open_epoch, DataConfig, Part, RecordStream};
 
 /// Steps the run will take, where the data says how many samples it has.
 fn total_steps(cfg: &Config) -> Option<u64> {
@@ -42,6 +42,20 @@ fn total_steps(cfg: &Config) -> Option<u64> {
 pub fn finished(cfg: &Config, progress: Progress) -> bool {
     progress.epoch as usize >= cfg.train.epochs
         || progress.step >= cfg.train.max_steps.unwrap_or(u64::MAX)
+}
+
+/// Epoch `epoch`'s training rows, in file order or, with `train.shuffle`, in the
+/// epoch's own random order (docs/DATA.md, "Shuffling"). The order is a function of
+/// the data, the seed and the epoch: every rank of a cluster reads the same global
+/// order, and a resumed run passes over the same batches it trained on.
+fn open_train(cfg: &Config, epoch: u64) -> Result<Box<dyn RecordStream>> {
+    Ok(open_epoch(
+        &cfg.data,
+        Part::Train,
+        cfg.train.bad_rows,
+        &cfg.base_dir,
+        cfg.train.shuffle_of(epoch),
+    )?)
 }
 
 /// Fails where `part` of the data yields no sample (reading up to its first).
@@ -240,7 +254,7 @@ fn recount_window(
     if k == 0 {
         return Ok(());
     }
-    let stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir)?;
+    let stream = open_train(cfg, progress.epoch)?;
     let share = rank_share(model);
     let first = progress.batch_in_epoch - k;
     let mut reader = Prefetcher::start(stream, cfg.train.batch_size, first, 4, share);
@@ -322,7 +336,7 @@ impl Run<'_> {
     /// true when the run stopped early as asked.
     fn epoch(&mut self) -> Result<bool> {
         let cfg = self.cfg;
-        let stream = open(&cfg.data, Part::Train, cfg.train.bad_rows, &cfg.base_dir)?;
+        let stream = open_train(cfg, self.progress.epoch)?;
         let from_start = self.progress.batch_in_epoch == 0;
         if let (Some(watch), true) = (&mut self.drift, from_start) {
             watch.reset();
