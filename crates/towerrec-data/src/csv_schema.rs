@@ -242,6 +242,11 @@ impl CsvReader {
         self
     }
 
+    /// The 0-based index of the data row read last (what a split counts).
+    pub(crate) fn last_row(&self) -> u64 {
+        self.rows.last_row()
+    }
+
     /// Maps each sparse column's keys with `ids` (one per column) instead of hashing
     /// into its `rows`; the schema's table sizes follow.
     pub fn with_ids(mut self, ids: Vec<FeatureIds>) -> Result<Self> {

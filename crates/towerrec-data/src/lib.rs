@@ -9,6 +9,7 @@
 
 pub mod batcher;
 pub mod binary;
+mod column_split;
 pub mod criteo;
 pub mod csv_schema;
 pub mod datafile;
@@ -37,4 +38,4 @@ pub use record::{BadRows, Record, RecordStream, Schema, SparseFeature};
 pub use shuffle::Shuffle;
 pub use source::{open, open_epoch, schema, DataConfig, Part, Split};
 pub use synthetic::{PoolingFactor, SyntheticConfig, SyntheticStream, SyntheticTable};
-pub use text::RowSelect;
+pub use text::{RowMask, RowSelect};

@@ -142,7 +142,7 @@ impl RecordStream for ShuffledBinary {
     fn remaining(&self) -> Option<u64> {
         match self.select {
             RowSelect::Range(_) | RowSelect::All => Some(self.perm.n - self.pos),
-            RowSelect::Hashed { .. } => None,
+            RowSelect::Hashed { .. } | RowSelect::Mask { .. } => None,
         }
     }
 

@@ -14,6 +14,7 @@
 //! or CSV config.
 
 use crate::binary::{is_binary, BinaryDataset, BinaryStream};
+use crate::column_split::{self, WithUnread};
 use crate::criteo::{criteo_schema, CriteoReader};
 use crate::csv_schema::{CsvReader, CsvSchema};
 use crate::datafile;
@@ -102,6 +103,10 @@ pub enum Split {
         #[serde(default)]
         seed: u64,
     },
+    /// Rows whose `column` holds a number below `eval_from` train, the others evaluate:
+    /// a day or time column divides a log into past and future. CSV files only (a
+    /// binary file keeps no column it does not train on: split before `preprocess`).
+    Column { column: String, eval_from: f64 },
 }
 
 /// Which part of the data to read.
@@ -333,6 +338,17 @@ impl Split {
                 )),
             },
             Split::Random { eval_fraction, .. } => fraction(*eval_fraction),
+            Split::Column { column, eval_from } => {
+                if column.trim().is_empty() {
+                    Err(Error::Config("data.split.column: names no column".into()))
+                } else if !eval_from.is_finite() {
+                    Err(Error::Config(format!(
+                        "data.split.eval_from: must be a finite number, got {eval_from}"
+                    )))
+                } else {
+                    Ok(())
+                }
+            }
         }
     }
 
@@ -351,6 +367,9 @@ impl Split {
             Split::Head { train_rows } => format!("the first {train_rows} rows train"),
             Split::Random { eval_fraction, .. } => {
                 format!("a random {eval_fraction} of the rows evaluate")
+            }
+            Split::Column { column, eval_from } => {
+                format!("the rows whose {column} is at least {eval_from} evaluate")
             }
         }
     }
@@ -405,6 +424,15 @@ impl Split {
                 fraction: *eval_fraction,
                 inside: part == Part::Eval,
             },
+            (Split::Column { .. }, _) => {
+                return Err(Error::Config(format!(
+                    "data.split: kind = \"column\" reads a column of a CSV file, and {} is not one \
+                     (a binary file keeps no column it does not train on, and the Criteo format \
+                     has no column to split by); split the CSV file with `towerrec preprocess \
+                     --part train` and `--part eval` instead",
+                    path.display()
+                )))
+            }
         })
     }
 }
@@ -501,6 +529,24 @@ fn open_text(
             })?;
             let reader = CriteoReader::from_reader(buffered(file), path, rows, bad_rows)?;
             Box::new(reader.with_rows(select))
+        }
+        FileFormat::Csv(schema) if matches!(split, Split::Column { .. }) => {
+            let Split::Column { column, eval_from } = split else {
+                unreachable!("matched above")
+            };
+            schema.validate()?;
+            let mask =
+                column_split::eval_rows(&mut file, path, schema, column, *eval_from, bad_rows)?;
+            let unread = mask.unread;
+            let select = RowSelect::Mask {
+                mask,
+                eval: part == Part::Eval,
+            };
+            let reader = CsvReader::from_reader(buffered(file), path, schema, bad_rows)?;
+            Box::new(WithUnread {
+                inner: Box::new(reader.with_rows(select)),
+                unread,
+            })
         }
         FileFormat::Csv(schema) => {
             // Before counting, which splits lines on the delimiter.

@@ -8,6 +8,7 @@ use crate::hash::{mix2, unit_f64};
 use crate::lines::Lines;
 use crate::record::BadRows;
 use std::ops::Range;
+use std::sync::Arc;
 
 /// Which data rows (0-based, counting every non-blank line after any header, malformed
 /// or not) a stream yields. Counting malformed rows keeps a split the same whether bad
@@ -25,6 +26,52 @@ pub enum RowSelect {
         fraction: f64,
         inside: bool,
     },
+    /// Row `i` is in the evaluation part iff `mask` says so (a split by a column's
+    /// value, [`crate::column_split`]); `eval` says which part this stream yields. Rows
+    /// the mask could not read are in neither.
+    Mask { mask: Arc<RowMask>, eval: bool },
+}
+
+/// Which rows of a file evaluate, by a column's value: one bit per row.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RowMask {
+    /// Rows counted (the file's data rows).
+    pub rows: u64,
+    /// Bit `i`: row `i` evaluates.
+    pub eval: Vec<u64>,
+    /// Bit `i`: row `i`'s column could be read (unset rows are in neither part).
+    pub read: Vec<u64>,
+    /// Rows whose column could not be read (skipped under `bad_rows = "skip"`).
+    pub unread: u64,
+}
+
+impl RowMask {
+    fn bit(bits: &[u64], i: u64) -> bool {
+        bits.get((i / 64) as usize)
+            .is_some_and(|w| w >> (i % 64) & 1 == 1)
+    }
+
+    fn set(bits: &mut Vec<u64>, i: u64) {
+        let w = (i / 64) as usize;
+        if bits.len() <= w {
+            bits.resize(w + 1, 0);
+        }
+        bits[w] |= 1 << (i % 64);
+    }
+
+    /// Marks row `i` as read, and as evaluating if `eval`.
+    pub fn mark(&mut self, i: u64, eval: bool) {
+        Self::set(&mut self.read, i);
+        if eval {
+            Self::set(&mut self.eval, i);
+        }
+    }
+
+    /// Whether row `i` is in the evaluation part (`Some(true)`), the training part
+    /// (`Some(false)`) or neither (`None`).
+    pub fn part_of(&self, i: u64) -> Option<bool> {
+        Self::bit(&self.read, i).then(|| Self::bit(&self.eval, i))
+    }
 }
 
 impl RowSelect {
@@ -38,6 +85,7 @@ impl RowSelect {
                 fraction,
                 inside,
             } => (unit_f64(mix2(*seed, i)) < *fraction) == *inside,
+            RowSelect::Mask { mask, eval } => mask.part_of(i) == Some(*eval),
         }
     }
 
@@ -45,6 +93,7 @@ impl RowSelect {
     pub fn end(&self) -> u64 {
         match self {
             RowSelect::Range(r) => r.end,
+            RowSelect::Mask { mask, .. } => mask.rows,
             RowSelect::All | RowSelect::Hashed { .. } => u64::MAX,
         }
     }
@@ -78,6 +127,11 @@ impl RowCursor {
     /// Rows skipped as malformed so far.
     pub fn skipped(&self) -> u64 {
         self.skipped
+    }
+
+    /// The 0-based index of the row read last (what [`RowSelect`] counts).
+    pub fn last_row(&self) -> u64 {
+        self.next_row.saturating_sub(1)
     }
 
     /// Parses the next selected row with `parse`; malformed rows are skipped and counted

@@ -245,3 +245,112 @@ fn drain_err(s: &mut dyn RecordStream) -> bool {
         }
     }
 }
+
+/// A CSV log with a day column, rows not sorted by day: `split = { kind = "column" }`
+/// trains on the days before `eval_from` and evaluates on the rest, each part in file
+/// order; with or without a header.
+#[test]
+fn a_column_split_divides_rows_by_the_columns_value() {
+    let dir = TempDir::new("src-column");
+    let days = [0, 3, 1, 2, 3, 0, 4, 2, 1, 4, 3];
+    let body: String = days
+        .iter()
+        .enumerate()
+        .map(|(i, d)| format!("{},{},u{i},{d}\n", i % 2, i))
+        .collect();
+    dir.file("log.csv", format!("label,x,user,day\n{body}"));
+    dir.file("bare.csv", body);
+    for (file, header, day, user) in [
+        ("log.csv", "true", "day", "user"),
+        ("bare.csv", "false", "3", "2"),
+    ] {
+        let cfg = parse(&format!(
+            r#"format = "csv"
+path = "{file}"
+split = {{ kind = "column", column = "{day}", eval_from = 3 }}
+schema = {{ header = {header}, label = {{ column = "0" }}, dense = [{{ column = "1", transform = "none" }}], sparse = [{{ column = "{user}", rows = 100 }}] }}"#
+        )
+        .replace("\"0\" }", if header == "true" { "\"label\" }" } else { "\"0\" }" })
+        .replace("column = \"1\"", if header == "true" { "column = \"x\"" } else { "column = \"1\"" }));
+        let rows = |part| -> Vec<usize> {
+            read(&cfg, part, dir.path())
+                .iter()
+                .map(|r| r.dense[0] as usize)
+                .collect()
+        };
+        let want = |eval: bool| -> Vec<usize> {
+            (0..days.len())
+                .filter(|&i| (days[i] >= 3) == eval)
+                .collect()
+        };
+        assert_eq!(rows(Part::Train), want(false), "{file}");
+        assert_eq!(rows(Part::Eval), want(true), "{file}");
+    }
+}
+
+/// A day that is not a number stops the run naming the file, the line and the split's
+/// column; skipped, its row is in neither part and counted in both.
+#[test]
+fn an_unreadable_split_column_is_named_or_skipped_and_counted() {
+    let dir = TempDir::new("src-column-bad");
+    dir.file("log.csv", "label,user,day\n1,a,1\n0,b,x7\n1,c,5\n0,d,2\n");
+    let cfg = parse(
+        r#"format = "csv"
+path = "log.csv"
+split = { kind = "column", column = "day", eval_from = 5 }
+schema = { label = { column = "label" }, sparse = [{ column = "user", rows = 10 }] }"#,
+    );
+    let Err(e) = open(&cfg, Part::Train, BadRows::Fail, dir.path()) else {
+        panic!("a bad day is an error");
+    };
+    let e = e.to_string();
+    assert!(
+        e.contains("log.csv:3") && e.contains("data.split.column \"day\"") && e.contains("\"x7\""),
+        "{e}"
+    );
+    let mut train = open(&cfg, Part::Train, BadRows::Skip, dir.path()).unwrap();
+    assert_eq!(drain(train.as_mut()).len(), 2);
+    assert_eq!(train.skipped(), 1);
+    let mut eval = open(&cfg, Part::Eval, BadRows::Skip, dir.path()).unwrap();
+    assert_eq!(drain(eval.as_mut()).len(), 1);
+    assert_eq!(eval.skipped(), 1);
+    // A column that is not in the header is named with the header's columns.
+    let missing = parse(
+        r#"format = "csv"
+path = "log.csv"
+split = { kind = "column", column = "week", eval_from = 5 }
+schema = { label = { column = "label" }, sparse = [{ column = "user", rows = 10 }] }"#,
+    );
+    let e = open(&missing, Part::Train, BadRows::Fail, dir.path())
+        .err()
+        .expect("no such column")
+        .to_string();
+    assert!(
+        e.contains("data.split.column") && e.contains("\"week\"") && e.contains("label, user, day"),
+        "{e}"
+    );
+}
+
+/// Formats without columns to read refuse the split and say what to do instead.
+#[test]
+fn a_column_split_of_a_criteo_or_binary_file_is_refused() {
+    let dir = TempDir::new("src-column-refused");
+    criteo_file(&dir, 5);
+    let cfg = parse(
+        "format = \"criteo\"\npath = \"day.txt\"\ntable_rows = [10]\nsplit = { kind = \"column\", column = \"0\", eval_from = 1 }",
+    );
+    let e = open(&cfg, Part::Train, BadRows::Fail, dir.path())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("kind = \"column\"") && e.contains("--part train"),
+        "{e}"
+    );
+    let e = parse("format = \"csv\"\npath = \"x.csv\"\nsplit = { kind = \"column\", column = \"d\", eval_from = inf }\nschema = { label = { column = \"l\" } }");
+    let e = open(&e, Part::Train, BadRows::Fail, dir.path())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("data.split.eval_from"), "{e}");
+}
