@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
-"""Join MovieLens-100k (RecBole atomic files) into one CSV for towerrec's schema reader.
+"""Join MovieLens-100k into one CSV for towerrec's schema reader.
 
 Usage: python3 scripts/movielens_to_csv.py ML_100K_DIR OUT.csv
+
+ML_100K_DIR holds either GroupLens's own files (`u.data`, `u.user`, `u.item`, `u.genre`:
+unzip https://files.grouplens.org/datasets/movielens/ml-100k.zip, GroupLens's terms:
+research use, no redistribution) or RecBole's atomic files (`ml-100k.inter`, `.user`,
+`.item`), which hold the same data.
 
 Each output row is one rating with the user's and the item's features, sorted by
 timestamp (ties by user, item) so that a tail split is a time-ordered split:
@@ -21,13 +26,35 @@ def read_atomic(path):
     return [dict(zip(header, r)) for r in rows[1:] if r]
 
 
+def read_grouplens(src):
+    """GroupLens's u.* files, as the records read_atomic gives for RecBole's."""
+    def rows(name, sep):
+        with open(os.path.join(src, name), newline="", encoding="latin-1") as f:
+            return [r for r in csv.reader(f, delimiter=sep, quoting=csv.QUOTE_NONE) if r]
+    genre_names = {int(r[1]): r[0] for r in rows("u.genre", "|")}
+    users = {r[0]: {"user_id": r[0], "age": r[1], "gender": r[2], "occupation": r[3],
+                    "zip_code": r[4]} for r in rows("u.user", "|")}
+    items = {}
+    for r in rows("u.item", "|"):
+        flags = r[5:]
+        genres = [genre_names[k] for k, flag in enumerate(flags) if flag == "1"]
+        items[r[0]] = {"item_id": r[0], "release_year": r[2][-4:] if r[2] else "",
+                       "class": " ".join(genres)}
+    inter = [{"user_id": r[0], "item_id": r[1], "rating": r[2], "timestamp": r[3]}
+             for r in rows("u.data", "\t")]
+    return users, items, inter
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     src, out = sys.argv[1], sys.argv[2]
-    users = {u["user_id"]: u for u in read_atomic(os.path.join(src, "ml-100k.user"))}
-    items = {i["item_id"]: i for i in read_atomic(os.path.join(src, "ml-100k.item"))}
-    inter = read_atomic(os.path.join(src, "ml-100k.inter"))
+    if os.path.exists(os.path.join(src, "u.data")):
+        users, items, inter = read_grouplens(src)
+    else:
+        users = {u["user_id"]: u for u in read_atomic(os.path.join(src, "ml-100k.user"))}
+        items = {i["item_id"]: i for i in read_atomic(os.path.join(src, "ml-100k.item"))}
+        inter = read_atomic(os.path.join(src, "ml-100k.inter"))
     inter.sort(key=lambda r: (float(r["timestamp"]), int(r["user_id"]), int(r["item_id"])))
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w", newline="", encoding="utf-8") as f:
