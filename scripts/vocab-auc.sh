@@ -14,8 +14,8 @@
 # - splits: Criteo's last 2,000 rows evaluate (the example's tail split); Avazu by file
 #   order too (its last 20%; the example's random split is replaced); MovieLens by
 #   time, `split = { kind = "column", column = "timestamp", eval_from = 889237269 }`:
-#   the timestamp of the 80,001st of the 100,000 ratings in time order, so the last
-#   20,000 ratings evaluate.
+#   the timestamp of the 80,000th of the 100,000 ratings in time order (shared with
+#   the next one), so 79,999 ratings train and the last 20,001 evaluate.
 # - encodings: hashing into the example's `rows`, and vocabularies built on each
 #   training part with min_count = 2 and min_count = 5 (row 0 for everything else).
 # - shuffle: off (file order) and on (train.shuffle = true, the default buffer of
