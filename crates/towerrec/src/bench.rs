@@ -19,6 +19,31 @@ enum BenchWhat {
     Model(ModelArgs),
     /// Kernel speeds (lookup, fused update, MLP) beside the machine's measured limits.
     Kernels(crate::bench_kernels::KernelsArgs),
+    /// Rows/s of reading a data part into batches, no model: the input pipeline alone.
+    Data(DataArgs),
+}
+
+#[derive(Args)]
+struct DataArgs {
+    /// Run config whose [data] is read [default: the quickstart].
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Override a config key (see `train --set`).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Input data file, overriding the config's (any format; a binary file by its magic).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Which part to read.
+    #[arg(long, value_enum, default_value = "train")]
+    part: crate::commands::PartArg,
+    /// Timed passes over the part (the median is reported); the first pass is timed
+    /// too, so run once untimed with --reps 1 beforehand for a page-cache figure.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Print one JSON object instead of lines of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -81,7 +106,76 @@ pub fn run(a: BenchArgs) -> Result<()> {
     match a.what {
         BenchWhat::Model(m) => model(m),
         BenchWhat::Kernels(k) => crate::bench_kernels::run(k),
+        BenchWhat::Data(d) => data(d),
     }
+}
+
+/// Reads `part` of the data into batches of `train.batch_size` `reps` times.
+fn data(a: DataArgs) -> Result<()> {
+    let mut cfg = match &a.config {
+        Some(p) => Config::load(p, &a.set)?,
+        None => Config::quickstart(&a.set)?,
+    };
+    cfg.override_data(crate::commands::absolute(a.data)?, None);
+    let part: towerrec_data::Part = a.part.into();
+    // The file the part reads whole, if it does (no split), for MB/s.
+    let whole = match (part, cfg.data.split()) {
+        (towerrec_data::Part::Train, towerrec_data::Split::None) => Some("train"),
+        (towerrec_data::Part::Eval, towerrec_data::Split::None) => Some("eval"),
+        _ => None,
+    };
+    let bytes = cfg
+        .data
+        .input_files(&cfg.base_dir)
+        .into_iter()
+        .find(|(role, _)| Some(*role) == whole)
+        .and_then(|(_, p)| std::fs::metadata(p).ok())
+        .map(|m| m.len());
+    let mut passes = Vec::new();
+    for _ in 0..a.reps.max(1) {
+        let start = std::time::Instant::now();
+        let mut stream = towerrec_data::open(&cfg.data, part, cfg.train.bad_rows, &cfg.base_dir)?;
+        let mut rows = 0u64;
+        while let Some(b) = towerrec_data::next_batch(stream.as_mut(), cfg.train.batch_size)? {
+            rows += b.batch_size() as u64;
+        }
+        passes.push((rows, start.elapsed().as_secs_f64()));
+    }
+    let rates: Vec<f64> = passes
+        .iter()
+        .map(|(r, s)| *r as f64 / s.max(1e-9))
+        .collect();
+    let median = towerrec_train::bench::median(&rates);
+    let rows = passes[0].0;
+    if a.json {
+        let j = serde_json::json!({
+            "source": cfg.data.describe(part, &cfg.base_dir),
+            "rows": rows,
+            "file_bytes": bytes,
+            "batch_size": cfg.train.batch_size,
+            "seconds": passes.iter().map(|p| p.1).collect::<Vec<_>>(),
+            "rows_per_sec": rates,
+            "median_rows_per_sec": median,
+        });
+        println!("{j}");
+    } else {
+        let reps: Vec<String> = rates.iter().map(|v| format!("{v:.0}")).collect();
+        let mb = bytes
+            .map(|b| {
+                format!(
+                    ", {:.1} MB/s of file",
+                    median * b as f64 / rows.max(1) as f64 / 1e6
+                )
+            })
+            .unwrap_or_default();
+        println!(
+            "{}: {rows} rows in batches of {}: median {median:.0} rows/s{mb} (passes: {})",
+            cfg.data.describe(part, &cfg.base_dir),
+            cfg.train.batch_size,
+            reps.join(", ")
+        );
+    }
+    Ok(())
 }
 
 fn model(a: ModelArgs) -> Result<()> {

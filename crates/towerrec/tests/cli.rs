@@ -415,3 +415,21 @@ sparse = [
     );
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// `bench data` reads a part whole, without a model, and says how many rows it read.
+#[test]
+fn bench_data_reads_each_part_whole() {
+    let dir = tmp_dir("bench-data");
+    let config = common::csv_config(&dir, 100, None);
+    let config = config.to_str().unwrap();
+    for (part, rows) in [("train", 80), ("eval", 20)] {
+        let o = towerrec(&[
+            "bench", "data", "--config", config, "--part", part, "--reps", "2", "--json",
+        ]);
+        let (out, _) = text(&o);
+        assert!(o.status.success(), "{}", common::describe(&o));
+        let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(j["rows"], rows, "{part}: {out}");
+        assert_eq!(j["rows_per_sec"].as_array().unwrap().len(), 2);
+    }
+}
