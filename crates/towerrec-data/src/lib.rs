@@ -22,6 +22,7 @@ pub mod record;
 pub mod source;
 pub mod synthetic;
 pub mod text;
+pub mod vocab;
 mod zipf;
 
 pub use batcher::{next_batch, read_records};
@@ -36,3 +37,4 @@ pub use record::{BadRows, Record, RecordStream, Schema, SparseFeature};
 pub use source::{open, schema, DataConfig, Part, Split};
 pub use synthetic::{PoolingFactor, SyntheticConfig, SyntheticStream, SyntheticTable};
 pub use text::RowSelect;
+pub use vocab::{Vocab, VocabOptions};
