@@ -26,7 +26,9 @@ pub mod vocab;
 mod zipf;
 
 pub use batcher::{next_batch, read_records};
-pub use binary::{estimated_size, write_binary, BinaryDataset, BinaryStream, BinaryWriter};
+pub use binary::{
+    estimated_size, write_binary, write_binary_with, BinaryDataset, BinaryStream, BinaryWriter,
+};
 pub use criteo::CriteoReader;
 pub use csv_schema::{CsvReader, CsvSchema, DenseColumn, DenseTransform, LabelSpec, SparseColumn};
 pub use encode::FeatureIds;

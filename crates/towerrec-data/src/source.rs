@@ -17,11 +17,13 @@ use crate::binary::{is_binary, BinaryDataset, BinaryStream};
 use crate::criteo::{criteo_schema, CriteoReader};
 use crate::csv_schema::{CsvReader, CsvSchema};
 use crate::datafile;
+use crate::encode::FeatureIds;
 use crate::error::{Error, Result};
 use crate::lines::Lines;
 use crate::record::{BadRows, RecordStream, Schema};
 use crate::synthetic::{SyntheticConfig, SyntheticStream};
 use crate::text::{count_lines, RowSelect};
+use crate::vocab::{self, config::Applied};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::File;
@@ -43,8 +45,14 @@ pub enum DataConfig {
         /// A separate evaluation file, read whole (then `split` must be none).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         eval_path: Option<PathBuf>,
-        /// Embedding rows per categorical: 26 entries, or 1 shared by all.
+        /// Embedding rows per categorical: 26 entries, or 1 shared by all. Optional
+        /// with `vocab`, which gives the table sizes (if both are set they must agree).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
         table_rows: Vec<u64>,
+        /// A vocabulary file (`towerrec vocab`), relative to the config's directory:
+        /// categoricals are encoded with it instead of hashed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        vocab: Option<PathBuf>,
         /// How `path` divides into train and eval rows (default: none).
         #[serde(default)]
         split: Split,
@@ -58,6 +66,10 @@ pub enum DataConfig {
         eval_path: Option<PathBuf>,
         /// Columns and how to read them.
         schema: CsvSchema,
+        /// A vocabulary file (`towerrec vocab`), relative to the config's directory:
+        /// categoricals are encoded with it instead of hashed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        vocab: Option<PathBuf>,
         /// How `path` divides into train and eval rows (default: none).
         #[serde(default)]
         split: Split,
@@ -151,6 +163,7 @@ impl DataConfig {
                 path,
                 eval_path,
                 table_rows,
+                vocab,
                 split,
             } => {
                 let (path, eval_path, split) =
@@ -159,6 +172,7 @@ impl DataConfig {
                     path,
                     eval_path,
                     table_rows,
+                    vocab,
                     split,
                 }
             }
@@ -166,6 +180,7 @@ impl DataConfig {
                 path,
                 eval_path,
                 schema,
+                vocab,
                 split,
             } => {
                 let (path, eval_path, split) =
@@ -174,6 +189,7 @@ impl DataConfig {
                     path,
                     eval_path,
                     schema,
+                    vocab,
                     split,
                 }
             }
@@ -263,6 +279,7 @@ impl DataConfig {
                 eval_path,
                 table_rows,
                 split,
+                ..
             } => Some((
                 FileFormat::Criteo(table_rows),
                 path,
@@ -274,6 +291,7 @@ impl DataConfig {
                 eval_path,
                 schema,
                 split,
+                ..
             } => Some((FileFormat::Csv(schema), path, eval_path.as_deref(), split)),
             DataConfig::Binary {
                 path,
@@ -444,13 +462,17 @@ fn cached_count(
     Ok(n)
 }
 
+/// Opens a binary file, refusing one written with another encoding than the config's
+/// (`vocab`; a `binary` config takes the file as it is).
 fn open_binary(
     file: &File,
     path: &Path,
     split: &Split,
     part: Part,
+    vocab: VocabCheck<'_>,
 ) -> Result<Box<dyn RecordStream>> {
     let data = Arc::new(BinaryDataset::from_file(file, path)?);
+    vocab.check(&data)?;
     let select = split.select(part, path, || Ok(data.len()))?;
     Ok(Box::new(BinaryStream::with_rows(data, select)))
 }
@@ -464,6 +486,7 @@ fn open_file(
     split: &Split,
     part: Part,
     bad_rows: BadRows,
+    ids: Ids<'_>,
 ) -> Result<Box<dyn RecordStream>> {
     let mut file = datafile::open(path)?;
     let binary = matches!(format, FileFormat::Binary) || is_binary(&mut file, path)?;
@@ -474,7 +497,7 @@ fn open_file(
                 cached_count(&mut file, path, false, b'\t', bad_rows)
             })?;
             let reader = CriteoReader::from_reader(buffered(file), path, rows, bad_rows)?;
-            Box::new(reader.with_rows(select))
+            Box::new(ids.apply(reader, CriteoReader::with_ids)?.with_rows(select))
         }
         FileFormat::Csv(schema) if !binary => {
             // Before counting, which splits lines on the delimiter.
@@ -489,9 +512,9 @@ fn open_file(
                 )
             })?;
             let reader = CsvReader::from_reader(buffered(file), path, schema, bad_rows)?;
-            Box::new(reader.with_rows(select))
+            Box::new(ids.apply(reader, CsvReader::with_ids)?.with_rows(select))
         }
-        _ => open_binary(&file, path, split, part)?,
+        _ => open_binary(&file, path, split, part, ids.check(format))?,
     })
 }
 
@@ -534,20 +557,150 @@ pub fn open(
                 &Split::None,
                 part,
                 bad_rows,
+                Ids::Config(None),
             )?,
             (Part::Eval, None) => Box::new(SyntheticStream::new(s, s.eval_range())?),
         });
+    }
+    let applied = vocab::config::apply(cfg, base_dir)?;
+    let (cfg, applied) = match &applied {
+        Some((c, a)) => (c, Some(a)),
+        None => (cfg, None),
+    };
+    let Some((format, path, eval_path, split)) = cfg.files() else {
+        return Err(Error::Config("data: unknown format".into()));
+    };
+    let (file, split) = part_source(path, eval_path, split, part)?;
+    open_file(
+        format,
+        &resolve(base_dir, file),
+        split,
+        part,
+        bad_rows,
+        Ids::Config(applied),
+    )
+}
+
+/// Opens the train or eval part of text data (Criteo or CSV) with the raw keys for
+/// ids ([`FeatureIds::Key`]), whatever the config's encoding: what a vocabulary is
+/// counted from. A binary file holds rows, not keys, and is refused.
+pub fn open_keys(
+    cfg: &DataConfig,
+    part: Part,
+    bad_rows: BadRows,
+    base_dir: &Path,
+) -> Result<Box<dyn RecordStream>> {
+    // Table sizes do not matter: the keys replace the rows.
+    let mut cfg = cfg.clone();
+    match &mut cfg {
+        DataConfig::Criteo { table_rows, .. } => *table_rows = vec![1],
+        DataConfig::Csv { schema, .. } => schema.sparse.iter_mut().for_each(|s| s.rows = Some(1)),
+        _ => {
+            return Err(Error::Config(
+                "vocab: counts the keys of text data (format = \"criteo\" or \"csv\"); \
+                 this config's data is not text"
+                    .into(),
+            ))
+        }
     }
     let Some((format, path, eval_path, split)) = cfg.files() else {
         return Err(Error::Config("data: unknown format".into()));
     };
     let (file, split) = part_source(path, eval_path, split, part)?;
-    open_file(format, &resolve(base_dir, file), split, part, bad_rows)
+    open_file(
+        format,
+        &resolve(base_dir, file),
+        split,
+        part,
+        bad_rows,
+        Ids::Keys,
+    )
+}
+
+/// The checksum of the vocabulary the data's ids come from: the config's `data.vocab`,
+/// else, for a binary training file, the one its header names; `None`: hashed (or
+/// synthetic). A checkpoint records it, so a resumed run, an evaluation or scoring
+/// encode as the training did.
+pub fn vocab_checksum(cfg: &DataConfig, base_dir: &Path) -> Result<Option<String>> {
+    if let Some((_, a)) = vocab::config::apply(cfg, base_dir)? {
+        return Ok(Some(a.checksum().to_string()));
+    }
+    let Some((format, path, _, _)) = cfg.files() else {
+        return Ok(None);
+    };
+    let path = resolve(base_dir, path);
+    let mut file = datafile::open(&path)?;
+    if !(matches!(format, FileFormat::Binary) || is_binary(&mut file, &path)?) {
+        return Ok(None);
+    }
+    Ok(BinaryDataset::from_file(&file, &path)?
+        .vocab()
+        .map(str::to_string))
+}
+
+/// The ids a text reader gives its keys.
+#[derive(Clone, Copy)]
+enum Ids<'a> {
+    /// The config's: its vocabulary, or hashing into its table sizes.
+    Config(Option<&'a Applied>),
+    /// The raw keys.
+    Keys,
+}
+
+impl<'a> Ids<'a> {
+    fn apply<R: RecordStream>(
+        self,
+        reader: R,
+        with_ids: impl FnOnce(R, Vec<FeatureIds>) -> Result<R>,
+    ) -> Result<R> {
+        match self {
+            Ids::Config(None) => Ok(reader),
+            Ids::Config(Some(a)) => with_ids(reader, a.vocab.ids()),
+            Ids::Keys => {
+                let n = reader.schema().num_sparse();
+                with_ids(reader, vec![FeatureIds::Key; n])
+            }
+        }
+    }
+
+    /// What a binary file read in place of `format`'s text must have been written with.
+    fn check(self, format: FileFormat<'_>) -> VocabCheck<'a> {
+        match (self, format) {
+            (_, FileFormat::Binary) => VocabCheck::Any,
+            (Ids::Config(a), _) => VocabCheck::Same(a),
+            (Ids::Keys, _) => VocabCheck::Keys,
+        }
+    }
+}
+
+/// What a binary file's ids must come from.
+#[derive(Clone, Copy)]
+enum VocabCheck<'a> {
+    /// Anything (a `binary` config).
+    Any,
+    /// The config's encoding (a Criteo or CSV config naming a binary file).
+    Same(Option<&'a Applied>),
+    /// Keys: no binary file holds them.
+    Keys,
+}
+
+impl VocabCheck<'_> {
+    fn check(self, data: &BinaryDataset) -> Result<()> {
+        match self {
+            VocabCheck::Any => Ok(()),
+            VocabCheck::Same(a) => vocab::config::check_binary(data.path(), data.vocab(), a),
+            VocabCheck::Keys => Err(Error::Config(format!(
+                "vocab: {} is a preprocessed binary file, which holds rows, not the values' \
+                 keys; count the text file it was made from",
+                data.path().display()
+            ))),
+        }
+    }
 }
 
 /// The schema of one file: from a binary header, else from the format's config (the
 /// file opened once, which also checks that it is a data file and can be read).
-fn file_schema(format: FileFormat<'_>, path: &Path) -> Result<Schema> {
+fn file_schema(format: FileFormat<'_>, path: &Path, vocab: Option<&Applied>) -> Result<Schema> {
     let mut file = datafile::open(path)?;
     let binary = matches!(format, FileFormat::Binary) || is_binary(&mut file, path)?;
     match format {
@@ -557,7 +710,11 @@ fn file_schema(format: FileFormat<'_>, path: &Path) -> Result<Schema> {
             let reader = CsvReader::from_reader(BufReader::new(file), path, schema, BadRows::Fail)?;
             Ok(reader.schema().clone())
         }
-        _ => Ok(BinaryDataset::from_file(&file, path)?.schema().clone()),
+        _ => {
+            let data = BinaryDataset::from_file(&file, path)?;
+            Ids::Config(vocab).check(format).check(&data)?;
+            Ok(data.schema().clone())
+        }
     }
 }
 
@@ -571,22 +728,27 @@ pub fn schema(cfg: &DataConfig, base_dir: &Path) -> Result<Schema> {
             let eval = match &s.eval_path {
                 Some(p) => Some((
                     resolve(base_dir, p),
-                    file_schema(FileFormat::Binary, &resolve(base_dir, p))?,
+                    file_schema(FileFormat::Binary, &resolve(base_dir, p), None)?,
                 )),
                 None => None,
             };
             (train, eval)
         }
         _ => {
+            let applied = vocab::config::apply(cfg, base_dir)?;
+            let (cfg, applied) = match &applied {
+                Some((c, a)) => (c, Some(a)),
+                None => (cfg, None),
+            };
             let Some((format, path, eval_path, split)) = cfg.files() else {
                 return Err(Error::Config("data: unknown format".into()));
             };
             part_source(path, eval_path, split, Part::Eval)?;
-            let train = file_schema(format, &resolve(base_dir, path))?;
+            let train = file_schema(format, &resolve(base_dir, path), applied)?;
             let eval = match eval_path {
                 Some(p) => Some((
                     resolve(base_dir, p),
-                    file_schema(format, &resolve(base_dir, p))?,
+                    file_schema(format, &resolve(base_dir, p), applied)?,
                 )),
                 None => None,
             };
@@ -695,6 +857,7 @@ mod tests {
             path: "a".into(),
             eval_path: None,
             table_rows: vec![10],
+            vocab: None,
             split: Split::Head { train_rows: 5 },
         };
         let d = c.clone().with_paths(Some("b".into()), None);

@@ -145,9 +145,8 @@ pub(super) fn count_sketch(
     top: usize,
     progress: impl FnMut(u64),
 ) -> Result<(Vec<Tally>, u64)> {
-    if !(sketch.epsilon > 0.0 && sketch.epsilon < 1.0)
-        || !(sketch.delta > 0.0 && sketch.delta < 1.0)
-    {
+    let unit = |x: f64| x > 0.0 && x < 1.0;
+    if !(unit(sketch.epsilon) && unit(sketch.delta)) {
         return Err(Error::Config(format!(
             "vocab: the sketch's epsilon and delta must be in (0, 1), got {} and {}",
             sketch.epsilon, sketch.delta

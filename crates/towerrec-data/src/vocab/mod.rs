@@ -8,6 +8,7 @@
 //! vocabulary (safetensors, with a checksum that also names it in checkpoints and
 //! binary headers); [`load`] reads one, cached, for the readers.
 
+pub mod config;
 mod count;
 pub mod file;
 

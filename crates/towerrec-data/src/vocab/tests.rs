@@ -225,7 +225,7 @@ proptest! {
         prop_assert_eq!(&f.counts, &want.iter().map(|p| p.1).collect::<Vec<_>>());
         prop_assert_eq!(f.distinct, Some(counts.len() as u64));
         let ids = v.ids();
-        for (&k, _) in &counts {
+        for &k in counts.keys() {
             let row = want.iter().position(|p| p.0 == k).map_or(0, |i| i as u64 + 1);
             prop_assert_eq!(ids[0].id(k), row);
         }
