@@ -27,7 +27,7 @@ pub struct SketchOptions {
 impl Default for SketchOptions {
     fn default() -> Self {
         SketchOptions {
-            epsilon: 1e-5,
+            epsilon: 1e-4,
             delta: 1e-3,
         }
     }
