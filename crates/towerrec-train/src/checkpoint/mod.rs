@@ -463,7 +463,10 @@ impl Checkpoint {
         };
         let file = match towerrec_data::vocab::config::vocab_path(&cfg.data, &cfg.base_dir) {
             Some(p) => format!("data.vocab {}", p.display()),
-            None => format!("the data {}", cfg.data.describe(towerrec_data::Part::Train, &cfg.base_dir)),
+            None => format!(
+                "the data {}",
+                cfg.data.describe(towerrec_data::Part::Train, &cfg.base_dir)
+            ),
         };
         Err(Error::Checkpoint {
             path: self.path.clone(),
