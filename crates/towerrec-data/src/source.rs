@@ -617,22 +617,20 @@ pub fn open_keys(
     )
 }
 
-/// The checksum of the vocabulary the data's ids come from: the config's `data.vocab`,
-/// else, for a binary training file, the one its header names; `None`: hashed (or
-/// synthetic). A checkpoint records it, so a resumed run, an evaluation or scoring
-/// encode as the training did.
+/// The checksum of the vocabulary the data's ids come from: a Criteo or CSV config's
+/// `data.vocab` (a binary file read in its place must match it, which [`open`]
+/// checks); for a `binary` config, the one its training file's header names; `None`:
+/// hashed (or synthetic). A checkpoint records it, so a resumed run, an evaluation or
+/// scoring encode as the training did. Reads no text data file (it may be a pipe).
 pub fn vocab_checksum(cfg: &DataConfig, base_dir: &Path) -> Result<Option<String>> {
     if let Some((_, a)) = vocab::config::apply(cfg, base_dir)? {
         return Ok(Some(a.checksum().to_string()));
     }
-    let Some((format, path, _, _)) = cfg.files() else {
+    let DataConfig::Binary { path, .. } = cfg else {
         return Ok(None);
     };
     let path = resolve(base_dir, path);
-    let mut file = datafile::open(&path)?;
-    if !(matches!(format, FileFormat::Binary) || is_binary(&mut file, &path)?) {
-        return Ok(None);
-    }
+    let file = datafile::open(&path)?;
     Ok(BinaryDataset::from_file(&file, &path)?
         .vocab()
         .map(str::to_string))
