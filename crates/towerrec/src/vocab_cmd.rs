@@ -14,8 +14,9 @@ use towerrec_train::files::Files;
 use towerrec_train::{Config, ReadCounts};
 
 /// Bytes an exactly counted distinct value may take: a 16-byte (key, count) entry of a
-/// hash map that is at least half full after growing, plus its control byte.
-const EXACT_BYTES_PER_VALUE: u64 = 34;
+/// hash map that is at least half full after growing, plus its control byte (34), and
+/// its 16-byte (key, count) pair while the map is sorted into the vocabulary at the end.
+const EXACT_BYTES_PER_VALUE: u64 = 50;
 
 #[derive(Args)]
 pub struct VocabArgs {
