@@ -109,14 +109,23 @@ impl DenseTransform {
 pub struct SparseColumn {
     /// Header name, or 0-based index when there is no header.
     pub column: String,
-    /// Embedding rows the hashed values are reduced into.
-    pub rows: u64,
+    /// Embedding rows the hashed values are reduced into. Optional with `data.vocab`,
+    /// which then gives the table's size (if both are set they must agree).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<u64>,
     /// Multi-hot: split the field on this character (e.g. `"|"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub separator: Option<char>,
     /// Feature name (default: `column`); names must be unique.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+}
+
+impl SparseColumn {
+    /// The feature's name: `name`, else the column.
+    pub fn feature_name(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.column)
+    }
 }
 
 impl CsvSchema {
@@ -128,11 +137,19 @@ impl CsvSchema {
             sparse: self
                 .sparse
                 .iter()
-                .map(|s| SparseFeature {
-                    name: s.name.clone().unwrap_or_else(|| s.column.clone()),
-                    rows: s.rows,
+                .map(|s| {
+                    Ok(SparseFeature {
+                        name: s.feature_name().to_string(),
+                        rows: s.rows.ok_or_else(|| {
+                            Error::Config(format!(
+                                "data.schema.sparse: column \"{}\": needs `rows` (or set data.vocab, \
+                                 which gives the table sizes)",
+                                s.column
+                            ))
+                        })?,
+                    })
                 })
-                .collect(),
+                .collect::<Result<_>>()?,
         })
     }
 
@@ -163,7 +180,7 @@ impl CsvSchema {
         let mut names = HashSet::new();
         for s in &self.sparse {
             let name = s.name.as_deref().unwrap_or(&s.column);
-            if s.rows == 0 {
+            if s.rows == Some(0) {
                 return Err(Error::Config(format!(
                     "data.schema.sparse: column \"{}\": rows must be at least 1",
                     s.column
@@ -686,7 +703,7 @@ mod tests {
         s.delimiter = ',';
         s.sparse = vec![SparseColumn {
             column: "a".into(),
-            rows: 0,
+            rows: Some(0),
             separator: None,
             name: None,
         }];

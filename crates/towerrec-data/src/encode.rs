@@ -3,14 +3,19 @@
 //! 1. the reader turns a raw value into a 64-bit **key**: a Criteo field's hex id as a
 //!    number, a CSV (or Parquet) value's trimmed bytes through FNV-1a ([`key_of`]);
 //! 2. the feature's [`FeatureIds`] maps the key to a row below the table's size:
-//!    hashing (`key % rows`, the default).
+//!    hashing (`key % rows`, the default), or a vocabulary ([`crate::vocab`]), which
+//!    maps the keys it has seen to rows in order of frequency and every other key to
+//!    row 0; or the key itself ([`FeatureIds::Key`]), for the pass that counts keys to
+//!    build a vocabulary.
 //!
-//! Keeping the key separate from the row lets a later encoding (a vocabulary, which
-//! maps the keys it has seen to rows in order of frequency) replace step 2 without
+//! Keeping the key separate from the row lets an encoding replace step 2 without
 //! touching the parsers (docs/DATA.md).
 
-use crate::hash::fnv1a64;
+use crate::hash::{fnv1a64, splitmix64};
 use crate::record::Schema;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
 
 /// The key of a categorical string value (its bytes, already trimmed).
 #[inline]
@@ -23,6 +28,64 @@ pub fn key_of(value: &[u8]) -> u64 {
 pub enum FeatureIds {
     /// `key % rows`: any key has a row, and unrelated keys may share one.
     Hash { rows: u64 },
+    /// A vocabulary's rows: its keys, hottest first, from row 1; any other key row 0.
+    Vocab(Arc<VocabIds>),
+    /// The key itself (rows: `u64::MAX`): the raw keys, for counting them. Not for
+    /// training (no table has that many rows).
+    Key,
+}
+
+/// A hasher for keys that are already well mixed or nearly so (hex ids, FNV hashes):
+/// one SplitMix64 round, much cheaper than `std`'s SipHash. Not for untrusted keys
+/// where collisions are an attack (these are data values, and the worst case is slow).
+#[derive(Default, Clone, Copy)]
+pub struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = splitmix64(self.0 ^ u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = splitmix64(self.0 ^ n);
+    }
+}
+
+/// A map keyed by 64-bit keys, hashed with [`KeyHasher`].
+pub type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<KeyHasher>>;
+
+/// A vocabulary's key → row map for one feature.
+#[derive(Clone, PartialEq)]
+pub struct VocabIds {
+    rows: u64,
+    map: KeyMap<u64>,
+}
+
+impl std::fmt::Debug for VocabIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VocabIds")
+            .field("rows", &self.rows)
+            .finish_non_exhaustive()
+    }
+}
+
+impl VocabIds {
+    /// Rows for `keys` in order (the first gets row 1) and the OOV row 0. Keys are
+    /// distinct (the vocabulary file's reader checks it).
+    pub fn new(keys: &[u64]) -> Self {
+        let mut map = KeyMap::with_capacity_and_hasher(keys.len(), Default::default());
+        for (i, &k) in keys.iter().enumerate() {
+            map.insert(k, i as u64 + 1);
+        }
+        VocabIds {
+            rows: keys.len() as u64 + 1,
+            map,
+        }
+    }
 }
 
 impl FeatureIds {
@@ -30,6 +93,8 @@ impl FeatureIds {
     pub fn rows(&self) -> u64 {
         match self {
             FeatureIds::Hash { rows } => *rows,
+            FeatureIds::Vocab(v) => v.rows,
+            FeatureIds::Key => u64::MAX,
         }
     }
 
@@ -38,6 +103,8 @@ impl FeatureIds {
     pub fn id(&self, key: u64) -> u64 {
         match self {
             FeatureIds::Hash { rows } => key % rows,
+            FeatureIds::Vocab(v) => v.map.get(&key).copied().unwrap_or(0),
+            FeatureIds::Key => key,
         }
     }
 }
@@ -76,5 +143,17 @@ mod tests {
         assert_eq!(ids[0].id(23), 2);
         assert_eq!(ids[1].id(23), 0);
         assert_eq!(key_of(b"x"), fnv1a64(b"x"));
+    }
+
+    #[test]
+    fn a_vocabulary_maps_its_keys_from_row_1_and_others_to_row_0() {
+        let v = FeatureIds::Vocab(Arc::new(VocabIds::new(&[42, 7, u64::MAX])));
+        assert_eq!(v.rows(), 4);
+        assert_eq!(v.id(42), 1);
+        assert_eq!(v.id(7), 2);
+        assert_eq!(v.id(u64::MAX), 3);
+        assert_eq!(v.id(8), 0);
+        assert_eq!(FeatureIds::Vocab(Arc::new(VocabIds::new(&[]))).rows(), 1);
+        assert_eq!(FeatureIds::Key.id(123), 123);
     }
 }

@@ -24,10 +24,13 @@ pub mod shuffle;
 pub mod source;
 pub mod synthetic;
 pub mod text;
+pub mod vocab;
 mod zipf;
 
 pub use batcher::{next_batch, read_records};
-pub use binary::{estimated_size, write_binary, BinaryDataset, BinaryStream, BinaryWriter};
+pub use binary::{
+    estimated_size, write_binary, write_binary_with, BinaryDataset, BinaryStream, BinaryWriter,
+};
 pub use criteo::CriteoReader;
 pub use csv_schema::{CsvReader, CsvSchema, DenseColumn, DenseTransform, LabelSpec, SparseColumn};
 pub use encode::FeatureIds;
@@ -39,3 +42,4 @@ pub use shuffle::Shuffle;
 pub use source::{open, open_epoch, schema, DataConfig, Part, Split};
 pub use synthetic::{PoolingFactor, SyntheticConfig, SyntheticStream, SyntheticTable};
 pub use text::{RowMask, RowSelect};
+pub use vocab::{Vocab, VocabOptions};

@@ -18,12 +18,14 @@ use crate::column_split::{self, WithUnread};
 use crate::criteo::{criteo_schema, CriteoReader};
 use crate::csv_schema::{CsvReader, CsvSchema};
 use crate::datafile;
+use crate::encode::FeatureIds;
 use crate::error::{Error, Result};
 use crate::lines::Lines;
 use crate::record::{BadRows, RecordStream, Schema};
 use crate::shuffle::{self, Shuffle, ShuffledBinary};
 use crate::synthetic::{SyntheticConfig, SyntheticStream};
 use crate::text::{count_lines, RowSelect};
+use crate::vocab::{self, config::Applied};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::File;
@@ -45,8 +47,14 @@ pub enum DataConfig {
         /// A separate evaluation file, read whole (then `split` must be none).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         eval_path: Option<PathBuf>,
-        /// Embedding rows per categorical: 26 entries, or 1 shared by all.
+        /// Embedding rows per categorical: 26 entries, or 1 shared by all. Optional
+        /// with `vocab`, which gives the table sizes (if both are set they must agree).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
         table_rows: Vec<u64>,
+        /// A vocabulary file (`towerrec vocab`), relative to the config's directory:
+        /// categoricals are encoded with it instead of hashed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        vocab: Option<PathBuf>,
         /// How `path` divides into train and eval rows (default: none).
         #[serde(default)]
         split: Split,
@@ -60,6 +68,10 @@ pub enum DataConfig {
         eval_path: Option<PathBuf>,
         /// Columns and how to read them.
         schema: CsvSchema,
+        /// A vocabulary file (`towerrec vocab`), relative to the config's directory:
+        /// categoricals are encoded with it instead of hashed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        vocab: Option<PathBuf>,
         /// How `path` divides into train and eval rows (default: none).
         #[serde(default)]
         split: Split,
@@ -157,6 +169,7 @@ impl DataConfig {
                 path,
                 eval_path,
                 table_rows,
+                vocab,
                 split,
             } => {
                 let (path, eval_path, split) =
@@ -165,6 +178,7 @@ impl DataConfig {
                     path,
                     eval_path,
                     table_rows,
+                    vocab,
                     split,
                 }
             }
@@ -172,6 +186,7 @@ impl DataConfig {
                 path,
                 eval_path,
                 schema,
+                vocab,
                 split,
             } => {
                 let (path, eval_path, split) =
@@ -180,6 +195,7 @@ impl DataConfig {
                     path,
                     eval_path,
                     schema,
+                    vocab,
                     split,
                 }
             }
@@ -269,6 +285,7 @@ impl DataConfig {
                 eval_path,
                 table_rows,
                 split,
+                ..
             } => Some((
                 FileFormat::Criteo(table_rows),
                 path,
@@ -280,6 +297,7 @@ impl DataConfig {
                 eval_path,
                 schema,
                 split,
+                ..
             } => Some((FileFormat::Csv(schema), path, eval_path.as_deref(), split)),
             DataConfig::Binary {
                 path,
@@ -473,14 +491,18 @@ fn cached_count(
     Ok(n)
 }
 
+/// Opens a binary file, refusing one written with another encoding than the config's
+/// (`vocab`; a `binary` config takes the file as it is).
 fn open_binary(
     file: &File,
     path: &Path,
     split: &Split,
     part: Part,
+    vocab: VocabCheck<'_>,
     shuffle: Option<Shuffle>,
 ) -> Result<Box<dyn RecordStream>> {
     let data = Arc::new(BinaryDataset::from_file(file, path)?);
+    vocab.check(&data)?;
     let select = split.select(part, path, || Ok(data.len()))?;
     Ok(match shuffle {
         Some(s) => Box::new(ShuffledBinary::new(data, select, s.key())),
@@ -498,14 +520,15 @@ fn open_file(
     split: &Split,
     part: Part,
     bad_rows: BadRows,
+    ids: Ids<'_>,
     shuffle: Option<Shuffle>,
 ) -> Result<Box<dyn RecordStream>> {
     let mut file = datafile::open(path)?;
     let binary = matches!(format, FileFormat::Binary) || is_binary(&mut file, path)?;
     if binary {
-        return open_binary(&file, path, split, part, shuffle);
+        return open_binary(&file, path, split, part, ids.check(format), shuffle);
     }
-    let stream = open_text(format, file, path, split, part, bad_rows)?;
+    let stream = open_text(format, file, path, split, part, bad_rows, ids)?;
     Ok(match shuffle {
         Some(s) => shuffle::buffered(stream, s),
         None => stream,
@@ -520,6 +543,7 @@ fn open_text(
     split: &Split,
     part: Part,
     bad_rows: BadRows,
+    ids: Ids<'_>,
 ) -> Result<Box<dyn RecordStream>> {
     let buffered = |file: File| BufReader::with_capacity(1 << 16, file);
     Ok(match format {
@@ -528,7 +552,7 @@ fn open_text(
                 cached_count(&mut file, path, false, b'\t', bad_rows)
             })?;
             let reader = CriteoReader::from_reader(buffered(file), path, rows, bad_rows)?;
-            Box::new(reader.with_rows(select))
+            Box::new(ids.apply(reader, CriteoReader::with_ids)?.with_rows(select))
         }
         FileFormat::Csv(schema) if matches!(split, Split::Column { .. }) => {
             let Split::Column { column, eval_from } = split else {
@@ -544,7 +568,7 @@ fn open_text(
             };
             let reader = CsvReader::from_reader(buffered(file), path, schema, bad_rows)?;
             Box::new(WithUnread {
-                inner: Box::new(reader.with_rows(select)),
+                inner: Box::new(ids.apply(reader, CsvReader::with_ids)?.with_rows(select)),
                 unread,
             })
         }
@@ -561,9 +585,9 @@ fn open_text(
                 )
             })?;
             let reader = CsvReader::from_reader(buffered(file), path, schema, bad_rows)?;
-            Box::new(reader.with_rows(select))
+            Box::new(ids.apply(reader, CsvReader::with_ids)?.with_rows(select))
         }
-        FileFormat::Binary => open_binary(&file, path, split, part, None)?,
+        FileFormat::Binary => open_binary(&file, path, split, part, ids.check(format), None)?,
     })
 }
 
@@ -626,10 +650,53 @@ pub fn open_epoch(
                 &Split::None,
                 part,
                 bad_rows,
-                shuffle,
+                Ids::Config(None),
+                None,
             )?,
             (Part::Eval, None) => Box::new(SyntheticStream::new(s, s.eval_range())?),
         });
+    }
+    let applied = vocab::config::apply(cfg, base_dir)?;
+    let (cfg, applied) = match &applied {
+        Some((c, a)) => (c, Some(a)),
+        None => (cfg, None),
+    };
+    let Some((format, path, eval_path, split)) = cfg.files() else {
+        return Err(Error::Config("data: unknown format".into()));
+    };
+    let (file, split) = part_source(path, eval_path, split, part)?;
+    open_file(
+        format,
+        &resolve(base_dir, file),
+        split,
+        part,
+        bad_rows,
+        Ids::Config(applied),
+        shuffle,
+    )
+}
+
+/// Opens the train or eval part of text data (Criteo or CSV) with the raw keys for
+/// ids ([`FeatureIds::Key`]), whatever the config's encoding: what a vocabulary is
+/// counted from. A binary file holds rows, not keys, and is refused.
+pub fn open_keys(
+    cfg: &DataConfig,
+    part: Part,
+    bad_rows: BadRows,
+    base_dir: &Path,
+) -> Result<Box<dyn RecordStream>> {
+    // Table sizes do not matter: the keys replace the rows.
+    let mut cfg = cfg.clone();
+    match &mut cfg {
+        DataConfig::Criteo { table_rows, .. } => *table_rows = vec![1],
+        DataConfig::Csv { schema, .. } => schema.sparse.iter_mut().for_each(|s| s.rows = Some(1)),
+        _ => {
+            return Err(Error::Config(
+                "vocab: counts the keys of text data (format = \"criteo\" or \"csv\"); \
+                 this config's data is not text"
+                    .into(),
+            ))
+        }
     }
     let Some((format, path, eval_path, split)) = cfg.files() else {
         return Err(Error::Config("data: unknown format".into()));
@@ -641,13 +708,93 @@ pub fn open_epoch(
         split,
         part,
         bad_rows,
-        shuffle,
+        Ids::Keys,
+        None,
     )
+}
+
+/// The checksum of the vocabulary the data's ids come from: a Criteo or CSV config's
+/// `data.vocab` (a binary file read in its place must match it, which [`open`]
+/// checks); for a `binary` config, the one its training file's header names; `None`:
+/// hashed (or synthetic). A checkpoint records it, so a resumed run, an evaluation or
+/// scoring encode as the training did. Reads no text data file (it may be a pipe).
+pub fn vocab_checksum(cfg: &DataConfig, base_dir: &Path) -> Result<Option<String>> {
+    if let Some((_, a)) = vocab::config::apply(cfg, base_dir)? {
+        return Ok(Some(a.checksum().to_string()));
+    }
+    let DataConfig::Binary { path, .. } = cfg else {
+        return Ok(None);
+    };
+    let path = resolve(base_dir, path);
+    let file = datafile::open(&path)?;
+    Ok(BinaryDataset::from_file(&file, &path)?
+        .vocab()
+        .map(str::to_string))
+}
+
+/// The ids a text reader gives its keys.
+#[derive(Clone, Copy)]
+enum Ids<'a> {
+    /// The config's: its vocabulary, or hashing into its table sizes.
+    Config(Option<&'a Applied>),
+    /// The raw keys.
+    Keys,
+}
+
+impl<'a> Ids<'a> {
+    fn apply<R: RecordStream>(
+        self,
+        reader: R,
+        with_ids: impl FnOnce(R, Vec<FeatureIds>) -> Result<R>,
+    ) -> Result<R> {
+        match self {
+            Ids::Config(None) => Ok(reader),
+            Ids::Config(Some(a)) => with_ids(reader, a.vocab.ids()),
+            Ids::Keys => {
+                let n = reader.schema().num_sparse();
+                with_ids(reader, vec![FeatureIds::Key; n])
+            }
+        }
+    }
+
+    /// What a binary file read in place of `format`'s text must have been written with.
+    fn check(self, format: FileFormat<'_>) -> VocabCheck<'a> {
+        match (self, format) {
+            (_, FileFormat::Binary) => VocabCheck::Any,
+            (Ids::Config(a), _) => VocabCheck::Same(a),
+            (Ids::Keys, _) => VocabCheck::Keys,
+        }
+    }
+}
+
+/// What a binary file's ids must come from.
+#[derive(Clone, Copy)]
+enum VocabCheck<'a> {
+    /// Anything (a `binary` config).
+    Any,
+    /// The config's encoding (a Criteo or CSV config naming a binary file).
+    Same(Option<&'a Applied>),
+    /// Keys: no binary file holds them.
+    Keys,
+}
+
+impl VocabCheck<'_> {
+    fn check(self, data: &BinaryDataset) -> Result<()> {
+        match self {
+            VocabCheck::Any => Ok(()),
+            VocabCheck::Same(a) => vocab::config::check_binary(data.path(), data.vocab(), a),
+            VocabCheck::Keys => Err(Error::Config(format!(
+                "vocab: {} is a preprocessed binary file, which holds rows, not the values' \
+                 keys; count the text file it was made from",
+                data.path().display()
+            ))),
+        }
+    }
 }
 
 /// The schema of one file: from a binary header, else from the format's config (the
 /// file opened once, which also checks that it is a data file and can be read).
-fn file_schema(format: FileFormat<'_>, path: &Path) -> Result<Schema> {
+fn file_schema(format: FileFormat<'_>, path: &Path, vocab: Option<&Applied>) -> Result<Schema> {
     let mut file = datafile::open(path)?;
     let binary = matches!(format, FileFormat::Binary) || is_binary(&mut file, path)?;
     match format {
@@ -657,7 +804,11 @@ fn file_schema(format: FileFormat<'_>, path: &Path) -> Result<Schema> {
             let reader = CsvReader::from_reader(BufReader::new(file), path, schema, BadRows::Fail)?;
             Ok(reader.schema().clone())
         }
-        _ => Ok(BinaryDataset::from_file(&file, path)?.schema().clone()),
+        _ => {
+            let data = BinaryDataset::from_file(&file, path)?;
+            Ids::Config(vocab).check(format).check(&data)?;
+            Ok(data.schema().clone())
+        }
     }
 }
 
@@ -671,22 +822,27 @@ pub fn schema(cfg: &DataConfig, base_dir: &Path) -> Result<Schema> {
             let eval = match &s.eval_path {
                 Some(p) => Some((
                     resolve(base_dir, p),
-                    file_schema(FileFormat::Binary, &resolve(base_dir, p))?,
+                    file_schema(FileFormat::Binary, &resolve(base_dir, p), None)?,
                 )),
                 None => None,
             };
             (train, eval)
         }
         _ => {
+            let applied = vocab::config::apply(cfg, base_dir)?;
+            let (cfg, applied) = match &applied {
+                Some((c, a)) => (c, Some(a)),
+                None => (cfg, None),
+            };
             let Some((format, path, eval_path, split)) = cfg.files() else {
                 return Err(Error::Config("data: unknown format".into()));
             };
             part_source(path, eval_path, split, Part::Eval)?;
-            let train = file_schema(format, &resolve(base_dir, path))?;
+            let train = file_schema(format, &resolve(base_dir, path), applied)?;
             let eval = match eval_path {
                 Some(p) => Some((
                     resolve(base_dir, p),
-                    file_schema(format, &resolve(base_dir, p))?,
+                    file_schema(format, &resolve(base_dir, p), applied)?,
                 )),
                 None => None,
             };
@@ -795,6 +951,7 @@ mod tests {
             path: "a".into(),
             eval_path: None,
             table_rows: vec![10],
+            vocab: None,
             split: Split::Head { train_rows: 5 },
         };
         let d = c.clone().with_paths(Some("b".into()), None);

@@ -78,6 +78,7 @@ fn a_tail_split_over_an_over_long_line_fails_while_counting() {
             path: path.clone(),
             eval_path: None,
             table_rows: vec![10],
+            vocab: None,
             split: Split::Tail {
                 eval_rows: Some(1),
                 eval_fraction: None,

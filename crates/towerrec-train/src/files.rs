@@ -78,8 +78,8 @@ impl Files {
         Ok(())
     }
 
-    /// Records the config file (None: the embedded quickstart) and the config's data
-    /// files (its plan is an input only of the commands that read it: `train`).
+    /// Records the config file (None: the embedded quickstart), the config's data
+    /// files and its vocabulary (its plan is an input only of the commands that read it: `train`).
     pub fn config(&mut self, path: Option<&Path>, cfg: &Config) -> Result<()> {
         if let Some(p) = path {
             self.input("the config", p)?;
@@ -90,6 +90,9 @@ impl Files {
                 _ => "the input data file",
             };
             self.input(what, &p)?;
+        }
+        if let Some(p) = towerrec_data::vocab::config::vocab_path(&cfg.data, &cfg.base_dir) {
+            self.input("the vocabulary (data.vocab)", &p)?;
         }
         Ok(())
     }

@@ -79,7 +79,8 @@ fn write_part(cfg: &Config, part: Part, bad_rows: BadRows, out: &Path) -> Result
     let mut stream = towerrec_data::open(&cfg.data, part, bad_rows, &cfg.base_dir)?;
     let interrupted = interrupt_flag()?;
     let started = Instant::now();
-    let rows = towerrec_data::write_binary(stream.as_mut(), out, |n| {
+    let vocab = towerrec_data::source::vocab_checksum(&cfg.data, &cfg.base_dir)?;
+    let rows = towerrec_data::write_binary_with(stream.as_mut(), out, vocab, |n| {
         if n % 1_000_000 == 0 {
             eprintln!("{n} rows");
         }

@@ -14,6 +14,7 @@ mod profile_cmd;
 mod progress;
 mod simulate;
 mod train_cmd;
+mod vocab_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -40,6 +41,8 @@ enum Command {
     Datagen(data_cmds::DatagenArgs),
     /// Convert a config's text data (Criteo TSV, schema CSV) into the preprocessed binary format.
     Preprocess(data_cmds::PreprocessArgs),
+    /// Count a config's training data into a vocabulary file (frequency-ordered ids, an OOV row) for `[data] vocab`.
+    Vocab(vocab_cmd::VocabArgs),
     /// Measure speed: whole model steps, or kernels against the machine's limits.
     Bench(bench::BenchArgs),
     /// Count how often every embedding row is read (an access profile for OPER plans).
@@ -73,6 +76,7 @@ fn main() {
         Some(Command::Simulate(a)) => simulate::run(a),
         Some(Command::Datagen(a)) => data_cmds::datagen(a),
         Some(Command::Preprocess(a)) => data_cmds::preprocess(a),
+        Some(Command::Vocab(a)) => vocab_cmd::run(a),
         Some(Command::Bench(a)) => bench::run(a),
         Some(Command::Plan(a)) => plan_cmd::run(a),
         Some(Command::Profile(a)) => profile_cmd::run(a),

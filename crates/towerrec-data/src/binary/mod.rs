@@ -39,7 +39,7 @@ use std::sync::Arc;
 use towerrec_core::{Batch, KeyedJagged};
 
 mod writer;
-pub use writer::{estimated_size, write_binary, BinaryWriter};
+pub use writer::{estimated_size, write_binary, write_binary_with, BinaryWriter};
 
 /// The first 8 bytes of every file in this format.
 pub const MAGIC: &[u8; 8] = b"TRECBIN1";
@@ -55,6 +55,9 @@ pub(crate) struct Header {
     pub(crate) num_dense: u64,
     /// Number of sparse values per feature.
     pub(crate) nnz: Vec<u64>,
+    /// The checksum of the vocabulary the ids come from; absent: hashed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) vocab: Option<String>,
 }
 
 /// Byte offsets of the sections, derived from the header.
@@ -284,6 +287,11 @@ impl BinaryDataset {
     /// The features of every row.
     pub fn schema(&self) -> &Schema {
         &self.header.schema
+    }
+
+    /// The checksum of the vocabulary the file's ids come from (`None`: hashed).
+    pub fn vocab(&self) -> Option<&str> {
+        self.header.vocab.as_deref()
     }
 
     /// The file's path.

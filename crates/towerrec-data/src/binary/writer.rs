@@ -50,6 +50,8 @@ pub struct BinaryWriter {
     temps: Vec<PathBuf>,
     /// Set when a write failed halfway, leaving the spools out of step.
     broken: bool,
+    /// The checksum of the vocabulary the ids come from (none: hashed).
+    vocab: Option<String>,
 }
 
 impl BinaryWriter {
@@ -88,6 +90,7 @@ impl BinaryWriter {
             sparse,
             temps,
             broken: false,
+            vocab: None,
         })
     }
 
@@ -169,6 +172,12 @@ impl BinaryWriter {
         Ok(())
     }
 
+    /// Records in the header that the ids come from the vocabulary with this checksum
+    /// ([`crate::vocab`]); `None` (the default): hashed.
+    pub fn set_vocab(&mut self, checksum: Option<String>) {
+        self.vocab = checksum;
+    }
+
     /// Assembles the file and moves it into place; returns the number of rows.
     pub fn finish(mut self) -> Result<u64> {
         if self.broken {
@@ -180,6 +189,7 @@ impl BinaryWriter {
             num_rows: self.rows,
             num_dense: self.schema.dense.len() as u64,
             nnz: self.nnz.clone(),
+            vocab: self.vocab.clone(),
         };
         let json = serde_json::to_vec(&header)
             .map_err(|e| Error::format(&self.path, format!("cannot encode header: {e}")))?;
@@ -239,9 +249,21 @@ impl Drop for BinaryWriter {
 pub fn write_binary(
     stream: &mut dyn RecordStream,
     path: &Path,
+    progress: impl FnMut(u64) -> ControlFlow<()>,
+) -> Result<u64> {
+    write_binary_with(stream, path, None, progress)
+}
+
+/// [`write_binary`] for a stream whose ids come from the vocabulary with the checksum
+/// `vocab` (recorded in the header, [`BinaryWriter::set_vocab`]).
+pub fn write_binary_with(
+    stream: &mut dyn RecordStream,
+    path: &Path,
+    vocab: Option<String>,
     mut progress: impl FnMut(u64) -> ControlFlow<()>,
 ) -> Result<u64> {
     let mut writer = BinaryWriter::create(path, stream.schema().clone())?;
+    writer.set_vocab(vocab);
     let mut n = 0u64;
     while let Some(r) = stream.next_record()? {
         writer.write(&r)?;

@@ -29,6 +29,9 @@ pub const CHECKPOINT_FILE: &str = "checkpoint.safetensors";
 /// v3 records a DMT model's towers (`towers`); a v2 file's towers are its config's.
 const FORMAT: &str = "towerrec-checkpoint-v3";
 const FORMAT_V2: &str = "towerrec-checkpoint-v2";
+/// Metadata key of the checksum of the vocabulary the run's data was encoded with
+/// (absent: hashed; files written before vocabularies existed were all hashed).
+const VOCAB: &str = "vocab";
 /// Metadata key of the towers a DMT model was trained with, by table name (JSON).
 const TOWERS: &str = "towers";
 
@@ -187,6 +190,7 @@ pub fn save(
         return Ok(());
     };
     check_finite(&tensors, progress)?;
+    let vocab = towerrec_data::source::vocab_checksum(&config.data, &config.base_dir)?;
     let bad = |message: String| Error::Checkpoint {
         path: path.to_path_buf(),
         message,
@@ -209,6 +213,9 @@ pub fn save(
     meta.insert("config".to_string(), config.to_toml());
     if let Some(towers) = &towers {
         meta.insert(TOWERS.to_string(), json(serde_json::to_string(towers))?);
+    }
+    if let Some(vocab) = vocab {
+        meta.insert(VOCAB.to_string(), vocab);
     }
     meta.insert(
         "base_dir".to_string(),
@@ -438,6 +445,40 @@ impl Checkpoint {
             })
     }
 
+    /// The checksum of the vocabulary the run's data was encoded with; `None`: hashed.
+    pub fn vocab(&self) -> Option<&str> {
+        self.meta.get(VOCAB).map(String::as_str)
+    }
+
+    /// Refuses a config whose data is encoded otherwise than the run's was (another
+    /// vocabulary, or hashing against a vocabulary): its rows would mean other values.
+    pub fn check_vocab(&self, cfg: &Config) -> Result<()> {
+        let now = towerrec_data::source::vocab_checksum(&cfg.data, &cfg.base_dir)?;
+        if now.as_deref() == self.vocab() {
+            return Ok(());
+        }
+        let what = |sum: Option<&str>| match sum {
+            Some(s) => format!("the vocabulary {s}"),
+            None => "hashing".to_string(),
+        };
+        let file = match towerrec_data::vocab::config::vocab_path(&cfg.data, &cfg.base_dir) {
+            Some(p) => format!("data.vocab {}", p.display()),
+            None => format!(
+                "the data {}",
+                cfg.data.describe(towerrec_data::Part::Train, &cfg.base_dir)
+            ),
+        };
+        Err(Error::Checkpoint {
+            path: self.path.clone(),
+            message: format!(
+                "the run encoded its data with {}, but {file} encodes with {}; use the \
+                 vocabulary the run was trained with",
+                what(self.vocab()),
+                what(now.as_deref())
+            ),
+        })
+    }
+
     /// Refuses a model whose towers are not those recorded (a resumed run's model is
     /// built on [`recorded_towers`], read before the file was checked).
     pub fn check_towers(&self, model: &mut Model) -> Result<()> {
@@ -458,6 +499,7 @@ impl Checkpoint {
     /// features): built on the towers it records (a v2 file: its config's, `cfg`, the
     /// checkpoint's config), then every parameter and optimizer state loaded.
     pub fn restore(&self, cfg: &Config, schema: &towerrec_data::Schema) -> Result<Model> {
+        self.check_vocab(cfg)?;
         let recorded = self.towers()?;
         let seed = cfg.train.seed;
         let mut model = crate::model::Model::for_run(cfg, schema, seed, recorded.as_deref())?;

@@ -479,6 +479,7 @@ pub(super) fn eval_samples(cfg: &Config, schema: &Schema) -> u128 {
             eval_path,
             split,
             schema: csv,
+            ..
         } => {
             let mut columns: Vec<&str> = vec![csv.label.column.as_str()];
             columns.extend(csv.dense.iter().map(|d| d.column.as_str()));

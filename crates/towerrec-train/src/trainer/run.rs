@@ -158,6 +158,7 @@ pub fn train_model(
         if !opts.allow_data_change {
             ckpt.check_data(cfg)?;
         }
+        ckpt.check_vocab(cfg)?;
         ckpt.check_towers(&mut model)?;
         ckpt.apply(&mut model)?;
         progress = ckpt.checked_progress(cfg)?;
