@@ -15,11 +15,13 @@
 //! Blank lines, and lines of only whitespace that is not the delimiter, are skipped
 //! (see [`crate::lines`]).
 
+use crate::block::RecordBlock;
+use crate::chunked::{Line, RowParser, TextRows};
 use crate::encode::{hashing, key_of, FeatureIds};
 use crate::error::{quote_found, Error, Result};
 use crate::lines::{Lines, MAX_LINE_BYTES};
 use crate::record::{BadRows, Record, RecordStream, Schema, SparseFeature};
-use crate::text::{RowCursor, RowSelect};
+use crate::text::RowSelect;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -209,12 +211,11 @@ struct Plan {
     ids: Vec<FeatureIds>,
 }
 
-/// Reads records from a delimited text file described by a [`CsvSchema`].
+/// Reads records from a delimited text file described by a [`CsvSchema`], parsed in
+/// parallel over blocks of the file and handed out in file order ([`crate::chunked`]).
 pub struct CsvReader {
-    rows: RowCursor,
+    rows: TextRows<Plan>,
     schema: Schema,
-    plan: Plan,
-    spans: Vec<Span>,
 }
 
 impl CsvReader {
@@ -242,20 +243,35 @@ impl CsvReader {
         self
     }
 
+    /// Parses one line at a time on the calling thread, as before parallel reading (the
+    /// reference the tests compare the parallel path with).
+    pub fn sequential(mut self) -> Self {
+        self.rows.sequential();
+        self
+    }
+
+    /// Sets how many bytes of text one parallel block holds (default
+    /// [`crate::chunked::BLOCK_BYTES`]).
+    pub fn with_block_bytes(mut self, bytes: usize) -> Self {
+        self.rows.set_block_bytes(bytes);
+        self
+    }
+
     /// Maps each sparse column's keys with `ids` (one per column) instead of hashing
     /// into its `rows`; the schema's table sizes follow.
     pub fn with_ids(mut self, ids: Vec<FeatureIds>) -> Result<Self> {
-        if ids.len() != self.plan.sparse.len() {
+        let plan = self.rows.parser_mut();
+        if ids.len() != plan.sparse.len() {
             return Err(Error::Config(format!(
                 "the schema has {} sparse columns, got {} encodings",
-                self.plan.sparse.len(),
+                plan.sparse.len(),
                 ids.len()
             )));
         }
-        for (f, e) in self.schema.sparse.iter_mut().zip(&ids) {
+        plan.ids = ids;
+        for (f, e) in self.schema.sparse.iter_mut().zip(&plan.ids) {
             f.rows = e.rows();
         }
-        self.plan.ids = ids;
         Ok(self)
     }
 
@@ -341,11 +357,10 @@ impl CsvReader {
             sparse,
             ids: hashing(&schema),
         };
+        let shape = (schema.dense.len(), schema.sparse.len());
         Ok(Self {
-            rows: RowCursor::new(lines, bad_rows),
+            rows: TextRows::new(lines, plan, shape, bad_rows),
             schema,
-            plan,
-            spans: Vec::new(),
         })
     }
 }
@@ -404,7 +419,7 @@ fn resolve_column(column: &str, header: Option<&[String]>, key: &str, file: &str
 /// A field of the current line: a byte range, and whether it was quoted and holds
 /// `""` escapes to undo.
 #[derive(Debug, Clone, Copy)]
-struct Span {
+pub(crate) struct Span {
     start: usize,
     end: usize,
     escaped: bool,
@@ -517,8 +532,21 @@ fn split_on<'a>(field: &'a [u8], sep: &'a [u8]) -> impl Iterator<Item = &'a [u8]
     })
 }
 
-fn parse_line(lines: &Lines, plan: &Plan, spans: &mut Vec<Span>) -> Result<Record> {
-    let line = &lines.buf[..];
+impl RowParser for Plan {
+    type Scratch = Vec<Span>;
+
+    fn parse(&self, line: &Line<'_>, spans: &mut Vec<Span>, out: &mut RecordBlock) -> Result<()> {
+        parse_line(line, self, spans, out)
+    }
+}
+
+fn parse_line(
+    lines: &Line<'_>,
+    plan: &Plan,
+    spans: &mut Vec<Span>,
+    out: &mut RecordBlock,
+) -> Result<()> {
+    let line = lines.buf;
     split_fields(line, plan.delimiter, spans).map_err(|(e, f)| lines.error("row", e, f))?;
     let n = spans.len();
     if (plan.exact && n != plan.fields) || n < plan.fields {
@@ -549,11 +577,7 @@ fn parse_line(lines: &Lines, plan: &Plan, spans: &mut Vec<Span>) -> Result<Recor
             _ => return Err(lines.error(label_of(*li), "0 or 1", quote_found(&raw))),
         },
     };
-    let mut record = Record {
-        label: if label { 1.0 } else { 0.0 },
-        dense: Vec::with_capacity(plan.dense.len()),
-        sparse: Vec::with_capacity(plan.sparse.len()),
-    };
+    out.labels.push(if label { 1.0 } else { 0.0 });
     for &(i, transform, fill) in &plan.dense {
         let raw = field(i);
         let x = if raw.is_empty() {
@@ -571,21 +595,22 @@ fn parse_line(lines: &Lines, plan: &Plan, spans: &mut Vec<Span>) -> Result<Recor
                 quote_found(&raw),
             ));
         }
-        record.dense.push(value);
+        out.dense.push(value);
     }
     for ((i, sep), enc) in plan.sparse.iter().zip(&plan.ids) {
         let raw = field(*i);
-        let ids = match sep {
-            None => vec![enc.id(key_of(&raw))],
-            Some(sep) => split_on(&raw, sep)
-                .map(<[u8]>::trim_ascii)
-                .filter(|p| !p.is_empty())
-                .map(|p| enc.id(key_of(p)))
-                .collect(),
-        };
-        record.sparse.push(ids);
+        match sep {
+            None => out.ids.push(enc.id(key_of(&raw))),
+            Some(sep) => out.ids.extend(
+                split_on(&raw, sep)
+                    .map(<[u8]>::trim_ascii)
+                    .filter(|p| !p.is_empty())
+                    .map(|p| enc.id(key_of(p))),
+            ),
+        }
+        out.end_feature();
     }
-    Ok(record)
+    Ok(())
 }
 
 impl RecordStream for CsvReader {
@@ -594,12 +619,15 @@ impl RecordStream for CsvReader {
     }
 
     fn next_record(&mut self) -> Result<Option<Record>> {
-        let (plan, spans) = (&self.plan, &mut self.spans);
-        self.rows.next(|lines| parse_line(lines, plan, spans))
+        self.rows.next_record()
     }
 
     fn skipped(&self) -> u64 {
         self.rows.skipped()
+    }
+
+    fn read_block(&mut self, max: usize, out: &mut RecordBlock) -> Result<Option<usize>> {
+        self.rows.read_into(max, out).map(Some)
     }
 }
 

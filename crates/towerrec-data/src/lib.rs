@@ -9,6 +9,8 @@
 
 pub mod batcher;
 pub mod binary;
+pub mod block;
+pub mod chunked;
 pub mod criteo;
 pub mod csv_schema;
 pub mod datafile;
@@ -26,6 +28,7 @@ mod zipf;
 
 pub use batcher::{next_batch, read_records};
 pub use binary::{estimated_size, write_binary, BinaryDataset, BinaryStream, BinaryWriter};
+pub use block::RecordBlock;
 pub use criteo::CriteoReader;
 pub use csv_schema::{CsvReader, CsvSchema, DenseColumn, DenseTransform, LabelSpec, SparseColumn};
 pub use encode::FeatureIds;
