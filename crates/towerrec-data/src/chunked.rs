@@ -8,7 +8,9 @@
 //! (`rayon::join`). The chunks travel in order through a bounded channel to the reader,
 //! which hands out rows and applies the [`BadRows`] policy, so a malformed row is an
 //! error (or a skip) at exactly the place it would be read sequentially. The pool is
-//! rayon's global one: `RAYON_NUM_THREADS` sets its size (default: one per core).
+//! the readers' own (not rayon's global one, so that a reader called from inside the
+//! global pool cannot starve its own parsing); `RAYON_NUM_THREADS` sets its size as it
+//! does the global pool's (default: one thread per core).
 //!
 //! [`TextRows::sequential`] keeps the plain one-line-at-a-time path ([`RowCursor`]);
 //! the tests check that both give the same rows, skips and errors.
@@ -371,7 +373,8 @@ impl<P: RowParser> Producer<P> {
     }
 
     fn parse(&self, block: &mut Block) -> Vec<Parsed> {
-        parse_block(&*self.parser, self.shape, block)
+        let (parser, shape) = (&*self.parser, self.shape);
+        in_pool(|| parse_block(parser, shape, block))
     }
 
     /// Reads the next block of selected lines; sets `done` at the end of the rows.
@@ -418,6 +421,23 @@ impl<P: RowParser> Producer<P> {
             });
         }
         block
+    }
+}
+
+/// Runs `f` in the text readers' thread pool (started on first use; sized by
+/// `RAYON_NUM_THREADS` or the cores), or in rayon's global pool if the OS refused the
+/// threads of a pool of its own.
+fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    let pool = POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .thread_name(|i| format!("towerrec-parse-{i}"))
+            .build()
+            .ok()
+    });
+    match pool {
+        Some(p) => p.install(f),
+        None => f(),
     }
 }
 

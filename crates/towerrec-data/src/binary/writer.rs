@@ -131,15 +131,48 @@ impl BinaryWriter {
         if self.broken {
             return Err(self.broken_error());
         }
-        let mut appended = Ok(());
-        for i in 0..block.len() {
-            appended = self.append(block.labels[i], block.dense_of(i), |f| block.ids_of(i, f));
-            if appended.is_err() {
-                break;
-            }
-        }
+        let appended = self.append_block(block);
         self.broken = appended.is_err();
         appended
+    }
+
+    /// Appends a validated block to the spools, section by section.
+    fn append_block(&mut self, b: &RecordBlock) -> Result<()> {
+        let labels: Vec<u8> = b.labels.iter().map(|&l| u8::from(l == 1.0)).collect();
+        self.labels.put(&labels)?;
+        let mut buf: Vec<u8> = b.dense.iter().flat_map(|x| x.to_le_bytes()).collect();
+        self.dense.put(&buf)?;
+        let mut offsets: Vec<u8> = Vec::new();
+        for (f, s) in self.sparse.iter_mut().enumerate() {
+            buf.clear();
+            offsets.clear();
+            for r in 0..b.len() {
+                let ids = b.ids_of(r, f);
+                for &id in ids {
+                    // Checked against the table, whose rows fit the width.
+                    if s.id_bytes == 4 {
+                        buf.extend_from_slice(&(id as u32).to_le_bytes());
+                    } else {
+                        buf.extend_from_slice(&id.to_le_bytes());
+                    }
+                }
+                if s.single && ids.len() != 1 {
+                    // The first row with other than one id: the offsets of the rows before.
+                    s.single = false;
+                    for k in 0..=self.rows + r as u64 {
+                        offsets.extend_from_slice(&k.to_le_bytes());
+                    }
+                }
+                self.nnz[f] += ids.len() as u64;
+                if !s.single {
+                    offsets.extend_from_slice(&self.nnz[f].to_le_bytes());
+                }
+            }
+            s.values.put(&buf)?;
+            s.offsets.put(&offsets)?;
+        }
+        self.rows += b.len() as u64;
+        Ok(())
     }
 
     /// What the reader checks, so that a file written is a file that reads; `ahead` is
