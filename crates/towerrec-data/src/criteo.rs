@@ -206,7 +206,19 @@ impl RowParser for CriteoParser {
 
     fn parse(&self, line: &Line<'_>, _: &mut (), out: &mut RecordBlock) -> Result<()> {
         let buf = line.buf;
-        let n = memchr::memchr_iter(b'\t', buf).count() + 1;
+        // The field ends: each tab, then the line's end.
+        let mut ends = [0usize; NUM_FIELDS];
+        let mut n = 0;
+        for tab in memchr::memchr_iter(b'\t', buf) {
+            if n < NUM_FIELDS {
+                ends[n] = tab;
+            }
+            n += 1;
+        }
+        if n < NUM_FIELDS {
+            ends[n] = buf.len();
+        }
+        n += 1;
         if n != NUM_FIELDS {
             return Err(line.error(
                 "row",
@@ -214,8 +226,14 @@ impl RowParser for CriteoParser {
                 format!("{n} fields"),
             ));
         }
-        let mut fields = buf.split(|&b| b == b'\t');
-        let mut field = || fields.next().unwrap_or_default();
+        let mut next = 0;
+        let mut start = 0;
+        let mut field = || {
+            let f = &buf[start..ends[next]];
+            start = ends[next] + 1;
+            next += 1;
+            f
+        };
         let label = field();
         out.labels.push(match label {
             b"0" => 0.0,
