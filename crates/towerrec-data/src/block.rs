@@ -3,7 +3,9 @@
 //! of rows without one allocation per row and feature. The text readers parse into
 //! blocks, the binary writer consumes them ([`crate::RecordStream::read_block`]).
 
-use crate::record::Record;
+use crate::error::Result;
+use crate::record::{Record, Schema};
+use towerrec_core::{Batch, KeyedJagged};
 
 /// Records stored flat. Row `r`'s ids of feature `f` are
 /// `ids[end(r·F + f - 1)..ends[r·F + f]]` with `F` sparse features (the start of the
@@ -100,6 +102,37 @@ impl RecordBlock {
                 .map(|f| self.ids_of(r, f).to_vec())
                 .collect(),
         }
+    }
+
+    /// The rows as a [`Batch`] of `schema`'s features (the same batch
+    /// [`crate::next_batch`] assembles from the rows as records).
+    pub fn to_batch(&self, schema: &Schema) -> Result<Batch> {
+        let (b, f) = (self.len(), self.num_sparse);
+        if (self.num_dense, f) != (schema.num_dense(), schema.num_sparse()) {
+            return Err(towerrec_core::Error::shape(
+                "block (dense, sparse) features",
+                format!("({}, {})", schema.num_dense(), schema.num_sparse()),
+                format!("({}, {f})", self.num_dense),
+            )
+            .into());
+        }
+        // Feature-major: all samples of feature 0, then feature 1, ...
+        let mut offsets = Vec::with_capacity(f * b + 1);
+        offsets.push(0usize);
+        let mut values = Vec::with_capacity(self.ids.len());
+        for k in 0..f {
+            for r in 0..b {
+                values.extend_from_slice(self.ids_of(r, k));
+                offsets.push(values.len());
+            }
+        }
+        let sparse = KeyedJagged::from_offsets(schema.sparse_names(), b, offsets, values)?;
+        Ok(Batch::new(
+            self.dense.clone(),
+            self.num_dense,
+            sparse,
+            self.labels.clone(),
+        )?)
     }
 
     /// Appends `record` (which must have this block's feature counts).

@@ -24,6 +24,7 @@ use rayon::prelude::*;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use towerrec_core::Batch;
 
 /// Text per block handed to the pool: 4 MiB, about 20 000 Criteo rows.
 pub const BLOCK_BYTES: usize = 4 << 20;
@@ -300,6 +301,19 @@ impl<P: RowParser> TextRows<P> {
                 Ok(out.len() - before)
             }
         }
+    }
+
+    /// The next `n` rows (fewer at the end) as a batch of `schema`'s features; an error
+    /// in them is returned instead of the rows before it, as reading them one by one
+    /// into a batch would.
+    pub fn read_batch(&mut self, n: usize, schema: &crate::record::Schema) -> Result<Batch> {
+        let mut block = RecordBlock::new(self.num_dense, self.num_sparse);
+        while block.len() < n {
+            if self.read_into(n - block.len(), &mut block)? == 0 {
+                break;
+            }
+        }
+        block.to_batch(schema)
     }
 
     /// The next row as a [`Record`].

@@ -639,6 +639,10 @@ impl RecordStream for CsvReader {
     fn read_block(&mut self, max: usize, out: &mut RecordBlock) -> Result<Option<usize>> {
         self.rows.read_into(max, out).map(Some)
     }
+
+    fn read_batch(&mut self, n: usize) -> Result<Option<towerrec_core::Batch>> {
+        self.rows.read_batch(n, &self.schema).map(Some)
+    }
 }
 
 #[cfg(test)]

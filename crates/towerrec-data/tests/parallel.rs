@@ -60,6 +60,21 @@ fn block_steps(s: &mut dyn RecordStream, max: usize) -> (Vec<Step>, u64) {
     (out, s.skipped())
 }
 
+/// A stream's records alone (no block or batch path), for `next_batch` to assemble.
+struct Records<S>(S);
+
+impl<S: RecordStream> RecordStream for Records<S> {
+    fn schema(&self) -> &towerrec_data::Schema {
+        self.0.schema()
+    }
+    fn next_record(&mut self) -> towerrec_data::Result<Option<Record>> {
+        self.0.next_record()
+    }
+    fn skipped(&self) -> u64 {
+        self.0.skipped()
+    }
+}
+
 /// One line of a test file.
 fn line() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -150,6 +165,30 @@ proptest! {
         prop_assert_eq!(&got, &want);
         let blocks = block_steps(&mut criteo(text.as_bytes(), bad, &select).with_block_bytes(block), max);
         prop_assert_eq!(&blocks, &want);
+    }
+
+    #[test]
+    fn criteo_batches_equal_batches_of_sequential_records(
+        lines in prop::collection::vec(line(), 0..60),
+        skip in any::<bool>(),
+        block in prop_oneof![Just(1usize), 1usize..600],
+        batch in 1usize..9,
+    ) {
+        let text = lines.join("\n");
+        let bad = if skip { BadRows::Skip } else { BadRows::Fail };
+        let mut want = Records(criteo(text.as_bytes(), bad, &RowSelect::All).sequential());
+        let mut got = criteo(text.as_bytes(), bad, &RowSelect::All).with_block_bytes(block);
+        loop {
+            // `Records` has no batch path: next_batch assembles its records.
+            let w = towerrec_data::next_batch(&mut want, batch).map_err(|e| e.to_string());
+            let g = towerrec_data::next_batch(&mut got, batch).map_err(|e| e.to_string());
+            let end = !matches!(w, Ok(Some(_)));
+            prop_assert_eq!(format!("{g:?}"), format!("{w:?}"));
+            if end {
+                break;
+            }
+        }
+        prop_assert_eq!(got.skipped(), want.skipped());
     }
 
     #[test]
