@@ -8,7 +8,8 @@
 # DATA (environment, default /tmp/towerrec-ingest) holds criteo.tsv and schema.csv from
 # bench/gen_ingest.py (made there, 1M rows each, if missing). Prints the CPU, then one
 # line per run and per case the medians of rows/s and bytes/row of each binary and
-# their ratios (new / old); then trains the kaggle-like model (bench/ingest-criteo.toml)
+# their ratios (new / old), and the CPU time per row (user + system: the per-core cost);
+# then trains the kaggle-like model (bench/ingest-criteo.toml)
 # with NEW from the text and from the binary, alternated, STEPS steps each (default 400,
 # about 40 s on 2 cores), and prints the median wall seconds and their ratio.
 # ONLY=preprocess or ONLY=train runs one of the two parts.
@@ -43,18 +44,22 @@ for round in $(seq "$rounds"); do
             target=$out/$case.$which.bin
             rm -f "$target"
             start=$(now)
-            "$bin" preprocess --config "bench/ingest-$case.toml" --data "$input" --out "$target" \
+            # CPU seconds (user + system) too: per-core cost, whatever the parallelism.
+            /usr/bin/time -f '%U %S' -o "$out/cpu" \
+                "$bin" preprocess --config "bench/ingest-$case.toml" --data "$input" --out "$target" \
                 >"$out/log" 2>&1 || { cat "$out/log"; exit 1; }
             end=$(now)
             rows=$(sed -n 's/^wrote \([0-9]*\) rows.*/\1/p' "$out/log")
             bytes=$(stat -c %s "$target")
-            python3 - "$round" "$case" "$which" "$rows" "$bytes" "$start" "$end" >>"$results" <<'EOF'
+            cpu=$(tail -1 "$out/cpu")
+            python3 - "$round" "$case" "$which" "$rows" "$bytes" "$start" "$end" $cpu >>"$results" <<'EOF'
 import sys
-r, case, which, rows, size, t0, t1 = sys.argv[1:]
+r, case, which, rows, size, t0, t1, user, system = sys.argv[1:]
 secs = float(t1) - float(t0)
-print(f"{r}\t{case}\t{which}\t{int(rows) / secs:.0f}\t{int(size) / int(rows):.1f}\t{secs:.2f}")
+cpu_us = (float(user) + float(system)) * 1e6 / int(rows)
+print(f"{r}\t{case}\t{which}\t{int(rows) / secs:.0f}\t{int(size) / int(rows):.1f}\t{secs:.2f}\t{cpu_us:.2f}")
 EOF
-            tail -1 "$results" | awk -F'\t' '{printf "round %s %-6s %s: %s rows/s, %s bytes/row, %s s\n", $1, $2, $3, $4, $5, $6}'
+            tail -1 "$results" | awk -F'\t' '{printf "round %s %-6s %s: %s rows/s, %s bytes/row, %s s, %s CPU us/row\n", $1, $2, $3, $4, $5, $6, $7}'
         done
     done
 done
@@ -65,14 +70,15 @@ for case in ("criteo", "csv"):
     m = {}
     for which in ("old", "new"):
         sel = [r for r in rows if r[1] == case and r[2] == which]
-        m[which] = (statistics.median(float(r[3]) for r in sel), statistics.median(float(r[4]) for r in sel))
+        m[which] = tuple(statistics.median(float(r[k]) for r in sel) for k in (3, 4, 6))
     pairs = {}
     for r in rows:
         if r[1] == case:
             pairs.setdefault(r[0], {})[r[2]] = float(r[3])
     ratios = sorted(p["new"] / p["old"] for p in pairs.values())
     print(f"{case}: rows/s median old {m['old'][0]:.0f}, new {m['new'][0]:.0f}, ratio {m['new'][0] / m['old'][0]:.2f} "
-          f"(per-round {', '.join(f'{x:.2f}' for x in ratios)}); bytes/row old {m['old'][1]:.1f}, new {m['new'][1]:.1f}")
+          f"(per-round {', '.join(f'{x:.2f}' for x in ratios)}); bytes/row old {m['old'][1]:.1f}, new {m['new'][1]:.1f}; "
+          f"CPU us/row old {m['old'][2]:.2f}, new {m['new'][2]:.2f}, old/new {m['old'][2] / m['new'][2]:.2f}")
 EOF
 fi
 [[ ${ONLY:-train} == train ]] || exit 0

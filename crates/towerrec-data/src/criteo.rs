@@ -263,24 +263,39 @@ impl RowParser for CriteoParser {
     }
 }
 
+/// Each byte's value as a hex digit, or 0xFF for a byte that is none.
+const HEX: [u8; 256] = {
+    let mut t = [0xFFu8; 256];
+    let mut i = 0;
+    while i < 10 {
+        t[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        t[b'a' as usize + i] = 10 + i as u8;
+        t[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    t
+};
+
 /// Parses a hex id of at most 16 digits; empty → 0. (A leading `+`, which
-/// `from_str_radix` would accept, is not an id.)
+/// `from_str_radix` would accept, is not an id.) Branch-free over the digits: a byte
+/// that is no digit sets the high bit of `bad`.
 #[inline]
 fn parse_hex(field: &[u8]) -> Option<u64> {
     if field.len() > 16 {
         return None;
     }
     let mut key = 0u64;
+    let mut bad = 0u8;
     for &b in field {
-        let d = match b {
-            b'0'..=b'9' => b - b'0',
-            b'a'..=b'f' => b - b'a' + 10,
-            b'A'..=b'F' => b - b'A' + 10,
-            _ => return None,
-        };
-        key = key << 4 | u64::from(d);
+        let d = HEX[usize::from(b)];
+        bad |= d;
+        key = key << 4 | u64::from(d & 0xF);
     }
-    Some(key)
+    (bad & 0x80 == 0).then_some(key)
 }
 
 impl RecordStream for CriteoReader {
@@ -364,6 +379,14 @@ mod tests {
         assert_eq!(parse_hex(b"1ffffffffffffffff"), None);
         assert_eq!(parse_hex(b""), Some(0));
         assert_eq!(parse_hex(b"g"), None);
+        for b in 0..=255u8 {
+            let s = [b'1', b];
+            let want = std::str::from_utf8(&s)
+                .ok()
+                .filter(|t| t.bytes().all(|c| c.is_ascii_hexdigit()))
+                .and_then(|t| u64::from_str_radix(t, 16).ok());
+            assert_eq!(parse_hex(&s), want, "{b}");
+        }
     }
 
     #[test]
