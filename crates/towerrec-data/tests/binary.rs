@@ -422,3 +422,48 @@ fn blocks_and_records_write_the_same_file() {
         );
     }
 }
+
+/// A stream's records alone (no batch path), for `next_batch` to assemble.
+struct Records(BinaryStream);
+
+impl RecordStream for Records {
+    fn schema(&self) -> &towerrec_data::Schema {
+        self.0.schema()
+    }
+    fn next_record(&mut self) -> towerrec_data::Result<Option<towerrec_data::Record>> {
+        self.0.next_record()
+    }
+    fn skipped(&self) -> u64 {
+        0
+    }
+}
+
+#[test]
+fn binary_stream_batches_equal_batches_of_its_records() {
+    let dir = TempDir::new("bin-batches");
+    let (path, _) = write(&dir, "b.bin", 50);
+    let ds = Arc::new(BinaryDataset::open(&path).unwrap());
+    let selects = [
+        RowSelect::All,
+        RowSelect::Range(7..31),
+        RowSelect::Hashed {
+            seed: 3,
+            fraction: 0.4,
+            inside: true,
+        },
+    ];
+    for select in selects {
+        for n in [1, 7, 64] {
+            let mut want = Records(BinaryStream::with_rows(Arc::clone(&ds), select.clone()));
+            let mut got = BinaryStream::with_rows(Arc::clone(&ds), select.clone());
+            loop {
+                let w = next_batch(&mut want, n).unwrap();
+                let g = next_batch(&mut got, n).unwrap();
+                assert_eq!(format!("{g:?}"), format!("{w:?}"), "{select:?} {n}");
+                if w.is_none() {
+                    break;
+                }
+            }
+        }
+    }
+}

@@ -609,6 +609,20 @@ impl RecordStream for BinaryStream {
     fn skipped(&self) -> u64 {
         0
     }
+
+    /// The next `n` selected rows gathered straight from the file ([`BinaryDataset::batch`]),
+    /// without a [`Record`] each.
+    fn read_batch(&mut self, n: usize) -> Result<Option<Batch>> {
+        let mut rows = Vec::with_capacity(n.min(1 << 16));
+        while rows.len() < n && self.next < self.end {
+            let i = self.next;
+            self.next += 1;
+            if self.select.contains(i) {
+                rows.push(i);
+            }
+        }
+        self.data.batch(&rows).map(Some)
+    }
 }
 
 #[cfg(test)]
