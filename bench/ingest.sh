@@ -11,7 +11,7 @@
 # their ratios (new / old), and the CPU time per row (user + system: the per-core cost);
 # then trains the kaggle-like model (bench/ingest-criteo.toml)
 # with NEW from the text and from the binary, alternated, STEPS steps each (default 400,
-# about 40 s on 2 cores), and prints the median wall seconds and their ratio.
+# 15-40 s on 2 cores, at most about 480 in the one epoch of 990,000 rows), and prints the median wall seconds and their ratio.
 # ONLY=preprocess or ONLY=train runs one of the two parts.
 set -euo pipefail
 old=${1:?usage: bench/ingest.sh OLD_BINARY NEW_BINARY [ROUNDS]}
