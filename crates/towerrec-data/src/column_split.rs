@@ -65,7 +65,9 @@ pub(crate) fn eval_rows(
         &only,
         bad_rows,
     )
-    .map_err(|e| rename(e, column))?;
+    .map_err(|e| rename(e, column))?
+    // One row at a time, so that the row each record came from is known.
+    .sequential();
     let mut mask = RowMask::default();
     let mut read = 0u64;
     while let Some(r) = reader.next_record().map_err(|e| rename(e, column))? {
@@ -135,5 +137,12 @@ impl RecordStream for WithUnread {
     }
     fn read_batch(&mut self, n: usize) -> Result<Option<towerrec_core::Batch>> {
         self.inner.read_batch(n)
+    }
+    fn read_block(
+        &mut self,
+        max: usize,
+        out: &mut crate::block::RecordBlock,
+    ) -> Result<Option<usize>> {
+        self.inner.read_block(max, out)
     }
 }

@@ -8,16 +8,19 @@
 //! - Sparse: the hex string parsed as a u64 (empty → 0), its key, then `% rows` of its
 //!   table, or another encoding ([`crate::encode`]).
 //!
-//! The reader holds one line at a time, so memory stays constant on the 1 TB data set.
+//! The reader holds a few blocks of lines at a time, so memory stays bounded on the 1 TB
+//! data set.
 //! A line of only spaces is blank and skipped; a line with tabs is a row (of empty
 //! fields, which is malformed: the label cannot be empty). See [`crate::lines`] for
 //! blank and over-long lines.
 
+use crate::block::RecordBlock;
+use crate::chunked::{Line, RowParser, TextRows};
 use crate::encode::{hashing, FeatureIds};
 use crate::error::{quote_found, Error, Result};
 use crate::lines::Lines;
 use crate::record::{BadRows, Record, RecordStream, Schema, SparseFeature};
-use crate::text::{RowCursor, RowSelect};
+use crate::text::RowSelect;
 use std::io::BufRead;
 use std::path::Path;
 
@@ -72,23 +75,23 @@ fn field_label(i: usize) -> String {
     format!("field {i} ({})", field_name(i))
 }
 
-/// Reads Criteo TSV records one line at a time.
+/// Reads Criteo TSV records, parsed in parallel over blocks of the file and handed out
+/// in file order ([`crate::chunked`]).
 pub struct CriteoReader {
-    rows: RowCursor,
+    rows: TextRows<CriteoParser>,
     schema: Schema,
-    /// Per categorical: its key (the hex id) → its row.
+}
+
+/// Per categorical: its key (the hex id) → its row.
+#[derive(Clone)]
+struct CriteoParser {
     ids: Vec<FeatureIds>,
 }
 
 impl CriteoReader {
     /// Opens a Criteo TSV file. `table_rows`: 26 entries, or 1 shared by all tables.
     pub fn open(path: &Path, table_rows: &[u64], bad_rows: BadRows) -> Result<Self> {
-        let schema = criteo_schema(table_rows)?;
-        Ok(Self {
-            rows: RowCursor::new(Lines::open(path, b'\t')?, bad_rows),
-            ids: hashing(&schema),
-            schema,
-        })
+        Self::with_lines(Lines::open(path, b'\t')?, table_rows, bad_rows)
     }
 
     /// Reads from any buffered reader; `name` is the file name shown in errors.
@@ -98,10 +101,20 @@ impl CriteoReader {
         table_rows: &[u64],
         bad_rows: BadRows,
     ) -> Result<Self> {
+        Self::with_lines(
+            Lines::new(Box::new(reader), name, b'\t'),
+            table_rows,
+            bad_rows,
+        )
+    }
+
+    fn with_lines(lines: Lines, table_rows: &[u64], bad_rows: BadRows) -> Result<Self> {
         let schema = criteo_schema(table_rows)?;
-        Ok(Self {
-            rows: RowCursor::new(Lines::new(Box::new(reader), name, b'\t'), bad_rows),
+        let parser = CriteoParser {
             ids: hashing(&schema),
+        };
+        Ok(Self {
+            rows: TextRows::new(lines, parser, (NUM_DENSE, NUM_SPARSE), bad_rows),
             schema,
         })
     }
@@ -109,6 +122,20 @@ impl CriteoReader {
     /// Yields only the rows `select` picks (a train or eval split).
     pub fn with_rows(mut self, select: RowSelect) -> Self {
         self.rows.set_select(select);
+        self
+    }
+
+    /// Parses one line at a time on the calling thread, as before parallel reading (the
+    /// reference the tests compare the parallel path with).
+    pub fn sequential(mut self) -> Self {
+        self.rows.sequential();
+        self
+    }
+
+    /// Sets how many bytes of text one parallel block holds (default
+    /// [`crate::chunked::BLOCK_BYTES`]).
+    pub fn with_block_bytes(mut self, bytes: usize) -> Self {
+        self.rows.set_block_bytes(bytes);
         self
     }
 
@@ -124,71 +151,151 @@ impl CriteoReader {
         for (f, e) in self.schema.sparse.iter_mut().zip(&ids) {
             f.rows = e.rows();
         }
-        self.ids = ids;
+        self.rows.parser_mut().ids = ids;
         Ok(self)
     }
 }
 
-/// Parses one line into a record.
-fn parse_line(lines: &Lines, ids: &[FeatureIds]) -> Result<Record> {
-    let line = &lines.buf[..];
-    let n = line.split(|&b| b == b'\t').count();
-    if n != NUM_FIELDS {
-        return Err(lines.error(
-            "row",
-            format!("{NUM_FIELDS} tab-separated fields"),
-            format!("{n} fields"),
-        ));
-    }
-    let mut record = Record {
-        label: 0.0,
-        dense: Vec::with_capacity(NUM_DENSE),
-        sparse: Vec::with_capacity(NUM_SPARSE),
-    };
-    for (i, field) in line.split(|&b| b == b'\t').enumerate() {
-        match i {
-            0 => {
-                record.label = match field {
-                    b"0" => 0.0,
-                    b"1" => 1.0,
-                    _ => return Err(lines.error(field_label(i), "0 or 1", quote_found(field))),
-                }
-            }
-            i if i <= NUM_DENSE => {
-                let x = if field.is_empty() {
-                    0
-                } else {
-                    std::str::from_utf8(field)
-                        .ok()
-                        .and_then(|s| s.parse::<i64>().ok())
-                        .ok_or_else(|| {
-                            lines.error(field_label(i), "an integer", quote_found(field))
-                        })?
-                };
-                record.dense.push((x.max(0) as f64).ln_1p() as f32);
-            }
-            i => {
-                let key = parse_hex(field)
-                    .ok_or_else(|| lines.error(field_label(i), "a hex id", quote_found(field)))?;
-                // Bounds: `criteo_schema` checked that every table has at least one row.
-                record.sparse.push(vec![ids[i - NUM_DENSE - 1].id(key)]);
-            }
-        }
-    }
-    Ok(record)
+/// `ln(1 + x)` as f32 for the small counts that make up most dense values.
+fn ln_1p_table() -> &'static [f32] {
+    static TABLE: std::sync::OnceLock<Vec<f32>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| (0..4096u32).map(|x| f64::from(x).ln_1p() as f32).collect())
 }
 
-/// Parses a hex id of at most 16 digits; empty → 0. `from_str_radix` alone would also
-/// accept a leading `+`, which is not an id.
-fn parse_hex(field: &[u8]) -> Option<u64> {
-    if field.is_empty() {
-        return Some(0);
+/// The transformed dense value: `ln(1 + max(x, 0))`.
+#[inline]
+fn dense_value(x: i64) -> f32 {
+    let table = ln_1p_table();
+    match usize::try_from(x) {
+        Ok(i) if i < table.len() => table[i],
+        Ok(_) => (x as f64).ln_1p() as f32,
+        Err(_) => 0.0,
     }
-    if field.len() > 16 || !field.iter().all(u8::is_ascii_hexdigit) {
+}
+
+/// Parses a decimal integer as `str::parse::<i64>` does (an optional sign, then
+/// digits); None where that fails. Empty fields are handled by the caller.
+#[inline]
+fn parse_i64(field: &[u8]) -> Option<i64> {
+    let (neg, digits) = match field.first()? {
+        b'-' => (true, &field[1..]),
+        b'+' => (false, &field[1..]),
+        _ => (false, field),
+    };
+    if digits.is_empty() {
         return None;
     }
-    let s = std::str::from_utf8(field).ok()?;
-    u64::from_str_radix(s, 16).ok()
+    let mut m: u64 = 0;
+    for &b in digits {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        m = m.checked_mul(10)?.checked_add(u64::from(d))?;
+    }
+    if neg {
+        // -(2^63) is the smallest i64.
+        (m <= 1 << 63).then(|| (m as i64).wrapping_neg())
+    } else {
+        i64::try_from(m).ok()
+    }
+}
+
+impl RowParser for CriteoParser {
+    type Scratch = ();
+
+    fn parse(&self, line: &Line<'_>, _: &mut (), out: &mut RecordBlock) -> Result<()> {
+        let buf = line.buf;
+        // The field ends: each tab, then the line's end.
+        let mut ends = [0usize; NUM_FIELDS];
+        let mut n = 0;
+        for tab in memchr::memchr_iter(b'\t', buf) {
+            if n < NUM_FIELDS {
+                ends[n] = tab;
+            }
+            n += 1;
+        }
+        if n < NUM_FIELDS {
+            ends[n] = buf.len();
+        }
+        n += 1;
+        if n != NUM_FIELDS {
+            return Err(line.error(
+                "row",
+                format!("{NUM_FIELDS} tab-separated fields"),
+                format!("{n} fields"),
+            ));
+        }
+        let mut next = 0;
+        let mut start = 0;
+        let mut field = || {
+            let f = &buf[start..ends[next]];
+            start = ends[next] + 1;
+            next += 1;
+            f
+        };
+        let label = field();
+        out.labels.push(match label {
+            b"0" => 0.0,
+            b"1" => 1.0,
+            _ => return Err(line.error(field_label(0), "0 or 1", quote_found(label))),
+        });
+        for i in 1..=NUM_DENSE {
+            let f = field();
+            let x = if f.is_empty() {
+                0
+            } else {
+                parse_i64(f)
+                    .ok_or_else(|| line.error(field_label(i), "an integer", quote_found(f)))?
+            };
+            out.dense.push(dense_value(x));
+        }
+        for (k, ids) in self.ids.iter().enumerate() {
+            let f = field();
+            let key = parse_hex(f).ok_or_else(|| {
+                line.error(field_label(1 + NUM_DENSE + k), "a hex id", quote_found(f))
+            })?;
+            // Bounds: `criteo_schema` checked that every table has at least one row.
+            out.ids.push(ids.id(key));
+            out.end_feature();
+        }
+        Ok(())
+    }
+}
+
+/// Each byte's value as a hex digit, or 0xFF for a byte that is none.
+const HEX: [u8; 256] = {
+    let mut t = [0xFFu8; 256];
+    let mut i = 0;
+    while i < 10 {
+        t[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        t[b'a' as usize + i] = 10 + i as u8;
+        t[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    t
+};
+
+/// Parses a hex id of at most 16 digits; empty → 0. (A leading `+`, which
+/// `from_str_radix` would accept, is not an id.) Branch-free over the digits: a byte
+/// that is no digit sets the high bit of `bad`.
+#[inline]
+fn parse_hex(field: &[u8]) -> Option<u64> {
+    if field.len() > 16 {
+        return None;
+    }
+    let mut key = 0u64;
+    let mut bad = 0u8;
+    for &b in field {
+        let d = HEX[usize::from(b)];
+        bad |= d;
+        key = key << 4 | u64::from(d & 0xF);
+    }
+    (bad & 0x80 == 0).then_some(key)
 }
 
 impl RecordStream for CriteoReader {
@@ -197,12 +304,19 @@ impl RecordStream for CriteoReader {
     }
 
     fn next_record(&mut self) -> Result<Option<Record>> {
-        let ids = &self.ids;
-        self.rows.next(|lines| parse_line(lines, ids))
+        self.rows.next_record()
     }
 
     fn skipped(&self) -> u64 {
         self.rows.skipped()
+    }
+
+    fn read_block(&mut self, max: usize, out: &mut RecordBlock) -> Result<Option<usize>> {
+        self.rows.read_into(max, out).map(Some)
+    }
+
+    fn read_batch(&mut self, n: usize) -> Result<Option<towerrec_core::Batch>> {
+        self.rows.read_batch(n, &self.schema).map(Some)
     }
 }
 
@@ -263,6 +377,42 @@ mod tests {
         assert_eq!(parse_hex(b"+1"), None);
         assert_eq!(parse_hex(b"ffffffffffffffff"), Some(u64::MAX));
         assert_eq!(parse_hex(b"1ffffffffffffffff"), None);
+        assert_eq!(parse_hex(b""), Some(0));
+        assert_eq!(parse_hex(b"g"), None);
+        for b in 0..=255u8 {
+            let s = [b'1', b];
+            let want = std::str::from_utf8(&s)
+                .ok()
+                .filter(|t| t.bytes().all(|c| c.is_ascii_hexdigit()))
+                .and_then(|t| u64::from_str_radix(t, 16).ok());
+            assert_eq!(parse_hex(&s), want, "{b}");
+        }
+    }
+
+    #[test]
+    fn integers_parse_as_str_parse_does() {
+        for s in [
+            "0",
+            "7",
+            "-3",
+            "+12",
+            "-",
+            "+",
+            "1a",
+            " 1",
+            "9223372036854775807",
+            "9223372036854775808",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "99999999999999999999999",
+            "--1",
+            "0x1",
+        ] {
+            assert_eq!(parse_i64(s.as_bytes()), s.parse::<i64>().ok(), "{s}");
+        }
+        for x in [0i64, 1, 4095, 4096, 1 << 40, -5] {
+            assert_eq!(dense_value(x), (x.max(0) as f64).ln_1p() as f32);
+        }
     }
 
     #[test]

@@ -15,11 +15,13 @@
 //! Blank lines, and lines of only whitespace that is not the delimiter, are skipped
 //! (see [`crate::lines`]).
 
+use crate::block::RecordBlock;
+use crate::chunked::{Line, RowParser, TextRows};
 use crate::encode::{hashing, key_of, FeatureIds};
 use crate::error::{quote_found, Error, Result};
 use crate::lines::{Lines, MAX_LINE_BYTES};
 use crate::record::{BadRows, Record, RecordStream, Schema, SparseFeature};
-use crate::text::{RowCursor, RowSelect};
+use crate::text::RowSelect;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -95,13 +97,26 @@ pub enum DenseTransform {
 
 impl DenseTransform {
     /// Applies the transform.
+    #[inline]
     pub fn apply(self, x: f64) -> f32 {
         match self {
             DenseTransform::None => x as f32,
+            // Small whole numbers (most counts) from a table of the same values.
+            DenseTransform::Log1p
+                if (0.0..4096.0).contains(&x) && x.fract() == 0.0 && x.is_sign_positive() =>
+            {
+                LOG1P[x as usize]
+            }
             DenseTransform::Log1p => (x.signum() * x.abs().ln_1p()) as f32,
         }
     }
 }
+
+/// `ln(1 + x)` as f32 for x = 0, 1, ..., 4095.
+static LOG1P: std::sync::LazyLock<Vec<f32>> =
+    std::sync::LazyLock::new(|| (0..4096u32).map(|x| f64::from(x).ln_1p() as f32).collect());
+
+impl DenseTransform {}
 
 /// A categorical column.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -226,12 +241,11 @@ struct Plan {
     ids: Vec<FeatureIds>,
 }
 
-/// Reads records from a delimited text file described by a [`CsvSchema`].
+/// Reads records from a delimited text file described by a [`CsvSchema`], parsed in
+/// parallel over blocks of the file and handed out in file order ([`crate::chunked`]).
 pub struct CsvReader {
-    rows: RowCursor,
+    rows: TextRows<Plan>,
     schema: Schema,
-    plan: Plan,
-    spans: Vec<Span>,
 }
 
 impl CsvReader {
@@ -259,25 +273,41 @@ impl CsvReader {
         self
     }
 
-    /// The 0-based index of the data row read last (what a split counts).
+    /// The 0-based index of the data row read last (what a split counts); for a
+    /// [`CsvReader::sequential`] reader only.
     pub(crate) fn last_row(&self) -> u64 {
         self.rows.last_row()
+    }
+
+    /// Parses one line at a time on the calling thread, as before parallel reading (the
+    /// reference the tests compare the parallel path with).
+    pub fn sequential(mut self) -> Self {
+        self.rows.sequential();
+        self
+    }
+
+    /// Sets how many bytes of text one parallel block holds (default
+    /// [`crate::chunked::BLOCK_BYTES`]).
+    pub fn with_block_bytes(mut self, bytes: usize) -> Self {
+        self.rows.set_block_bytes(bytes);
+        self
     }
 
     /// Maps each sparse column's keys with `ids` (one per column) instead of hashing
     /// into its `rows`; the schema's table sizes follow.
     pub fn with_ids(mut self, ids: Vec<FeatureIds>) -> Result<Self> {
-        if ids.len() != self.plan.sparse.len() {
+        let plan = self.rows.parser_mut();
+        if ids.len() != plan.sparse.len() {
             return Err(Error::Config(format!(
                 "the schema has {} sparse columns, got {} encodings",
-                self.plan.sparse.len(),
+                plan.sparse.len(),
                 ids.len()
             )));
         }
-        for (f, e) in self.schema.sparse.iter_mut().zip(&ids) {
+        plan.ids = ids;
+        for (f, e) in self.schema.sparse.iter_mut().zip(&plan.ids) {
             f.rows = e.rows();
         }
-        self.plan.ids = ids;
         Ok(self)
     }
 
@@ -363,11 +393,10 @@ impl CsvReader {
             sparse,
             ids: hashing(&schema),
         };
+        let shape = (schema.dense.len(), schema.sparse.len());
         Ok(Self {
-            rows: RowCursor::new(lines, bad_rows),
+            rows: TextRows::new(lines, plan, shape, bad_rows),
             schema,
-            plan,
-            spans: Vec::new(),
         })
     }
 }
@@ -426,7 +455,7 @@ fn resolve_column(column: &str, header: Option<&[String]>, key: &str, file: &str
 /// A field of the current line: a byte range, and whether it was quoted and holds
 /// `""` escapes to undo.
 #[derive(Debug, Clone, Copy)]
-struct Span {
+pub(crate) struct Span {
     start: usize,
     end: usize,
     escaped: bool,
@@ -465,7 +494,7 @@ fn split_fields(
             let mut i = start;
             let mut escaped = false;
             let end = loop {
-                let Some(q) = line[i..].iter().position(|&b| b == b'"').map(|q| q + i) else {
+                let Some(q) = memchr::memchr(b'"', &line[i..]).map(|q| q + i) else {
                     return Err((
                         format!("a closing quote for the field opened at byte {pos}"),
                         "end of line".into(),
@@ -495,10 +524,7 @@ fn split_fields(
                 }
             }
         } else {
-            let end = line[pos..]
-                .iter()
-                .position(|&b| b == delim)
-                .map_or(line.len(), |e| e + pos);
+            let end = memchr::memchr(delim, &line[pos..]).map_or(line.len(), |e| e + pos);
             out.push(Span {
                 start: pos,
                 end,
@@ -539,8 +565,21 @@ fn split_on<'a>(field: &'a [u8], sep: &'a [u8]) -> impl Iterator<Item = &'a [u8]
     })
 }
 
-fn parse_line(lines: &Lines, plan: &Plan, spans: &mut Vec<Span>) -> Result<Record> {
-    let line = &lines.buf[..];
+impl RowParser for Plan {
+    type Scratch = Vec<Span>;
+
+    fn parse(&self, line: &Line<'_>, spans: &mut Vec<Span>, out: &mut RecordBlock) -> Result<()> {
+        parse_line(line, self, spans, out)
+    }
+}
+
+fn parse_line(
+    lines: &Line<'_>,
+    plan: &Plan,
+    spans: &mut Vec<Span>,
+    out: &mut RecordBlock,
+) -> Result<()> {
+    let line = lines.buf;
     split_fields(line, plan.delimiter, spans).map_err(|(e, f)| lines.error("row", e, f))?;
     let n = spans.len();
     if (plan.exact && n != plan.fields) || n < plan.fields {
@@ -571,11 +610,7 @@ fn parse_line(lines: &Lines, plan: &Plan, spans: &mut Vec<Span>) -> Result<Recor
             _ => return Err(lines.error(label_of(*li), "0 or 1", quote_found(&raw))),
         },
     };
-    let mut record = Record {
-        label: if label { 1.0 } else { 0.0 },
-        dense: Vec::with_capacity(plan.dense.len()),
-        sparse: Vec::with_capacity(plan.sparse.len()),
-    };
+    out.labels.push(if label { 1.0 } else { 0.0 });
     for &(i, transform, fill) in &plan.dense {
         let raw = field(i);
         let x = if raw.is_empty() {
@@ -593,21 +628,22 @@ fn parse_line(lines: &Lines, plan: &Plan, spans: &mut Vec<Span>) -> Result<Recor
                 quote_found(&raw),
             ));
         }
-        record.dense.push(value);
+        out.dense.push(value);
     }
     for ((i, sep), enc) in plan.sparse.iter().zip(&plan.ids) {
         let raw = field(*i);
-        let ids = match sep {
-            None => vec![enc.id(key_of(&raw))],
-            Some(sep) => split_on(&raw, sep)
-                .map(<[u8]>::trim_ascii)
-                .filter(|p| !p.is_empty())
-                .map(|p| enc.id(key_of(p)))
-                .collect(),
-        };
-        record.sparse.push(ids);
+        match sep {
+            None => out.ids.push(enc.id(key_of(&raw))),
+            Some(sep) => out.ids.extend(
+                split_on(&raw, sep)
+                    .map(<[u8]>::trim_ascii)
+                    .filter(|p| !p.is_empty())
+                    .map(|p| enc.id(key_of(p))),
+            ),
+        }
+        out.end_feature();
     }
-    Ok(record)
+    Ok(())
 }
 
 impl RecordStream for CsvReader {
@@ -616,12 +652,19 @@ impl RecordStream for CsvReader {
     }
 
     fn next_record(&mut self) -> Result<Option<Record>> {
-        let (plan, spans) = (&self.plan, &mut self.spans);
-        self.rows.next(|lines| parse_line(lines, plan, spans))
+        self.rows.next_record()
     }
 
     fn skipped(&self) -> u64 {
         self.rows.skipped()
+    }
+
+    fn read_block(&mut self, max: usize, out: &mut RecordBlock) -> Result<Option<usize>> {
+        self.rows.read_into(max, out).map(Some)
+    }
+
+    fn read_batch(&mut self, n: usize) -> Result<Option<towerrec_core::Batch>> {
+        self.rows.read_batch(n, &self.schema).map(Some)
     }
 }
 
@@ -659,6 +702,10 @@ mod tests {
     #[test]
     fn log1p_is_sign_symmetric() {
         let t = DenseTransform::Log1p;
+        for x in [0.0f64, 1.0, 4095.0, 4096.0, 3.5, -0.0, -3.0, 1e30] {
+            let want = (x.signum() * x.abs().ln_1p()) as f32;
+            assert_eq!(t.apply(x).to_bits(), want.to_bits(), "{x}");
+        }
         assert_eq!(t.apply(0.0), 0.0);
         assert!((t.apply(-9.0) + 10f32.ln()).abs() < 1e-6);
         assert_eq!(DenseTransform::None.apply(-2.5), -2.5);

@@ -9,6 +9,8 @@
 
 pub mod batcher;
 pub mod binary;
+pub mod block;
+pub mod chunked;
 mod column_split;
 pub mod criteo;
 pub mod csv_schema;
@@ -31,6 +33,7 @@ pub use batcher::{next_batch, read_records};
 pub use binary::{
     estimated_size, write_binary, write_binary_with, BinaryDataset, BinaryStream, BinaryWriter,
 };
+pub use block::RecordBlock;
 pub use criteo::CriteoReader;
 pub use csv_schema::{CsvReader, CsvSchema, DenseColumn, DenseTransform, LabelSpec, SparseColumn};
 pub use encode::FeatureIds;

@@ -122,7 +122,7 @@ impl Lines {
             if avail.is_empty() {
                 break;
             }
-            let (n, done) = match avail.iter().position(|&b| b == b'\n') {
+            let (n, done) = match memchr::memchr(b'\n', avail) {
                 Some(i) => (i + 1, true),
                 None => (avail.len(), false),
             };
@@ -203,7 +203,7 @@ fn read_bounded(
             return Ok((consumed, false));
         }
         let window = &avail[..avail.len().min(limit - buf.len())];
-        if let Some(i) = window.iter().position(|&b| b == b'\n') {
+        if let Some(i) = memchr::memchr(b'\n', window) {
             buf.extend_from_slice(&window[..i]);
             reader.consume(i + 1);
             return Ok((consumed + i + 1, true));

@@ -2,6 +2,7 @@
 //! the [`RecordStream`] trait every source (text readers, binary files, the synthetic
 //! generator) implements.
 
+use crate::block::RecordBlock;
 use crate::error::Result;
 use serde::{Deserialize, Serialize};
 use towerrec_core::Batch;
@@ -99,6 +100,14 @@ pub trait RecordStream: Send {
         let _ = n;
         Ok(None)
     }
+    /// Appends up to `max` records to `out` (flat, no allocation per record) and returns
+    /// how many (0 at the end), by streams that can (the text readers); `None` from
+    /// those that cannot, which then read nothing. Under [`BadRows::Fail`] the rows
+    /// before a malformed one come first and its error on the next call.
+    fn read_block(&mut self, max: usize, out: &mut RecordBlock) -> Result<Option<usize>> {
+        let _ = (max, out);
+        Ok(None)
+    }
 }
 
 impl<S: RecordStream + ?Sized> RecordStream for Box<S> {
@@ -119,6 +128,9 @@ impl<S: RecordStream + ?Sized> RecordStream for Box<S> {
     }
     fn read_batch(&mut self, n: usize) -> Result<Option<Batch>> {
         (**self).read_batch(n)
+    }
+    fn read_block(&mut self, max: usize, out: &mut RecordBlock) -> Result<Option<usize>> {
+        (**self).read_block(max, out)
     }
 }
 

@@ -184,7 +184,9 @@ fn truncated_and_corrupt_files_are_format_errors() {
     // Corrupt offsets surface when the row is read, not as a panic.
     let ds = BinaryDataset::open(&path).unwrap();
     let header_len = u64::from_le_bytes(bytes[8..16].try_into().unwrap()) as usize;
-    let sections = (16 + header_len).div_ceil(8) * 8 + (20 * 4usize).div_ceil(8) * 8 + 20 * 5 * 4;
+    // Version 2: u8 labels, then the dense values, then the first feature's offsets
+    // (multi-hot, so it has them).
+    let sections = (16 + header_len).div_ceil(8) * 8 + 20usize.div_ceil(8) * 8 + 20 * 5 * 4;
     let mut bad = bytes.clone();
     bad[sections + 8..sections + 16].copy_from_slice(&u64::MAX.to_le_bytes());
     std::fs::write(&target, &bad).unwrap();
@@ -267,5 +269,201 @@ fn data_without_dense_or_without_sparse_features_round_trips() {
             b.labels,
             vec![records[5].label, records[0].label, records[299].label]
         );
+    }
+}
+
+/// Records of `schema` with ids from `id(row, feature)`, one per row in features below
+/// `one_id`, none or several in the others.
+fn records_with(
+    schema: &towerrec_data::Schema,
+    id: impl Fn(u64, usize) -> u64,
+) -> Vec<towerrec_data::Record> {
+    (0..9u64)
+        .map(|i| towerrec_data::Record {
+            label: (i % 2) as f32,
+            dense: (0..schema.dense.len())
+                .map(|k| i as f32 + k as f32)
+                .collect(),
+            sparse: (0..schema.sparse.len())
+                .map(|f| match f {
+                    0 => vec![id(i, f)],
+                    _ => (0..i % 3).map(|k| id(i + k, f)).collect(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn schema_with(rows: u64) -> towerrec_data::Schema {
+    towerrec_data::Schema {
+        dense: vec!["d".into()],
+        sparse: ["one", "multi"]
+            .iter()
+            .map(|n| towerrec_data::SparseFeature {
+                name: n.to_string(),
+                rows,
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn version_1_files_are_still_read() {
+    let dir = TempDir::new("bin-v1");
+    let schema = schema_with(1000);
+    let records = records_with(&schema, |i, f| i * 37 + f as u64);
+    let path = dir.file("old.bin", common::v1_file(&schema, &records));
+    assert!(is_binary_file(&path).unwrap());
+    let ds = BinaryDataset::open(&path).unwrap();
+    assert_eq!(ds.version(), 1);
+    assert_eq!(ds.schema(), &schema);
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(&ds.record(i as u64).unwrap(), r);
+    }
+    let b = ds.batch(&[3, 1]).unwrap();
+    assert_eq!(b.labels, vec![1.0, 1.0]);
+    assert_eq!(b.sparse.feature(0).ids(0), &[3 * 37]);
+}
+
+#[test]
+fn one_id_features_have_no_offsets_and_ids_take_4_or_8_bytes() {
+    let dir = TempDir::new("bin-v2");
+    for (rows, id_bytes) in [(1000u64, 4usize), (1 << 32, 4), ((1 << 32) + 1, 8)] {
+        let schema = schema_with(rows);
+        let records = records_with(&schema, |i, f| (rows - 1).wrapping_sub(i * 37 + f as u64));
+        let path = dir.path().join(format!("v2-{rows}.bin"));
+        let mut w = BinaryWriter::create(&path, schema.clone()).unwrap();
+        for r in &records {
+            w.write(r).unwrap();
+        }
+        w.finish().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[..8], b"TRECBIN2");
+        let header_len = u64::from_le_bytes(bytes[8..16].try_into().unwrap()) as usize;
+        let header: serde_json::Value =
+            serde_json::from_slice(&bytes[16..16 + header_len]).unwrap();
+        assert_eq!(header["version"], 2);
+        assert_eq!(header["layout"][0]["offsets"], false);
+        assert_eq!(header["layout"][1]["offsets"], true);
+        assert_eq!(header["layout"][0]["id_bytes"], id_bytes);
+        let nnz1: usize = records.iter().map(|r| r.sparse[1].len()).sum();
+        // Labels (9 bytes, padded), dense, one id per row, then offsets and ids.
+        let want = (16 + header_len).next_multiple_of(8)
+            + 16
+            + (9 * 4usize).next_multiple_of(8)
+            + (9 * id_bytes).next_multiple_of(8)
+            + 10 * 8
+            + (nnz1 * id_bytes).next_multiple_of(8);
+        assert_eq!(bytes.len(), want, "rows {rows}");
+        let ds = BinaryDataset::open(&path).unwrap();
+        assert_eq!(ds.version(), 2);
+        for (i, r) in records.iter().enumerate() {
+            assert_eq!(&ds.record(i as u64).unwrap(), r);
+        }
+        let all: Vec<u64> = (0..9).rev().collect();
+        let b = ds.batch(&all).unwrap();
+        for (k, &i) in all.iter().enumerate() {
+            assert_eq!(
+                b.sparse.feature(1).ids(k),
+                &records[i as usize].sparse[1][..]
+            );
+        }
+    }
+}
+
+#[test]
+fn a_truncated_version_2_file_is_an_error_naming_it() {
+    let dir = TempDir::new("bin-v2-cut");
+    let (path, _) = write(&dir, "c.bin", 30);
+    let bytes = std::fs::read(&path).unwrap();
+    let cut = dir.file("cut.bin", &bytes[..bytes.len() - 5]);
+    let e = BinaryDataset::open(&cut).unwrap_err().to_string();
+    assert!(e.starts_with(&cut.display().to_string()), "{e}");
+    assert!(e.contains("truncated or corrupt"), "{e}");
+    let mut future = bytes.clone();
+    future[7] = b'3';
+    let e = BinaryDataset::from_bytes(future, std::path::Path::new("f.bin"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("version \"3\"") && e.contains("towerrec preprocess"),
+        "{e}"
+    );
+}
+
+#[test]
+fn blocks_and_records_write_the_same_file() {
+    let dir = TempDir::new("bin-blocks");
+    let schema = schema_with(1000);
+    // The multi-valued feature has one id in its first rows, so offsets start mid-way.
+    let mut records = records_with(&schema, |i, f| i * 11 + f as u64);
+    for r in &mut records[..4] {
+        r.sparse[1] = vec![5];
+    }
+    let by_record = dir.path().join("r.bin");
+    let mut w = BinaryWriter::create(&by_record, schema.clone()).unwrap();
+    for r in &records {
+        w.write(r).unwrap();
+    }
+    w.finish().unwrap();
+    for split in [1, 3, 5, 9] {
+        let by_block = dir.path().join(format!("b{split}.bin"));
+        let mut w = BinaryWriter::create(&by_block, schema.clone()).unwrap();
+        for chunk in records.chunks(split) {
+            let mut b = towerrec_data::RecordBlock::new(1, 2);
+            chunk.iter().for_each(|r| b.push_record(r));
+            w.write_block(&b).unwrap();
+        }
+        w.finish().unwrap();
+        assert_eq!(
+            std::fs::read(&by_block).unwrap(),
+            std::fs::read(&by_record).unwrap(),
+            "blocks of {split}"
+        );
+    }
+}
+
+/// A stream's records alone (no batch path), for `next_batch` to assemble.
+struct Records(BinaryStream);
+
+impl RecordStream for Records {
+    fn schema(&self) -> &towerrec_data::Schema {
+        self.0.schema()
+    }
+    fn next_record(&mut self) -> towerrec_data::Result<Option<towerrec_data::Record>> {
+        self.0.next_record()
+    }
+    fn skipped(&self) -> u64 {
+        0
+    }
+}
+
+#[test]
+fn binary_stream_batches_equal_batches_of_its_records() {
+    let dir = TempDir::new("bin-batches");
+    let (path, _) = write(&dir, "b.bin", 50);
+    let ds = Arc::new(BinaryDataset::open(&path).unwrap());
+    let selects = [
+        RowSelect::All,
+        RowSelect::Range(7..31),
+        RowSelect::Hashed {
+            seed: 3,
+            fraction: 0.4,
+            inside: true,
+        },
+    ];
+    for select in selects {
+        for n in [1, 7, 64] {
+            let mut want = Records(BinaryStream::with_rows(Arc::clone(&ds), select.clone()));
+            let mut got = BinaryStream::with_rows(Arc::clone(&ds), select.clone());
+            loop {
+                let w = next_batch(&mut want, n).unwrap();
+                let g = next_batch(&mut got, n).unwrap();
+                assert_eq!(format!("{g:?}"), format!("{w:?}"), "{select:?} {n}");
+                if w.is_none() {
+                    break;
+                }
+            }
+        }
     }
 }

@@ -278,20 +278,21 @@ fn labels_other_than_0_or_1_and_non_finite_dense_values_are_refused() {
     )
     .unwrap();
     let bytes = std::fs::read(&path).unwrap();
-    // The labels start at the first multiple of 8 after the header; then the dense values.
+    // The labels (one byte each) start at the first multiple of 8 after the header; then
+    // the dense values.
     let header_len = u64::from_le_bytes(bytes[8..16].try_into().unwrap()) as usize;
     let labels = (16 + header_len).next_multiple_of(8);
     let dense = labels + 8;
     for (at, value, want) in [
-        (labels + 4, 0.5f32, "row 1: label 0.5 is not 0 or 1"),
+        (labels + 1, vec![7u8], "row 1: label 7 is not 0 or 1"),
         (
             dense + 4,
-            f32::NAN,
+            f32::NAN.to_le_bytes().to_vec(),
             "row 1: dense feature 'd' is NaN, not a finite number",
         ),
     ] {
         let mut damaged = bytes.clone();
-        damaged[at..at + 4].copy_from_slice(&value.to_le_bytes());
+        damaged[at..at + value.len()].copy_from_slice(&value);
         let ds = BinaryDataset::from_bytes(damaged, Path::new("l.bin")).unwrap();
         assert_eq!(ds.record(0).unwrap(), good);
         assert_eq!(

@@ -80,9 +80,12 @@ fn write_part(cfg: &Config, part: Part, bad_rows: BadRows, out: &Path) -> Result
     let interrupted = interrupt_flag()?;
     let started = Instant::now();
     let vocab = towerrec_data::source::vocab_checksum(&cfg.data, &cfg.base_dir)?;
+    let mut reported = 0u64;
     let rows = towerrec_data::write_binary_with(stream.as_mut(), out, vocab, |n| {
-        if n % 1_000_000 == 0 {
-            eprintln!("{n} rows");
+        // Text readers hand over blocks of rows: report each million passed.
+        if n / 1_000_000 > reported {
+            reported = n / 1_000_000;
+            eprintln!("{} rows", reported * 1_000_000);
         }
         if interrupted.load(Ordering::Relaxed) {
             ControlFlow::Break(())
@@ -90,10 +93,13 @@ fn write_part(cfg: &Config, part: Part, bad_rows: BadRows, out: &Path) -> Result
             ControlFlow::Continue(())
         }
     })?;
+    let secs = started.elapsed().as_secs_f64();
+    let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
     println!(
-        "wrote {rows} rows to {} in {:.1}s{}",
+        "wrote {rows} rows to {} in {secs:.1}s ({:.0} rows/s, {:.1} bytes/row){}",
         out.display(),
-        started.elapsed().as_secs_f64(),
+        rows as f64 / secs.max(1e-9),
+        bytes as f64 / rows.max(1) as f64,
         match stream.skipped() {
             0 => String::new(),
             n => format!(" (skipped {n} malformed rows)"),

@@ -1,19 +1,27 @@
 //! A preprocessed binary format, memory-mapped, so that epochs after the first do not
 //! parse text again and the trainer can gather rows in any (shuffled) order.
 //!
-//! Layout, little-endian throughout:
+//! Layout (format version 2, written since issue 39), little-endian throughout:
 //!
 //! ```text
-//! b"TRECBIN1"                     magic and format version
+//! b"TRECBIN2"                     magic and format version
 //! u64                              header length H
-//! H bytes                          header JSON: version, schema, num_rows N, num_dense D, nnz per feature
+//! H bytes                          header JSON: version, schema, num_rows N, num_dense D,
+//!                                  nnz per feature, and per feature its id width (4 or 8
+//!                                  bytes) and whether it has offsets
 //! padding to a multiple of 8
-//! f32[N]      labels               (each section padded to a multiple of 8 bytes)
+//! u8[N]       labels (0 or 1)      (each section padded to a multiple of 8 bytes)
 //! f32[N·D]    dense, row-major
 //! per sparse feature f:
-//!   u64[N+1]  offsets into values (starting at 0)
-//!   u64[nnz_f] values
+//!   u64[N+1]  offsets into values (starting at 0); left out when every row of the
+//!             feature has exactly one id (row i's id is then value i, nnz_f = N)
+//!   u32[nnz_f] or u64[nnz_f] values: u32 where the table has at most 2^32 rows
 //! ```
+//!
+//! A one-hot Criteo row takes 1 + 13·4 + 26·4 = 157 bytes (472 in version 1).
+//!
+//! Version 1 (`b"TRECBIN1"`, written before issue 39) is still read: f32 labels, and
+//! every feature with u64 offsets and u64 values. Its header has no `layout`.
 //!
 //! The writer spools each section to its own temporary file beside the output (one pass
 //! over the input, constant memory), then concatenates them into `<path>.tmp` and renames
@@ -41,9 +49,11 @@ use towerrec_core::{Batch, KeyedJagged};
 mod writer;
 pub use writer::{estimated_size, write_binary, write_binary_with, BinaryWriter};
 
-/// The first 8 bytes of every file in this format.
-pub const MAGIC: &[u8; 8] = b"TRECBIN1";
-pub(crate) const VERSION: u32 = 1;
+/// The first 8 bytes of every file the writer writes (format version 2).
+pub const MAGIC: &[u8; 8] = b"TRECBIN2";
+/// The first 8 bytes of a version 1 file, still read.
+pub const MAGIC_V1: &[u8; 8] = b"TRECBIN1";
+pub(crate) const VERSION: u32 = 2;
 
 /// The JSON header.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -58,15 +68,47 @@ pub(crate) struct Header {
     /// The checksum of the vocabulary the ids come from; absent: hashed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) vocab: Option<String>,
+    /// Version 2: how each feature's ids are stored (one entry per feature).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) layout: Vec<FeatureLayout>,
+}
+
+/// How one feature's ids are stored (version 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FeatureLayout {
+    /// Bytes per id: 4 or 8.
+    pub(crate) id_bytes: u8,
+    /// Whether the feature has per-row offsets (false: one id per row).
+    pub(crate) offsets: bool,
+}
+
+impl FeatureLayout {
+    /// Version 1's only layout.
+    const V1: Self = Self {
+        id_bytes: 8,
+        offsets: true,
+    };
+
+    /// The narrowest width for ids below `rows`.
+    pub(crate) fn id_bytes_for(rows: u64) -> u8 {
+        if rows <= 1 << 32 {
+            4
+        } else {
+            8
+        }
+    }
 }
 
 /// Byte offsets of the sections, derived from the header.
 #[derive(Debug, Clone)]
 struct Layout {
     labels: usize,
+    /// Bytes per label: 4 (f32, version 1) or 1 (u8).
+    label_bytes: usize,
     dense: usize,
-    /// Per feature: (offsets section, values section).
-    features: Vec<(usize, usize)>,
+    /// Per feature: offsets section (None: one id per row), values section, id width.
+    features: Vec<(Option<usize>, usize, usize)>,
     end: u64,
 }
 
@@ -76,27 +118,35 @@ pub(crate) fn pad8(n: u64) -> Option<u64> {
 
 impl Layout {
     /// Section offsets for a header starting after `header_end`; None on overflow.
-    fn compute(h: &Header, header_end: u64) -> Option<Self> {
+    fn compute(h: &Header, layouts: &[FeatureLayout], header_end: u64) -> Option<Self> {
         let n = h.num_rows;
+        let label_bytes: u64 = if h.version == 1 { 4 } else { 1 };
         let mut pos = pad8(header_end)?;
         let labels = pos;
-        pos = pad8(pos.checked_add(n.checked_mul(4)?)?)?;
+        pos = pad8(pos.checked_add(n.checked_mul(label_bytes)?)?)?;
         let dense = pos;
         pos = pad8(pos.checked_add(n.checked_mul(h.num_dense)?.checked_mul(4)?)?)?;
         let mut features = Vec::with_capacity(h.nnz.len());
-        for &nnz in &h.nnz {
-            let offsets = pos;
-            pos = pos.checked_add(n.checked_add(1)?.checked_mul(8)?)?;
+        for (&nnz, l) in h.nnz.iter().zip(layouts) {
+            let offsets = if l.offsets {
+                let at = pos;
+                pos = pos.checked_add(n.checked_add(1)?.checked_mul(8)?)?;
+                Some(usize::try_from(at).ok()?)
+            } else {
+                None
+            };
             let values = pos;
-            pos = pos.checked_add(nnz.checked_mul(8)?)?;
+            pos = pad8(pos.checked_add(nnz.checked_mul(u64::from(l.id_bytes))?)?)?;
             features.push((
-                usize::try_from(offsets).ok()?,
+                offsets,
                 usize::try_from(values).ok()?,
+                usize::from(l.id_bytes),
             ));
         }
         usize::try_from(pos).ok()?;
         Some(Self {
             labels: usize::try_from(labels).ok()?,
+            label_bytes: label_bytes as usize,
             dense: usize::try_from(dense).ok()?,
             features,
             end: pos,
@@ -126,7 +176,7 @@ pub(crate) fn is_binary(file: &mut File, path: &Path) -> Result<bool> {
     }
     file.seek(std::io::SeekFrom::Start(0))
         .map_err(|e| Error::io(path, e))?;
-    Ok(got == head.len() && &head == MAGIC)
+    Ok(got == head.len() && (&head == MAGIC || &head == MAGIC_V1))
 }
 
 fn too_short(path: &Path, len: u64) -> Error {
@@ -140,6 +190,12 @@ fn le_u64(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(a)
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
 }
 
 fn le_f32(b: &[u8], at: usize) -> f32 {
@@ -171,6 +227,8 @@ pub struct BinaryDataset {
     map: Bytes,
     header: Header,
     layout: Layout,
+    /// The format version of the file (1 or 2).
+    version: u32,
 }
 
 impl std::fmt::Debug for BinaryDataset {
@@ -213,16 +271,24 @@ impl BinaryDataset {
         if len < 16 {
             return Err(too_short(path, len));
         }
-        if &map[..8] != MAGIC {
-            return if map.starts_with(b"TRECBIN") {
-                fail("unsupported binary format version; re-run `towerrec preprocess`".into())
-            } else {
-                fail(
-                    "not a towerrec binary file (bad magic); write one with `towerrec preprocess`"
-                        .into(),
-                )
-            };
-        }
+        let magic_version = match &map[..8] {
+            m if m == MAGIC => 2,
+            m if m == MAGIC_V1 => 1,
+            m => {
+                return if m.starts_with(b"TRECBIN") {
+                    fail(format!(
+                        "unsupported binary format version {:?} (this build reads versions 1 \
+                         and 2); convert the text data again with `towerrec preprocess`",
+                        String::from_utf8_lossy(&m[7..8])
+                    ))
+                } else {
+                    fail(
+                        "not a towerrec binary file (bad magic); write one with `towerrec preprocess`"
+                            .into(),
+                    )
+                }
+            }
+        };
         let header_len = le_u64(&map, 8);
         let header_end = match header_len.checked_add(16) {
             Some(e) if e <= len => e,
@@ -237,8 +303,11 @@ impl BinaryDataset {
             Ok(h) => h,
             Err(e) => return fail(format!("bad header: {e}")),
         };
-        if header.version != VERSION {
-            return fail(format!("unsupported header version {}", header.version));
+        if header.version != magic_version {
+            return fail(format!(
+                "header version {} does not match the format version {magic_version} of the magic",
+                header.version
+            ));
         }
         if header.num_dense != header.schema.dense.len() as u64 {
             return fail(format!(
@@ -257,7 +326,43 @@ impl BinaryDataset {
         if let Some(f) = header.schema.sparse.iter().find(|f| f.rows == 0) {
             return fail(format!("feature '{}' has 0 rows", f.name));
         }
-        let Some(layout) = Layout::compute(&header, header_end) else {
+        let layouts = if header.version == 1 {
+            if !header.layout.is_empty() {
+                return fail("a version 1 header has no `layout`".into());
+            }
+            vec![FeatureLayout::V1; header.nnz.len()]
+        } else {
+            header.layout.clone()
+        };
+        if layouts.len() != header.nnz.len() {
+            return fail(format!(
+                "header has {} id layouts for {} sparse features",
+                layouts.len(),
+                header.nnz.len()
+            ));
+        }
+        for (k, l) in layouts.iter().enumerate() {
+            let name = &header.schema.sparse[k].name;
+            if !matches!(l.id_bytes, 4 | 8) {
+                return fail(format!(
+                    "feature '{name}': ids of {} bytes (expected 4 or 8)",
+                    l.id_bytes
+                ));
+            }
+            if l.id_bytes == 4 && header.schema.sparse[k].rows > 1 << 32 {
+                return fail(format!(
+                    "feature '{name}': 4-byte ids for a table of {} rows",
+                    header.schema.sparse[k].rows
+                ));
+            }
+            if !l.offsets && header.nnz[k] != header.num_rows {
+                return fail(format!(
+                    "feature '{name}' has one id per row but {} ids for {} rows",
+                    header.nnz[k], header.num_rows
+                ));
+            }
+        }
+        let Some(layout) = Layout::compute(&header, &layouts, header_end) else {
             return fail("header sizes overflow".into());
         };
         if layout.end != len {
@@ -269,9 +374,20 @@ impl BinaryDataset {
         Ok(Self {
             path: path.to_path_buf(),
             map,
+            version: header.version,
             header,
             layout,
         })
+    }
+
+    /// The file's format version: 1 (read for compatibility) or 2.
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// Bytes of the file per row (header included).
+    pub fn bytes_per_row(&self) -> f64 {
+        self.map.len() as f64 / self.header.num_rows.max(1) as f64
     }
 
     /// Number of rows.
@@ -311,9 +427,12 @@ impl BinaryDataset {
         Ok(i as usize)
     }
 
-    /// Value range of row `i` (checked) of feature `f`.
+    /// Index range (in values) of row `i` (checked) of feature `f`.
+    #[inline]
     fn sparse_range(&self, f: usize, i: usize) -> Result<Range<usize>> {
-        let (offsets, values) = self.layout.features[f];
+        let Some(offsets) = self.layout.features[f].0 else {
+            return Ok(i..i + 1);
+        };
         let start = le_u64(&self.map, offsets + 8 * i);
         let end = le_u64(&self.map, offsets + 8 * (i + 1));
         if start > end || end > self.header.nnz[f] {
@@ -325,12 +444,22 @@ impl BinaryDataset {
                 ),
             ));
         }
-        Ok(values + 8 * start as usize..values + 8 * end as usize)
+        // Below nnz, whose values the file holds.
+        Ok(start as usize..end as usize)
     }
 
     /// The label of row `i`, which must be 0 or 1.
+    #[inline]
     fn label(&self, i: usize) -> Result<f32> {
-        let label = le_f32(&self.map, self.layout.labels + 4 * i);
+        let label = if self.layout.label_bytes == 1 {
+            match self.map[self.layout.labels + i] {
+                0 => 0.0,
+                1 => 1.0,
+                b => f32::from(b),
+            }
+        } else {
+            le_f32(&self.map, self.layout.labels + 4 * i)
+        };
         if label != 0.0 && label != 1.0 {
             return Err(Error::format(
                 &self.path,
@@ -361,10 +490,17 @@ impl BinaryDataset {
     }
 
     /// Appends the ids of row `i` of feature `f`, checked against the feature's table.
+    #[inline]
     fn push_ids(&self, f: usize, i: usize, out: &mut Vec<u64>) -> Result<()> {
         let feature = &self.header.schema.sparse[f];
-        for at in self.sparse_range(f, i)?.step_by(8) {
-            let id = le_u64(&self.map, at);
+        let (_, values, width) = self.layout.features[f];
+        for k in self.sparse_range(f, i)? {
+            let at = values + width * k;
+            let id = if width == 4 {
+                u64::from(le_u32(&self.map, at))
+            } else {
+                le_u64(&self.map, at)
+            };
             if id >= feature.rows {
                 return Err(Error::format(
                     &self.path,
@@ -480,6 +616,20 @@ impl RecordStream for BinaryStream {
 
     fn skipped(&self) -> u64 {
         0
+    }
+
+    /// The next `n` selected rows gathered straight from the file ([`BinaryDataset::batch`]),
+    /// without a [`Record`] each.
+    fn read_batch(&mut self, n: usize) -> Result<Option<Batch>> {
+        let mut rows = Vec::with_capacity(n.min(1 << 16));
+        while rows.len() < n && self.next < self.end {
+            let i = self.next;
+            self.next += 1;
+            if self.select.contains(i) {
+                rows.push(i);
+            }
+        }
+        self.data.batch(&rows).map(Some)
     }
 }
 

@@ -4,7 +4,8 @@
 //! renamed over `<path>`. A writer killed on the way leaves these; the next command that
 //! writes into the directory removes them (`towerrec_core::fsio::remove_stale_temporaries`).
 
-use super::{pad8, Header, MAGIC, VERSION};
+use super::{pad8, FeatureLayout, Header, MAGIC, VERSION};
+use crate::block::RecordBlock;
 use crate::error::{Error, Result};
 use crate::record::{Record, RecordStream, Schema};
 use std::fs::File;
@@ -35,6 +36,17 @@ impl Spool {
     }
 }
 
+/// One sparse feature's spools.
+struct FeatureSpool {
+    /// Per-row offsets, written only once a row has other than one id.
+    offsets: Spool,
+    values: Spool,
+    /// Bytes per id: 4 or 8.
+    id_bytes: u8,
+    /// Every row so far had exactly one id (so no offsets are written yet).
+    single: bool,
+}
+
 /// Writes records into the binary format in one pass.
 pub struct BinaryWriter {
     path: PathBuf,
@@ -43,8 +55,7 @@ pub struct BinaryWriter {
     rows: u64,
     labels: Spool,
     dense: Spool,
-    /// Per feature: offsets and values spools.
-    sparse: Vec<(Spool, Spool)>,
+    sparse: Vec<FeatureSpool>,
     nnz: Vec<u64>,
     /// Every temporary file, removed on drop.
     temps: Vec<PathBuf>,
@@ -72,10 +83,13 @@ impl BinaryWriter {
         let labels = spool(".spool.labels".into())?;
         let dense = spool(".spool.dense".into())?;
         let mut sparse = Vec::with_capacity(schema.sparse.len());
-        for f in 0..schema.sparse.len() {
-            let mut offsets = spool(format!(".spool.{f}.offsets"))?;
-            offsets.put(&0u64.to_le_bytes())?;
-            sparse.push((offsets, spool(format!(".spool.{f}.values"))?));
+        for (f, feature) in schema.sparse.iter().enumerate() {
+            sparse.push(FeatureSpool {
+                offsets: spool(format!(".spool.{f}.offsets"))?,
+                values: spool(format!(".spool.{f}.values"))?,
+                id_bytes: FeatureLayout::id_bytes_for(feature.rows),
+                single: true,
+            });
         }
         let tmp = temporary(path);
         temps.push(tmp.clone());
@@ -96,41 +110,118 @@ impl BinaryWriter {
 
     /// Appends a record; it must match the schema and its ids must fit their tables.
     pub fn write(&mut self, r: &Record) -> Result<()> {
-        if r.dense.len() != self.schema.dense.len() {
+        self.check(r.label, &r.dense, |f| &r.sparse[f], r.sparse.len(), 0)?;
+        if self.broken {
+            return Err(self.broken_error());
+        }
+        let appended = self.append(r.label, &r.dense, |f| &r.sparse[f]);
+        self.broken = appended.is_err();
+        appended
+    }
+
+    /// Appends every row of `block`, checked as [`BinaryWriter::write`] checks a record
+    /// (nothing is written when one fails).
+    pub fn write_block(&mut self, block: &RecordBlock) -> Result<()> {
+        for i in 0..block.len() {
+            self.check(
+                block.labels[i],
+                block.dense_of(i),
+                |f| block.ids_of(i, f),
+                block.num_sparse,
+                i as u64,
+            )?;
+        }
+        if self.broken {
+            return Err(self.broken_error());
+        }
+        let appended = self.append_block(block);
+        self.broken = appended.is_err();
+        appended
+    }
+
+    /// Appends a validated block to the spools, section by section.
+    fn append_block(&mut self, b: &RecordBlock) -> Result<()> {
+        let labels: Vec<u8> = b.labels.iter().map(|&l| u8::from(l == 1.0)).collect();
+        self.labels.put(&labels)?;
+        let mut buf: Vec<u8> = b.dense.iter().flat_map(|x| x.to_le_bytes()).collect();
+        self.dense.put(&buf)?;
+        let mut offsets: Vec<u8> = Vec::new();
+        for (f, s) in self.sparse.iter_mut().enumerate() {
+            buf.clear();
+            offsets.clear();
+            for r in 0..b.len() {
+                let ids = b.ids_of(r, f);
+                for &id in ids {
+                    // Checked against the table, whose rows fit the width.
+                    if s.id_bytes == 4 {
+                        buf.extend_from_slice(&(id as u32).to_le_bytes());
+                    } else {
+                        buf.extend_from_slice(&id.to_le_bytes());
+                    }
+                }
+                if s.single && ids.len() != 1 {
+                    // The first row with other than one id: the offsets of the rows before.
+                    s.single = false;
+                    for k in 0..=self.rows + r as u64 {
+                        offsets.extend_from_slice(&k.to_le_bytes());
+                    }
+                }
+                self.nnz[f] += ids.len() as u64;
+                if !s.single {
+                    offsets.extend_from_slice(&self.nnz[f].to_le_bytes());
+                }
+            }
+            s.values.put(&buf)?;
+            s.offsets.put(&offsets)?;
+        }
+        self.rows += b.len() as u64;
+        Ok(())
+    }
+
+    /// What the reader checks, so that a file written is a file that reads; `ahead` is
+    /// the row's place after the rows written so far (within a block).
+    fn check<'a>(
+        &self,
+        label: f32,
+        dense: &[f32],
+        ids: impl Fn(usize) -> &'a [u64],
+        num_sparse: usize,
+        ahead: u64,
+    ) -> Result<()> {
+        let row = self.rows + ahead;
+        if dense.len() != self.schema.dense.len() {
             return Err(towerrec_core::Error::shape(
                 "record dense features",
                 self.schema.dense.len(),
-                r.dense.len(),
+                dense.len(),
             )
             .into());
         }
-        if r.sparse.len() != self.schema.sparse.len() {
+        if num_sparse != self.schema.sparse.len() {
             return Err(towerrec_core::Error::shape(
                 "record sparse features",
                 self.schema.sparse.len(),
-                r.sparse.len(),
+                num_sparse,
             )
             .into());
         }
-        // What the reader checks, so that a file written is a file that reads.
-        if r.label != 0.0 && r.label != 1.0 {
+        if label != 0.0 && label != 1.0 {
             return Err(Error::format(
                 &self.path,
-                format!("row {}: label {} is not 0 or 1", self.rows, r.label),
+                format!("row {row}: label {label} is not 0 or 1"),
             ));
         }
-        if let Some(k) = r.dense.iter().position(|x| !x.is_finite()) {
+        if let Some(k) = dense.iter().position(|x| !x.is_finite()) {
             return Err(Error::format(
                 &self.path,
                 format!(
-                    "row {}: dense feature '{}' is {}, not a finite number",
-                    self.rows, self.schema.dense[k], r.dense[k]
+                    "row {row}: dense feature '{}' is {}, not a finite number",
+                    self.schema.dense[k], dense[k]
                 ),
             ));
         }
-        for (f, ids) in r.sparse.iter().enumerate() {
-            let feature = &self.schema.sparse[f];
-            if let Some(&id) = ids.iter().find(|&&id| id >= feature.rows) {
+        for (f, feature) in self.schema.sparse.iter().enumerate() {
+            if let Some(&id) = ids(f).iter().find(|&&id| id >= feature.rows) {
                 return Err(towerrec_core::Error::IdOutOfRange {
                     table: feature.name.clone(),
                     id,
@@ -139,12 +230,7 @@ impl BinaryWriter {
                 .into());
             }
         }
-        if self.broken {
-            return Err(self.broken_error());
-        }
-        let appended = self.append(r);
-        self.broken = appended.is_err();
-        appended
+        Ok(())
     }
 
     fn broken_error(&self) -> Error {
@@ -154,19 +240,38 @@ impl BinaryWriter {
         )
     }
 
-    /// Appends a validated record to the spools.
-    fn append(&mut self, r: &Record) -> Result<()> {
-        self.labels.put(&r.label.to_le_bytes())?;
-        for x in &r.dense {
+    /// Appends a validated row to the spools.
+    fn append<'a>(
+        &mut self,
+        label: f32,
+        dense: &[f32],
+        ids: impl Fn(usize) -> &'a [u64],
+    ) -> Result<()> {
+        self.labels.put(&[u8::from(label == 1.0)])?;
+        for x in dense {
             self.dense.put(&x.to_le_bytes())?;
         }
-        for (f, ids) in r.sparse.iter().enumerate() {
-            let (offsets, values) = &mut self.sparse[f];
-            for id in ids {
-                values.put(&id.to_le_bytes())?;
+        for (f, s) in self.sparse.iter_mut().enumerate() {
+            let ids = ids(f);
+            for &id in ids {
+                // Checked against the table, whose rows fit the width.
+                if s.id_bytes == 4 {
+                    s.values.put(&(id as u32).to_le_bytes())?;
+                } else {
+                    s.values.put(&id.to_le_bytes())?;
+                }
+            }
+            if s.single && ids.len() != 1 {
+                // The first row with other than one id: the offsets of the rows before.
+                s.single = false;
+                for k in 0..=self.rows {
+                    s.offsets.put(&k.to_le_bytes())?;
+                }
             }
             self.nnz[f] += ids.len() as u64;
-            offsets.put(&self.nnz[f].to_le_bytes())?;
+            if !s.single {
+                s.offsets.put(&self.nnz[f].to_le_bytes())?;
+            }
         }
         self.rows += 1;
         Ok(())
@@ -190,6 +295,14 @@ impl BinaryWriter {
             num_dense: self.schema.dense.len() as u64,
             nnz: self.nnz.clone(),
             vocab: self.vocab.clone(),
+            layout: self
+                .sparse
+                .iter()
+                .map(|s| FeatureLayout {
+                    id_bytes: s.id_bytes,
+                    offsets: !s.single,
+                })
+                .collect(),
         };
         let json = serde_json::to_vec(&header)
             .map_err(|e| Error::format(&self.path, format!("cannot encode header: {e}")))?;
@@ -209,17 +322,19 @@ impl BinaryWriter {
             Ok(())
         };
         align(&mut out, &mut pos)?;
-        let mut sections = vec![&mut self.labels, &mut self.dense];
-        for (o, v) in &mut self.sparse {
-            sections.push(o);
-            sections.push(v);
+        // (section, padded after it): offsets are 8-byte values, the rest may not be.
+        let mut sections = vec![(&mut self.labels, true), (&mut self.dense, true)];
+        for s in &mut self.sparse {
+            if !s.single {
+                sections.push((&mut s.offsets, false));
+            }
+            sections.push((&mut s.values, true));
         }
-        for (k, s) in sections.into_iter().enumerate() {
+        for (s, pad) in sections {
             s.out.flush().map_err(|e| Error::io(&s.path, e))?;
             let mut f = File::open(&s.path).map_err(|e| Error::io(&s.path, e))?;
             pos += std::io::copy(&mut f, &mut out).map_err(|e| Error::io(&s.path, e))?;
-            // Only the f32 sections (labels, dense) can end off an 8-byte boundary.
-            if k < 2 {
+            if pad {
                 align(&mut out, &mut pos)?;
             }
         }
@@ -262,9 +377,28 @@ pub fn write_binary_with(
     vocab: Option<String>,
     mut progress: impl FnMut(u64) -> ControlFlow<()>,
 ) -> Result<u64> {
-    let mut writer = BinaryWriter::create(path, stream.schema().clone())?;
+    let schema = stream.schema().clone();
+    let mut writer = BinaryWriter::create(path, schema.clone())?;
     writer.set_vocab(vocab);
     let mut n = 0u64;
+    // Streams that read blocks (the text readers) hand over thousands of rows at once.
+    let mut block = RecordBlock::new(schema.num_dense(), schema.num_sparse());
+    loop {
+        block.clear();
+        match stream.read_block(BLOCK_ROWS, &mut block)? {
+            None => break,
+            Some(0) => return finish(writer, stream, path, n),
+            Some(k) => {
+                writer.write_block(&block)?;
+                n += k as u64;
+                if progress(n).is_break() {
+                    return Err(Error::Interrupted {
+                        path: path.to_path_buf(),
+                    });
+                }
+            }
+        }
+    }
     while let Some(r) = stream.next_record()? {
         writer.write(&r)?;
         n += 1;
@@ -274,6 +408,14 @@ pub fn write_binary_with(
             });
         }
     }
+    finish(writer, stream, path, n)
+}
+
+/// Rows per block [`write_binary`] asks a stream for.
+const BLOCK_ROWS: usize = 4096;
+
+/// Finishes a conversion of `n` rows: a stream with none is an error.
+fn finish(writer: BinaryWriter, stream: &mut dyn RecordStream, path: &Path, n: u64) -> Result<u64> {
     if n == 0 {
         return Err(Error::format(
             path,
@@ -290,9 +432,11 @@ pub fn write_binary_with(
 }
 
 /// Bytes of a binary file of `rows` rows with `num_dense` dense features and, per
-/// sparse feature, `ids_per_row` ids on average (the header aside).
+/// sparse feature, `ids_per_row` ids on average (the header aside; 4-byte ids, and
+/// offsets unless a feature has exactly one id per row).
 pub fn estimated_size(rows: u64, num_dense: usize, ids_per_row: &[f64]) -> u128 {
+    let feature = |m: f64| if m == 1.0 { 4.0 } else { 8.0 + 4.0 * m };
     let per_row =
-        4.0 + 4.0 * num_dense as f64 + ids_per_row.iter().map(|m| 8.0 + 8.0 * m).sum::<f64>();
+        1.0 + 4.0 * num_dense as f64 + ids_per_row.iter().map(|&m| feature(m)).sum::<f64>();
     (rows as f64 * per_row).ceil() as u128 + 64 * 1024
 }

@@ -69,3 +69,46 @@ pub fn drain(s: &mut dyn RecordStream) -> Vec<Record> {
     }
     out
 }
+
+/// The bytes of a version 1 binary file (the format written before issue 39: f32
+/// labels, u64 offsets and u64 ids for every feature) holding `records`.
+pub fn v1_file(schema: &towerrec_data::Schema, records: &[Record]) -> Vec<u8> {
+    let nnz: Vec<u64> = (0..schema.sparse.len())
+        .map(|f| records.iter().map(|r| r.sparse[f].len() as u64).sum())
+        .collect();
+    let header = serde_json::json!({
+        "version": 1,
+        "schema": schema,
+        "num_rows": records.len(),
+        "num_dense": schema.dense.len(),
+        "nnz": nnz,
+    });
+    let json = serde_json::to_vec(&header).unwrap();
+    let mut out = b"TRECBIN1".to_vec();
+    out.extend((json.len() as u64).to_le_bytes());
+    out.extend(json);
+    let pad = |out: &mut Vec<u8>| out.resize(out.len().next_multiple_of(8), 0);
+    pad(&mut out);
+    out.extend(records.iter().flat_map(|r| r.label.to_le_bytes()));
+    pad(&mut out);
+    out.extend(
+        records
+            .iter()
+            .flat_map(|r| r.dense.iter().flat_map(|x| x.to_le_bytes())),
+    );
+    pad(&mut out);
+    for f in 0..schema.sparse.len() {
+        let mut end = 0u64;
+        out.extend(0u64.to_le_bytes());
+        for r in records {
+            end += r.sparse[f].len() as u64;
+            out.extend(end.to_le_bytes());
+        }
+        out.extend(
+            records
+                .iter()
+                .flat_map(|r| r.sparse[f].iter().flat_map(|id| id.to_le_bytes())),
+        );
+    }
+    out
+}

@@ -11,13 +11,20 @@ use std::path::Path;
 use std::sync::Arc;
 use towerrec_data::binary::MAGIC;
 use towerrec_data::{
-    write_binary, BinaryDataset, BinaryStream, CriteoReader, PoolingFactor, SyntheticConfig,
-    SyntheticStream,
+    write_binary, BinaryDataset, BinaryStream, CriteoReader, PoolingFactor, RecordStream,
+    SyntheticConfig, SyntheticStream,
 };
 use towerrec_fuzz::{config, mutated};
 
 const TOKENS: &[&[u8]] = &[
     b"TRECBIN1",
+    b"TRECBIN2",
+    b"\"layout\":[]",
+    b"{\"id_bytes\":4,\"offsets\":false}",
+    b"{\"id_bytes\":8,\"offsets\":true}",
+    b"\"offsets\":true",
+    b"\"offsets\":false",
+    b"\"id_bytes\":3",
     b"{",
     b"}",
     b"[",
@@ -60,7 +67,24 @@ fn seeds() -> Vec<Vec<u8>> {
     let criteo = (0..5)
         .map(|i| super::common::criteo_row(i) + "\n")
         .collect::<String>();
-    vec![
+    let criteo_reader = |rows: u64| {
+        CriteoReader::from_reader(
+            std::io::Cursor::new(criteo.clone().into_bytes()),
+            Path::new("c.tsv"),
+            &[rows],
+            towerrec_data::BadRows::Fail,
+        )
+        .unwrap()
+    };
+    // Version 1 (still read), and version 2 with one-id features and 8-byte ids.
+    let mut syn = synthetic(2, 6);
+    let v1 = super::common::v1_file(&syn.schema().clone(), &super::common::drain(&mut syn));
+    let mut seeds = vec![
+        v1,
+        write("e.bin", &mut criteo_reader(1 << 33)),
+        write("f.bin", &mut criteo_reader(7)),
+    ];
+    seeds.extend([
         write("a.bin", &mut synthetic(2, 12)),
         write("b.bin", &mut synthetic(0, 5)),
         write("c.bin", &mut synthetic(1, 1)),
@@ -74,7 +98,8 @@ fn seeds() -> Vec<Vec<u8>> {
             )
             .unwrap(),
         ),
-    ]
+    ]);
+    seeds
 }
 
 /// Replaces the `which`-th number of the header JSON with `value`, padding with spaces
@@ -129,8 +154,13 @@ fn read(bytes: Vec<u8>) {
     let Ok(ds) = BinaryDataset::from_bytes(bytes, Path::new("f.bin")) else {
         return;
     };
-    // Every row holds at least its 4-byte label.
-    assert!(ds.len() <= len / 4, "{} rows in {len} bytes", ds.len());
+    // Every row holds at least its label (4 bytes in version 1, 1 in version 2).
+    let label_bytes = if ds.version() == 1 { 4 } else { 1 };
+    assert!(
+        ds.len() <= len / label_bytes,
+        "{} rows in {len} bytes",
+        ds.len()
+    );
     let schema = ds.schema().clone();
     for i in 0..ds.len() {
         if let Ok(r) = ds.record(i) {
