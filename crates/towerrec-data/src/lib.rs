@@ -1,8 +1,9 @@
 //! towerrec-data: everything that turns data into [`towerrec_core::Batch`]es.
 //!
 //! - Sources, all implementing [`RecordStream`]: the Criteo TSV reader ([`criteo`]), a
-//!   schema-described CSV/TSV reader ([`csv_schema`]), a memory-mapped preprocessed
-//!   binary format ([`binary`]) and a learnable synthetic generator ([`synthetic`]).
+//!   schema-described CSV/TSV reader ([`csv_schema`]), a Parquet reader with the same
+//!   schema ([`mod@parquet`]), a memory-mapped preprocessed binary format ([`binary`])
+//!   and a learnable synthetic generator ([`synthetic`]).
 //! - [`next_batch`] assembles records into a batch.
 //! - [`source`]: the `[data]` section of a run config; [`open`] and [`schema`] are all a
 //!   trainer needs.
@@ -17,6 +18,7 @@ pub mod error;
 pub mod fingerprint;
 pub mod hash;
 pub mod lines;
+pub mod parquet;
 pub mod profile;
 pub mod record;
 pub mod source;
@@ -24,6 +26,7 @@ pub mod synthetic;
 pub mod text;
 mod zipf;
 
+pub use crate::parquet::{ParquetReader, ParquetSchema};
 pub use batcher::{next_batch, read_records};
 pub use binary::{estimated_size, write_binary, BinaryDataset, BinaryStream, BinaryWriter};
 pub use criteo::CriteoReader;

@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! [data]
-//! format = "criteo"                  # or "csv", "binary", "synthetic"
+//! format = "criteo"                  # or "csv", "parquet", "binary", "synthetic"
 //! path = "train.txt"                 # relative to the config file's directory
 //! table_rows = [1000000]
 //! split = { kind = "tail", eval_fraction = 0.1 }
@@ -19,6 +19,7 @@ use crate::csv_schema::{CsvReader, CsvSchema};
 use crate::datafile;
 use crate::error::{Error, Result};
 use crate::lines::Lines;
+use crate::parquet::{ParquetReader, ParquetSchema};
 use crate::record::{BadRows, RecordStream, Schema};
 use crate::synthetic::{SyntheticConfig, SyntheticStream};
 use crate::text::{count_lines, RowSelect};
@@ -59,6 +60,21 @@ pub enum DataConfig {
         /// Columns and how to read them.
         schema: CsvSchema,
         /// How `path` divides into train and eval rows (default: none).
+        #[serde(default)]
+        split: Split,
+    },
+    /// A Parquet file described by a schema (the CSV schema's label, dense and sparse
+    /// tables).
+    Parquet {
+        /// The data file.
+        path: PathBuf,
+        /// A separate evaluation file, read whole (then `split` must be none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        eval_path: Option<PathBuf>,
+        /// Columns and how to read them.
+        schema: ParquetSchema,
+        /// How `path` divides into train and eval rows (default: none). A tail split
+        /// takes the row count from the file's metadata.
         #[serde(default)]
         split: Split,
     },
@@ -115,6 +131,7 @@ pub enum Part {
 enum FileFormat<'a> {
     Criteo(&'a [u64]),
     Csv(&'a CsvSchema),
+    Parquet(&'a ParquetSchema),
     Binary,
 }
 
@@ -177,6 +194,21 @@ impl DataConfig {
                     split,
                 }
             }
+            DataConfig::Parquet {
+                path,
+                eval_path,
+                schema,
+                split,
+            } => {
+                let (path, eval_path, split) =
+                    override_paths(path, eval_path, split, data, eval_data);
+                DataConfig::Parquet {
+                    path,
+                    eval_path,
+                    schema,
+                    split,
+                }
+            }
             DataConfig::Binary {
                 path,
                 eval_path,
@@ -203,6 +235,9 @@ impl DataConfig {
                 path, eval_path, ..
             }
             | DataConfig::Csv {
+                path, eval_path, ..
+            }
+            | DataConfig::Parquet {
                 path, eval_path, ..
             }
             | DataConfig::Binary {
@@ -275,6 +310,17 @@ impl DataConfig {
                 schema,
                 split,
             } => Some((FileFormat::Csv(schema), path, eval_path.as_deref(), split)),
+            DataConfig::Parquet {
+                path,
+                eval_path,
+                schema,
+                split,
+            } => Some((
+                FileFormat::Parquet(schema),
+                path,
+                eval_path.as_deref(),
+                split,
+            )),
             DataConfig::Binary {
                 path,
                 eval_path,
@@ -491,6 +537,11 @@ fn open_file(
             let reader = CsvReader::from_reader(buffered(file), path, schema, bad_rows)?;
             Box::new(reader.with_rows(select))
         }
+        FileFormat::Parquet(schema) if !binary => {
+            let reader = ParquetReader::from_file(&file, path, schema, bad_rows)?;
+            let select = split.select(part, path, || Ok(reader.rows()))?;
+            Box::new(reader.with_rows(select))
+        }
         _ => open_binary(&file, path, split, part)?,
     })
 }
@@ -555,6 +606,11 @@ fn file_schema(format: FileFormat<'_>, path: &Path) -> Result<Schema> {
         // Reading the header checks that the columns exist.
         FileFormat::Csv(schema) if !binary => {
             let reader = CsvReader::from_reader(BufReader::new(file), path, schema, BadRows::Fail)?;
+            Ok(reader.schema().clone())
+        }
+        // Reading the metadata checks that the columns exist and have fitting types.
+        FileFormat::Parquet(schema) if !binary => {
+            let reader = ParquetReader::from_file(&file, path, schema, BadRows::Fail)?;
             Ok(reader.schema().clone())
         }
         _ => Ok(BinaryDataset::from_file(&file, path)?.schema().clone()),
@@ -670,8 +726,11 @@ mod tests {
         let e = parse("[data]\nformat = \"csv\"\npath = \"a\"\n[data.schema]\nlabel = { column = \"y\", positve = [\"1\"] }\n")
             .unwrap_err();
         assert!(e.contains("positve"), "{e}");
-        let e = parse("[data]\nformat = \"parquet\"\npath = \"a\"\n").unwrap_err();
-        assert!(e.contains("parquet"), "{e}");
+        let e = parse("[data]\nformat = \"avro\"\npath = \"a\"\n").unwrap_err();
+        assert!(e.contains("avro"), "{e}");
+        let e = parse("[data]\nformat = \"parquet\"\npath = \"a\"\n[data.schema]\ndelimiter = \",\"\nlabel = { column = \"y\" }\n")
+            .unwrap_err();
+        assert!(e.contains("delimiter"), "{e}");
     }
 
     #[test]
@@ -680,6 +739,7 @@ mod tests {
             "format = \"binary\"\npath = \"a.bin\"\n",
             "format = \"criteo\"\npath = \"a.txt\"\ntable_rows = [100]\nsplit = { kind = \"tail\", eval_fraction = 0.5 }\n",
             "format = \"synthetic\"\ntrain_samples = 100\neval_samples = 10\ntables = [{ rows = 50, count = 3, pooling = { mean = 2.0 } }, { name = \"u\", rows = 5, zipf_exponent = 1.1 }]\n",
+            "format = \"parquet\"\npath = \"a.parquet\"\neval_path = \"b.parquet\"\nschema = { label = { column = \"y\", positive = [\"yes\"] }, dense = [{ column = \"d\", fill = 1.5 }], sparse = [{ column = \"g\", rows = 9, separator = \"|\" }] }\n",
             "format = \"csv\"\npath = \"a.csv\"\nschema = { delimiter = \"\\t\", label = { column = \"y\", threshold = 4.0 }, dense = [{ column = \"d\" }], sparse = [{ column = \"g\", rows = 9, separator = \"|\" }] }\n",
         ] {
             let c: DataConfig = toml::from_str(text).unwrap();

@@ -1,4 +1,4 @@
-//! Fuzzing the data readers: Criteo TSV, schema-described CSV/TSV and the binary format,
+//! Fuzzing the data readers: Criteo TSV, schema-described CSV/TSV, Parquet and the binary format,
 //! each on arbitrary bytes and on valid files mutated (see `towerrec-fuzz`). Whatever
 //! the input, a reader yields records that fit its schema (labels 0 or 1, finite dense
 //! values, ids inside their tables) or an error; it never panics, hangs or allocates
@@ -9,6 +9,7 @@
 mod common;
 
 mod binary;
+mod parquet;
 mod text;
 
 use towerrec_data::{Error, Record, RecordStream, Schema};
