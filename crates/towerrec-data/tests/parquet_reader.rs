@@ -260,3 +260,28 @@ fn a_tail_split_takes_the_row_count_from_the_metadata() {
     assert_eq!(count(Part::Train), 430);
     assert_eq!(count(Part::Eval), 70);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config::with_cases(24))]
+
+    /// Any row count, row-group size, batch size and thread count: the CSV's batches.
+    #[test]
+    fn any_layout_reads_as_the_csv(
+        rows in 1usize..400,
+        group in 1usize..90,
+        batch in 1usize..70,
+        threads in 1usize..4,
+    ) {
+        let dir = TempDir::new("pq-prop");
+        let (b, csv) = click_log(rows);
+        write_parquet(&dir.path().join("a.parquet"), &b, group);
+        let csv = dir.file("a.csv", csv);
+        let schema: ParquetSchema = toml::from_str(CLICK_LOG_COLUMNS).unwrap();
+        let mut p = ParquetReader::open(&dir.path().join("a.parquet"), &schema, BadRows::Fail)
+            .unwrap()
+            .with_threads(threads);
+        let cs: towerrec_data::CsvSchema = toml::from_str(CLICK_LOG_COLUMNS).unwrap();
+        let mut c = towerrec_data::CsvReader::open(&csv, &cs, BadRows::Fail).unwrap();
+        assert_same(&batches(&mut p, batch), &batches(&mut c, batch));
+    }
+}
