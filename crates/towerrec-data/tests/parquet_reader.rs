@@ -285,3 +285,51 @@ proptest::proptest! {
         assert_same(&batches(&mut p, batch), &batches(&mut c, batch));
     }
 }
+
+/// Not a test (ignored; no timing is asserted): reads `PARQUET_SPEED_ROWS` rows (default
+/// 500000) of the click log as Parquet (snappy, row groups of 131072) and as the binary
+/// format, both from the page cache, three times each alternated, and prints rows/s.
+/// Run by `bench/parquet_speed.sh`.
+#[test]
+#[ignore]
+fn parquet_speed() {
+    use std::time::Instant;
+    let rows: usize = std::env::var("PARQUET_SPEED_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500_000);
+    let dir = TempDir::new("pq-speed");
+    let (b, csv) = click_log(rows);
+    let pq = dir.path().join("a.parquet");
+    write_parquet(&pq, &b, 131_072);
+    let csv = dir.file("a.csv", csv);
+    let cs: towerrec_data::CsvSchema = toml::from_str(CLICK_LOG_COLUMNS).unwrap();
+    let bin = dir.path().join("a.bin");
+    let mut reader = towerrec_data::CsvReader::open(&csv, &cs, BadRows::Fail).unwrap();
+    towerrec_data::write_binary(&mut reader, &bin, |_| std::ops::ControlFlow::Continue(()))
+        .unwrap();
+    let schema: ParquetSchema = toml::from_str(CLICK_LOG_COLUMNS).unwrap();
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+    println!(
+        "{rows} rows; parquet {} bytes, binary {} bytes; batches of 2048 through next_batch",
+        size(&pq),
+        size(&bin)
+    );
+    for round in 0..3 {
+        let t = Instant::now();
+        let mut p = ParquetReader::open(&pq, &schema, BadRows::Fail).unwrap();
+        let n: usize = batches(&mut p, 2048).iter().map(Batch::batch_size).sum();
+        let tp = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let ds = Arc::new(towerrec_data::BinaryDataset::open(&bin).unwrap());
+        let mut s = towerrec_data::BinaryStream::new(ds, 0..u64::MAX);
+        let m: usize = batches(&mut s, 2048).iter().map(Batch::batch_size).sum();
+        let tb = t.elapsed().as_secs_f64();
+        assert_eq!((n, m), (rows, rows));
+        println!(
+            "round {round}: parquet {:.0} rows/s ({tp:.3} s), binary {:.0} rows/s ({tb:.3} s)",
+            rows as f64 / tp,
+            rows as f64 / tb
+        );
+    }
+}
