@@ -147,25 +147,7 @@ impl CsvSchema {
     /// The record schema this CSV schema produces (no file needed).
     pub fn schema(&self) -> Result<Schema> {
         self.validate()?;
-        Ok(Schema {
-            dense: self.dense.iter().map(|d| d.column.clone()).collect(),
-            sparse: self
-                .sparse
-                .iter()
-                .map(|s| {
-                    Ok(SparseFeature {
-                        name: s.feature_name().to_string(),
-                        rows: s.rows.ok_or_else(|| {
-                            Error::Config(format!(
-                                "data.schema.sparse: column \"{}\": needs `rows` (or set data.vocab, \
-                                 which gives the table sizes)",
-                                s.column
-                            ))
-                        })?,
-                    })
-                })
-                .collect::<Result<_>>()?,
-        })
+        columns_schema(&self.dense, &self.sparse)
     }
 
     /// Checks what needs no file: delimiter, label rule, table sizes, unique names.
@@ -176,45 +158,77 @@ impl CsvSchema {
                 "data.schema.delimiter: must be one ASCII character other than a quote or newline, got {d:?}"
             )));
         }
-        if !self.label.positive.is_empty() && self.label.threshold.is_some() {
-            return Err(Error::Config(
-                "data.schema.label: set `positive` or `threshold`, not both".into(),
-            ));
-        }
-        if self.label.threshold.is_some_and(|t| !t.is_finite()) {
-            return Err(Error::Config(
-                "data.schema.label.threshold: must be a finite number".into(),
-            ));
-        }
-        if let Some(d) = self.dense.iter().find(|d| !d.fill.is_finite()) {
+        if let Some(s) = self.sparse.iter().find(|s| s.separator == Some(d)) {
             return Err(Error::Config(format!(
-                "data.schema.dense: column \"{}\": fill must be a finite number, got {}",
-                d.column, d.fill
+                "data.schema.sparse: column \"{}\": separator equals the delimiter",
+                s.column
             )));
         }
-        let mut names = HashSet::new();
-        for s in &self.sparse {
-            let name = s.name.as_deref().unwrap_or(&s.column);
-            if s.rows == Some(0) {
-                return Err(Error::Config(format!(
-                    "data.schema.sparse: column \"{}\": rows must be at least 1",
-                    s.column
-                )));
-            }
-            if s.separator.is_some_and(|c| c == d) {
-                return Err(Error::Config(format!(
-                    "data.schema.sparse: column \"{}\": separator equals the delimiter",
-                    s.column
-                )));
-            }
-            if !names.insert(name) {
-                return Err(Error::Config(format!(
-                    "data.schema.sparse: feature name \"{name}\" is used twice; set `name` to tell them apart"
-                )));
-            }
-        }
-        Ok(())
+        validate_columns(&self.label, &self.dense, &self.sparse)
     }
+}
+
+/// The record schema of the columns a schema picks (CSV or Parquet, [`crate::parquet`]).
+pub(crate) fn columns_schema(dense: &[DenseColumn], sparse: &[SparseColumn]) -> Result<Schema> {
+    Ok(Schema {
+        dense: dense.iter().map(|d| d.column.clone()).collect(),
+        sparse: sparse
+            .iter()
+            .map(|s| {
+                Ok(SparseFeature {
+                    name: s.feature_name().to_string(),
+                    rows: s.rows.ok_or_else(|| {
+                        Error::Config(format!(
+                            "data.schema.sparse: column \"{}\": needs `rows` (or set data.vocab, \
+                             which gives the table sizes)",
+                            s.column
+                        ))
+                    })?,
+                })
+            })
+            .collect::<Result<_>>()?,
+    })
+}
+
+/// Checks the column choices a CSV and a Parquet schema share: the label rule, dense
+/// fills, table sizes and unique feature names.
+pub(crate) fn validate_columns(
+    label: &LabelSpec,
+    dense: &[DenseColumn],
+    sparse: &[SparseColumn],
+) -> Result<()> {
+    if !label.positive.is_empty() && label.threshold.is_some() {
+        return Err(Error::Config(
+            "data.schema.label: set `positive` or `threshold`, not both".into(),
+        ));
+    }
+    if label.threshold.is_some_and(|t| !t.is_finite()) {
+        return Err(Error::Config(
+            "data.schema.label.threshold: must be a finite number".into(),
+        ));
+    }
+    if let Some(d) = dense.iter().find(|d| !d.fill.is_finite()) {
+        return Err(Error::Config(format!(
+            "data.schema.dense: column \"{}\": fill must be a finite number, got {}",
+            d.column, d.fill
+        )));
+    }
+    let mut names = HashSet::new();
+    for s in sparse {
+        let name = s.feature_name();
+        if s.rows == Some(0) {
+            return Err(Error::Config(format!(
+                "data.schema.sparse: column \"{}\": rows must be at least 1",
+                s.column
+            )));
+        }
+        if !names.insert(name) {
+            return Err(Error::Config(format!(
+                "data.schema.sparse: feature name \"{name}\" is used twice; set `name` to tell them apart"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// How a label field maps to 0/1.
@@ -539,7 +553,7 @@ fn split_fields(
 }
 
 /// Parses a finite number.
-fn parse_number(field: &[u8]) -> Option<f64> {
+pub(crate) fn parse_number(field: &[u8]) -> Option<f64> {
     std::str::from_utf8(field)
         .ok()?
         .parse::<f64>()
@@ -548,7 +562,7 @@ fn parse_number(field: &[u8]) -> Option<f64> {
 }
 
 /// Splits `field` on the byte sequence `sep` (a UTF-8 encoded char).
-fn split_on<'a>(field: &'a [u8], sep: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+pub(crate) fn split_on<'a>(field: &'a [u8], sep: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
     let mut rest = Some(field);
     std::iter::from_fn(move || {
         let r = rest?;

@@ -1,8 +1,9 @@
 //! towerrec-data: everything that turns data into [`towerrec_core::Batch`]es.
 //!
 //! - Sources, all implementing [`RecordStream`]: the Criteo TSV reader ([`criteo`]), a
-//!   schema-described CSV/TSV reader ([`csv_schema`]), a memory-mapped preprocessed
-//!   binary format ([`binary`]) and a learnable synthetic generator ([`synthetic`]).
+//!   schema-described CSV/TSV reader ([`csv_schema`]), a Parquet reader with the same
+//!   schema ([`mod@parquet`]), a memory-mapped preprocessed binary format ([`binary`])
+//!   and a learnable synthetic generator ([`synthetic`]).
 //! - [`next_batch`] assembles records into a batch.
 //! - [`source`]: the `[data]` section of a run config; [`open`] and [`schema`] are all a
 //!   trainer needs.
@@ -20,6 +21,7 @@ pub mod error;
 pub mod fingerprint;
 pub mod hash;
 pub mod lines;
+pub mod parquet;
 pub mod profile;
 pub mod record;
 pub mod shuffle;
@@ -29,6 +31,7 @@ pub mod text;
 pub mod vocab;
 mod zipf;
 
+pub use crate::parquet::{ParquetReader, ParquetSchema};
 pub use batcher::{next_batch, read_records};
 pub use binary::{
     estimated_size, write_binary, write_binary_with, BinaryDataset, BinaryStream, BinaryWriter,

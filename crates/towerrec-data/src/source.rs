@@ -3,7 +3,7 @@
 //!
 //! ```toml
 //! [data]
-//! format = "criteo"                  # or "csv", "binary", "synthetic"
+//! format = "criteo"                  # or "csv", "parquet", "binary", "synthetic"
 //! path = "train.txt"                 # relative to the config file's directory
 //! table_rows = [1000000]
 //! split = { kind = "tail", eval_fraction = 0.1 }
@@ -21,6 +21,7 @@ use crate::datafile;
 use crate::encode::FeatureIds;
 use crate::error::{Error, Result};
 use crate::lines::Lines;
+use crate::parquet::{ParquetReader, ParquetSchema};
 use crate::record::{BadRows, RecordStream, Schema};
 use crate::shuffle::{self, Shuffle, ShuffledBinary};
 use crate::synthetic::{SyntheticConfig, SyntheticStream};
@@ -73,6 +74,25 @@ pub enum DataConfig {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         vocab: Option<PathBuf>,
         /// How `path` divides into train and eval rows (default: none).
+        #[serde(default)]
+        split: Split,
+    },
+    /// A Parquet file described by a schema (the CSV schema's label, dense and sparse
+    /// tables).
+    Parquet {
+        /// The data file.
+        path: PathBuf,
+        /// A separate evaluation file, read whole (then `split` must be none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        eval_path: Option<PathBuf>,
+        /// Columns and how to read them.
+        schema: ParquetSchema,
+        /// A vocabulary file (`towerrec vocab`), relative to the config's directory:
+        /// categoricals are encoded with it instead of hashed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        vocab: Option<PathBuf>,
+        /// How `path` divides into train and eval rows (default: none). A tail split
+        /// takes the row count from the file's metadata.
         #[serde(default)]
         split: Split,
     },
@@ -133,6 +153,7 @@ pub enum Part {
 enum FileFormat<'a> {
     Criteo(&'a [u64]),
     Csv(&'a CsvSchema),
+    Parquet(&'a ParquetSchema),
     Binary,
 }
 
@@ -199,6 +220,23 @@ impl DataConfig {
                     split,
                 }
             }
+            DataConfig::Parquet {
+                path,
+                eval_path,
+                schema,
+                vocab,
+                split,
+            } => {
+                let (path, eval_path, split) =
+                    override_paths(path, eval_path, split, data, eval_data);
+                DataConfig::Parquet {
+                    path,
+                    eval_path,
+                    schema,
+                    vocab,
+                    split,
+                }
+            }
             DataConfig::Binary {
                 path,
                 eval_path,
@@ -225,6 +263,9 @@ impl DataConfig {
                 path, eval_path, ..
             }
             | DataConfig::Csv {
+                path, eval_path, ..
+            }
+            | DataConfig::Parquet {
                 path, eval_path, ..
             }
             | DataConfig::Binary {
@@ -299,6 +340,18 @@ impl DataConfig {
                 split,
                 ..
             } => Some((FileFormat::Csv(schema), path, eval_path.as_deref(), split)),
+            DataConfig::Parquet {
+                path,
+                eval_path,
+                schema,
+                split,
+                ..
+            } => Some((
+                FileFormat::Parquet(schema),
+                path,
+                eval_path.as_deref(),
+                split,
+            )),
             DataConfig::Binary {
                 path,
                 eval_path,
@@ -587,6 +640,14 @@ fn open_text(
             let reader = CsvReader::from_reader(buffered(file), path, schema, bad_rows)?;
             Box::new(ids.apply(reader, CsvReader::with_ids)?.with_rows(select))
         }
+        FileFormat::Parquet(schema) => {
+            let reader = ParquetReader::from_file(&file, path, schema, bad_rows)?;
+            let select = split.select(part, path, || Ok(reader.rows()))?;
+            Box::new(
+                ids.apply(reader, ParquetReader::with_ids)?
+                    .with_rows(select),
+            )
+        }
         FileFormat::Binary => open_binary(&file, path, split, part, ids.check(format), None)?,
     })
 }
@@ -676,7 +737,7 @@ pub fn open_epoch(
     )
 }
 
-/// Opens the train or eval part of text data (Criteo or CSV) with the raw keys for
+/// Opens the train or eval part of text or Parquet data with the raw keys for
 /// ids ([`FeatureIds::Key`]), whatever the config's encoding: what a vocabulary is
 /// counted from. A binary file holds rows, not keys, and is refused.
 pub fn open_keys(
@@ -690,10 +751,13 @@ pub fn open_keys(
     match &mut cfg {
         DataConfig::Criteo { table_rows, .. } => *table_rows = vec![1],
         DataConfig::Csv { schema, .. } => schema.sparse.iter_mut().for_each(|s| s.rows = Some(1)),
+        DataConfig::Parquet { schema, .. } => {
+            schema.sparse.iter_mut().for_each(|s| s.rows = Some(1))
+        }
         _ => {
             return Err(Error::Config(
-                "vocab: counts the keys of text data (format = \"criteo\" or \"csv\"); \
-                 this config's data is not text"
+                "vocab: counts the keys of text or Parquet data (format = \"criteo\", \"csv\" \
+                 or \"parquet\"); this config's data is neither"
                     .into(),
             ))
         }
@@ -802,6 +866,11 @@ fn file_schema(format: FileFormat<'_>, path: &Path, vocab: Option<&Applied>) -> 
         // Reading the header checks that the columns exist.
         FileFormat::Csv(schema) if !binary => {
             let reader = CsvReader::from_reader(BufReader::new(file), path, schema, BadRows::Fail)?;
+            Ok(reader.schema().clone())
+        }
+        // Reading the metadata checks that the columns exist and have fitting types.
+        FileFormat::Parquet(schema) if !binary => {
+            let reader = ParquetReader::from_file(&file, path, schema, BadRows::Fail)?;
             Ok(reader.schema().clone())
         }
         _ => {
@@ -926,8 +995,11 @@ mod tests {
         let e = parse("[data]\nformat = \"csv\"\npath = \"a\"\n[data.schema]\nlabel = { column = \"y\", positve = [\"1\"] }\n")
             .unwrap_err();
         assert!(e.contains("positve"), "{e}");
-        let e = parse("[data]\nformat = \"parquet\"\npath = \"a\"\n").unwrap_err();
-        assert!(e.contains("parquet"), "{e}");
+        let e = parse("[data]\nformat = \"avro\"\npath = \"a\"\n").unwrap_err();
+        assert!(e.contains("avro"), "{e}");
+        let e = parse("[data]\nformat = \"parquet\"\npath = \"a\"\n[data.schema]\ndelimiter = \",\"\nlabel = { column = \"y\" }\n")
+            .unwrap_err();
+        assert!(e.contains("delimiter"), "{e}");
     }
 
     #[test]
@@ -936,6 +1008,7 @@ mod tests {
             "format = \"binary\"\npath = \"a.bin\"\n",
             "format = \"criteo\"\npath = \"a.txt\"\ntable_rows = [100]\nsplit = { kind = \"tail\", eval_fraction = 0.5 }\n",
             "format = \"synthetic\"\ntrain_samples = 100\neval_samples = 10\ntables = [{ rows = 50, count = 3, pooling = { mean = 2.0 } }, { name = \"u\", rows = 5, zipf_exponent = 1.1 }]\n",
+            "format = \"parquet\"\npath = \"a.parquet\"\neval_path = \"b.parquet\"\nschema = { label = { column = \"y\", positive = [\"yes\"] }, dense = [{ column = \"d\", fill = 1.5 }], sparse = [{ column = \"g\", rows = 9, separator = \"|\" }] }\n",
             "format = \"csv\"\npath = \"a.csv\"\nschema = { delimiter = \"\\t\", label = { column = \"y\", threshold = 4.0 }, dense = [{ column = \"d\" }], sparse = [{ column = \"g\", rows = 9, separator = \"|\" }] }\n",
         ] {
             let c: DataConfig = toml::from_str(text).unwrap();

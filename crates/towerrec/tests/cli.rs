@@ -432,4 +432,226 @@ fn bench_data_reads_each_part_whole() {
         assert_eq!(j["rows"], rows, "{part}: {out}");
         assert_eq!(j["rows_per_sec"].as_array().unwrap().len(), 2);
     }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// The rows of a [`categorical_csv`] file as a snappy Parquet file in row groups of 500
+/// rows: `click` an integer, `user` and `item` strings, `tags` a list of strings.
+fn parquet_of_csv(csv: &Path, out: &Path) {
+    use arrow_array::builder::{ListBuilder, StringBuilder};
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::properties::WriterProperties;
+    use std::sync::Arc;
+    let text = std::fs::read_to_string(csv).unwrap();
+    let (mut click, mut user, mut item) = (vec![], vec![], vec![]);
+    let mut tags = ListBuilder::new(StringBuilder::new());
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        click.push(f[0].parse::<i64>().unwrap());
+        user.push(f[1].to_string());
+        item.push(f[2].to_string());
+        for t in f[3].split('|') {
+            tags.values().append_value(t);
+        }
+        tags.append(true);
+    }
+    let batch = RecordBatch::try_from_iter([
+        ("click", Arc::new(Int64Array::from(click)) as ArrayRef),
+        ("user", Arc::new(StringArray::from(user))),
+        ("item", Arc::new(StringArray::from(item))),
+        ("tags", Arc::new(tags.finish())),
+    ])
+    .unwrap();
+    let props = WriterProperties::builder()
+        .set_compression(parquet::basic::Compression::SNAPPY)
+        .set_max_row_group_row_count(Some(500))
+        .build();
+    let mut w = ArrowWriter::try_new(
+        std::fs::File::create(out).unwrap(),
+        batch.schema(),
+        Some(props),
+    )
+    .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+/// A Parquet config and the CSV config of the same rows: `preprocess` writes the same
+/// binary file from both, `train` reads the Parquet file itself to the CSV run's AUC,
+/// and a schema column the file lacks is refused naming the file and the column.
+#[test]
+fn parquet_input_preprocesses_and_trains_as_its_csv() {
+    let dir = tmp_dir("parquet");
+    categorical_csv(&dir.join("clicks.csv"), 2000);
+    parquet_of_csv(&dir.join("clicks.csv"), &dir.join("clicks.parquet"));
+    let config = |format: &str, path: &str, item: &str| {
+        format!(
+            r#"[model]
+kind = "dlrm"
+embedding_dim = 8
+top_mlp = [16, 1]
+
+[optimizer]
+dense = {{ kind = "adam" }}
+dense_lr = 0.01
+sparse = {{ kind = "adam" }}
+sparse_lr = 0.05
+
+[train]
+batch_size = 64
+epochs = 1
+eval_every = 0
+
+[data]
+format = "{format}"
+path = "{path}"
+split = {{ kind = "tail", eval_rows = 400 }}
+
+[data.schema]
+label = {{ column = "click" }}
+sparse = [
+  {{ column = "user", rows = 100 }},
+  {{ column = "{item}", rows = 100 }},
+  {{ column = "tags", rows = 30, separator = "|" }},
+]
+"#
+        )
+    };
+    let write = |name: &str, text: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let csv = write("csv.toml", config("csv", "clicks.csv", "item"));
+    let pq = write("pq.toml", config("parquet", "clicks.parquet", "item"));
+    for (cfg, out) in [(&csv, "csv.bin"), (&pq, "pq.bin")] {
+        let out = dir.join(out);
+        let o = towerrec(&[
+            "preprocess",
+            "--config",
+            cfg,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", common::describe(&o));
+    }
+    let (a, b) = (
+        std::fs::read(dir.join("csv.bin")).unwrap(),
+        std::fs::read(dir.join("pq.bin")).unwrap(),
+    );
+    assert!(
+        a == b,
+        "the binary files differ ({} and {} bytes)",
+        a.len(),
+        b.len()
+    );
+
+    let mut aucs = vec![];
+    for (cfg, out) in [(&csv, "run-csv"), (&pq, "run-pq")] {
+        let run = dir.join(out);
+        let o = towerrec(&[
+            "train",
+            "-q",
+            "--config",
+            cfg,
+            "--out",
+            run.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", common::describe(&o));
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("summary.json")).unwrap())
+                .unwrap();
+        aucs.push(s["auc"].clone());
+    }
+    assert!(aucs[0].as_f64().is_some_and(f64::is_finite), "{aucs:?}");
+    assert_eq!(aucs[0], aucs[1]);
+
+    let bad = write("bad.toml", config("parquet", "clicks.parquet", "itme"));
+    let o = towerrec(&[
+        "train",
+        "-q",
+        "--config",
+        &bad,
+        "--out",
+        dir.join("bad").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let (_, stderr) = text(&o);
+    assert!(
+        stderr.contains("clicks.parquet") && stderr.contains("column \"itme\" is not in the file"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A vocabulary counted from a Parquet file is the one counted from the CSV of the same
+/// rows, and the Parquet config encodes with it as the CSV config does: `preprocess`
+/// writes the same binary file from both (its header holds the vocabulary's checksum,
+/// over the names and keys in order; the vocabulary files differ only in the source
+/// file they name).
+#[test]
+fn a_parquet_vocabulary_equals_its_csv_one_and_encodes_the_same() {
+    let dir = tmp_dir("parquet-vocab");
+    categorical_csv(&dir.join("clicks.csv"), 1500);
+    parquet_of_csv(&dir.join("clicks.csv"), &dir.join("clicks.parquet"));
+    let config = |format: &str, path: &str| {
+        format!(
+            r#"[model]
+kind = "dlrm"
+embedding_dim = 8
+top_mlp = [16, 1]
+
+[optimizer]
+dense = {{ kind = "adam" }}
+dense_lr = 0.01
+sparse = {{ kind = "adam" }}
+sparse_lr = 0.05
+
+[train]
+batch_size = 64
+epochs = 1
+eval_every = 0
+
+[data]
+format = "{format}"
+path = "{path}"
+vocab = "{format}.vocab"
+split = {{ kind = "tail", eval_rows = 300 }}
+
+[data.schema]
+label = {{ column = "click" }}
+sparse = [{{ column = "user" }}, {{ column = "item" }}, {{ column = "tags", separator = "|" }}]
+"#
+        )
+    };
+    let mut bins = vec![];
+    for (format, path) in [("csv", "clicks.csv"), ("parquet", "clicks.parquet")] {
+        let cfg = dir.join(format!("{format}.toml"));
+        std::fs::write(&cfg, config(format, path)).unwrap();
+        let cfg = cfg.to_str().unwrap();
+        let vocab = dir.join(format!("{format}.vocab"));
+        let o = towerrec(&[
+            "vocab",
+            "--config",
+            cfg,
+            "--min-count",
+            "2",
+            "--out",
+            vocab.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", common::describe(&o));
+        let out = dir.join(format!("{format}.bin"));
+        let o = towerrec(&[
+            "preprocess",
+            "--config",
+            cfg,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", common::describe(&o));
+        bins.push(std::fs::read(out).unwrap());
+    }
+    assert!(bins[0] == bins[1], "the binary files differ");
+    std::fs::remove_dir_all(dir).ok();
 }

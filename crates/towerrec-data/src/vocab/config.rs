@@ -5,7 +5,9 @@
 
 use super::{load, Vocab};
 use crate::criteo::{criteo_schema, NUM_SPARSE};
+use crate::csv_schema::CsvSchema;
 use crate::error::{Error, Result};
+use crate::parquet::ParquetSchema;
 use crate::source::DataConfig;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,7 +30,9 @@ impl Applied {
 /// The vocabulary file a config names, resolved against `base_dir`.
 pub fn vocab_path(cfg: &DataConfig, base_dir: &Path) -> Option<PathBuf> {
     let p = match cfg {
-        DataConfig::Criteo { vocab, .. } | DataConfig::Csv { vocab, .. } => vocab.as_deref()?,
+        DataConfig::Criteo { vocab, .. }
+        | DataConfig::Csv { vocab, .. }
+        | DataConfig::Parquet { vocab, .. } => vocab.as_deref()?,
         _ => return None,
     };
     Some(if p.is_absolute() {
@@ -75,14 +79,20 @@ pub fn apply(cfg: &DataConfig, base_dir: &Path) -> Result<Option<(DataConfig, Ap
             }
             *table_rows = rows;
         }
-        DataConfig::Csv { schema, .. } => {
-            let names: Vec<String> = schema
-                .sparse
+        DataConfig::Csv {
+            schema: CsvSchema { sparse, .. },
+            ..
+        }
+        | DataConfig::Parquet {
+            schema: ParquetSchema { sparse, .. },
+            ..
+        } => {
+            let names: Vec<String> = sparse
                 .iter()
                 .map(|s| s.feature_name().to_string())
                 .collect();
             vocab.check_names(&names, &path)?;
-            for (s, &r) in schema.sparse.iter_mut().zip(&rows) {
+            for (s, &r) in sparse.iter_mut().zip(&rows) {
                 if let Some(given) = s.rows.filter(|&g| g != r) {
                     return Err(disagree(
                         &format!("data.schema.sparse: column \"{}\": rows", s.column),

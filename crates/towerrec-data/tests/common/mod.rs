@@ -112,3 +112,115 @@ pub fn v1_file(schema: &towerrec_data::Schema, records: &[Record]) -> Vec<u8> {
     }
     out
 }
+
+/// Writes `batch` as a snappy-compressed Parquet file of row groups of `group_rows`.
+pub fn write_parquet(path: &Path, batch: &arrow_array::RecordBatch, group_rows: usize) {
+    use parquet::arrow::ArrowWriter;
+    use parquet::basic::Compression;
+    use parquet::file::properties::WriterProperties;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_max_row_group_row_count(Some(group_rows))
+        .build();
+    let file = std::fs::File::create(path).expect("create parquet file");
+    let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props)).expect("parquet writer");
+    w.write(batch).expect("write parquet");
+    w.close().expect("close parquet");
+}
+
+/// `n` rows of a click log as an Arrow batch and as the CSV text of the same rows:
+/// an int label, float and int dense columns with nulls, a string column with nulls
+/// and blanks around values, an int64 id column, a list column (null lists, empty
+/// lists, null elements) and a `|`-separated string column. Floats are written with
+/// Rust's shortest round-trip formatting, so the CSV parses to the same f64.
+pub fn click_log(n: usize) -> (arrow_array::RecordBatch, String) {
+    use arrow_array::builder::{ListBuilder, StringBuilder};
+    use arrow_array::{ArrayRef, Float32Array, Float64Array, Int32Array, Int64Array, StringArray};
+    use std::sync::Arc;
+    let mut csv = String::from("click,price,count,ratio,site,user,tags,cats\n");
+    let (mut click, mut price, mut count, mut ratio) = (vec![], vec![], vec![], vec![]);
+    let (mut site, mut user, mut cats) = (vec![], vec![], vec![]);
+    let mut tags = ListBuilder::new(StringBuilder::new());
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for i in 0..n {
+        let r = next();
+        let c = (r % 3 == 0) as i64;
+        let p = (r % 7 != 0).then(|| (r >> 8) as f64 / 1e6 - 5e6 * (r % 2) as f64);
+        let k = (r % 5 != 0).then_some(((r >> 20) % 1000) as i32 - 10);
+        let q = ((r >> 30) % 100_000) as f32 / 7.0;
+        let s = match r % 6 {
+            0 => None,
+            1 => Some(String::new()),
+            2 => Some(format!(" s{} ", r % 50)),
+            _ => Some(format!("site{}", (r >> 3) % 200)),
+        };
+        let u = (r >> 11) as i64 - (1 << 52);
+        let t: Option<Vec<Option<String>>> = match i % 5 {
+            0 => None,
+            1 => Some(vec![]),
+            2 => Some(vec![Some(format!("t{}", r % 9)), None, Some(" x ".into())]),
+            _ => Some(
+                (0..(r % 4))
+                    .map(|j| Some(format!("t{}", (r >> j) % 30)))
+                    .collect(),
+            ),
+        };
+        let m = format!("a{}|b{}||", r % 4, (r >> 5) % 6);
+        let tag_text = t
+            .as_ref()
+            .map(|t| t.iter().flatten().cloned().collect::<Vec<_>>().join("|"))
+            .unwrap_or_default();
+        csv += &format!(
+            "{c},{},{},{},{},{u},{tag_text},{m}\n",
+            p.map(|p| p.to_string()).unwrap_or_default(),
+            k.map(|k| k.to_string()).unwrap_or_default(),
+            f64::from(q),
+            s.clone().unwrap_or_default(),
+        );
+        click.push(c);
+        price.push(p);
+        count.push(k);
+        ratio.push(q);
+        site.push(s);
+        user.push(u);
+        match t {
+            None => tags.append_null(),
+            Some(t) => {
+                for e in t {
+                    tags.values().append_option(e);
+                }
+                tags.append(true);
+            }
+        }
+        cats.push(m);
+    }
+    let columns: Vec<(&str, ArrayRef)> = vec![
+        ("click", Arc::new(Int64Array::from(click))),
+        ("price", Arc::new(Float64Array::from(price))),
+        ("count", Arc::new(Int32Array::from(count))),
+        ("ratio", Arc::new(Float32Array::from(ratio))),
+        ("site", Arc::new(StringArray::from(site))),
+        ("user", Arc::new(Int64Array::from(user))),
+        ("tags", Arc::new(tags.finish())),
+        ("cats", Arc::new(StringArray::from(cats))),
+    ];
+    let batch = arrow_array::RecordBatch::try_from_iter(columns).expect("record batch");
+    (batch, csv)
+}
+
+/// The `label`, `dense` and `sparse` tables of a schema for [`click_log`], in TOML.
+pub const CLICK_LOG_COLUMNS: &str = r#"label = { column = "click" }
+dense = [{ column = "price" }, { column = "count", fill = 3.0 }, { column = "ratio", transform = "none" }]
+sparse = [
+  { column = "site", rows = 97 },
+  { column = "user", rows = 1000 },
+  { column = "tags", rows = 50, separator = "|" },
+  { column = "cats", rows = 31, separator = "|" },
+]
+"#;

@@ -1,6 +1,7 @@
-//! Fuzzing the data readers: Criteo TSV, schema-described CSV/TSV, the binary format and
-//! the vocabulary file, each on arbitrary bytes and on valid files mutated (see
-//! `towerrec-fuzz`). Whatever the input, a reader yields records that fit its schema (labels 0 or 1, finite dense
+//! Fuzzing the data readers: Criteo TSV, schema-described CSV/TSV, Parquet, the binary
+//! format and the vocabulary file, each on arbitrary bytes and on valid files mutated
+//! (see `towerrec-fuzz`). Whatever the input, a reader yields records that fit its
+//! schema (labels 0 or 1, finite dense
 //! values, ids inside their tables) or an error; it never panics, hangs or allocates
 //! beyond the guard's limits. Run long with
 //! `PROPTEST_CASES=1000000 cargo test --release -p towerrec-data --test fuzz`.
@@ -9,6 +10,7 @@
 mod common;
 
 mod binary;
+mod parquet;
 mod text;
 mod vocab;
 

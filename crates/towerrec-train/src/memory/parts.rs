@@ -436,16 +436,31 @@ pub(super) fn l2_cache_bytes() -> u128 {
 /// An upper bound of the evaluation samples: known for synthetic data and a tail of
 /// so many rows; else the rows the files can hold (a text row has a byte per field at
 /// least, a binary row its label, dense values and one offset per feature), times the
-/// evaluated fraction where the split gives one.
+/// evaluated fraction where the split gives one. A Parquet file's metadata says its rows.
 pub(super) fn eval_samples(cfg: &Config, schema: &Schema) -> u128 {
+    let binary_row = (1 + schema.dense.len() as u128) * F32 + schema.sparse.len() as u128 * U64;
+    // `min_row` of a Parquet file: its rows come from its metadata (or, for a binary
+    // file named in its place, from its size).
+    const PARQUET: u128 = 0;
     let file_rows = |path: &std::path::Path, min_row: u128| -> u128 {
         let path = if path.is_absolute() {
             path.to_path_buf()
         } else {
             cfg.base_dir.join(path)
         };
+        if min_row == PARQUET {
+            if let Ok(n) = towerrec_data::parquet::file_rows(&path) {
+                return n as u128;
+            }
+        }
         let bytes = std::fs::metadata(path).map_or(0, |m| m.len() as u128);
-        bytes / min_row.max(1)
+        bytes
+            / if min_row == PARQUET {
+                binary_row
+            } else {
+                min_row
+            }
+            .max(1)
     };
     let fraction = |rows: u128, split: &Split| -> u128 {
         let f = match split {
@@ -460,7 +475,6 @@ pub(super) fn eval_samples(cfg: &Config, schema: &Schema) -> u128 {
         };
         (rows as f64 * f.clamp(0.0, 1.0)).ceil() as u128
     };
-    let binary_row = (1 + schema.dense.len() as u128) * F32 + schema.sparse.len() as u128 * U64;
     let (path, eval_path, split, min_row) = match &cfg.data {
         DataConfig::Synthetic(s) => {
             return match &s.eval_path {
@@ -488,6 +502,12 @@ pub(super) fn eval_samples(cfg: &Config, schema: &Schema) -> u128 {
             columns.dedup();
             (path, eval_path, split, columns.len() as u128)
         }
+        DataConfig::Parquet {
+            path,
+            eval_path,
+            split,
+            ..
+        } => (path, eval_path, split, PARQUET),
         DataConfig::Binary {
             path,
             eval_path,
