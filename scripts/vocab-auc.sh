@@ -76,6 +76,8 @@ s = json.load(open(sys.argv[1]))
 rows = s.get("embedding_params", 0)
 print(f"{sys.argv[2]},{s['auc']:.6f},{s['logloss']:.6f},{rows}")
 PY
+                # Keep the summary and metrics; a hashed Criteo checkpoint is ~0.5 GB.
+                rm -f "$dir/checkpoint.safetensors"
             done
         done
     done
