@@ -36,6 +36,19 @@ impl RecordBlock {
         }
     }
 
+    /// [`RecordBlock::new`] with room for `rows` rows of one id per feature (more ids
+    /// grow it): growing from empty copies and faults in every doubling.
+    pub fn with_capacity(num_dense: usize, num_sparse: usize, rows: usize) -> Self {
+        Self {
+            num_dense,
+            num_sparse,
+            labels: Vec::with_capacity(rows),
+            dense: Vec::with_capacity(rows * num_dense),
+            ends: Vec::with_capacity(rows * num_sparse),
+            ids: Vec::with_capacity(rows * num_sparse),
+        }
+    }
+
     /// Number of rows.
     pub fn len(&self) -> usize {
         self.labels.len()

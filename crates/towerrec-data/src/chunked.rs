@@ -219,6 +219,7 @@ impl<P: RowParser> TextRows<P> {
             block_bytes: self.block_bytes,
             next_row: 0,
             done: false,
+            spare: None,
         };
         let handle = std::thread::Builder::new()
             .name("towerrec-text".into())
@@ -349,6 +350,9 @@ struct Producer<P> {
     next_row: u64,
     done: bool,
     name: Arc<str>,
+    /// The text buffer of a block already parsed, reused for the next one: a fresh
+    /// 4 MiB buffer per block costs the kernel's zeroing of its pages every time.
+    spare: Option<Vec<u8>>,
 }
 
 /// Lines of one block: their bytes and what each selected row is.
@@ -381,6 +385,7 @@ impl<P: RowParser> Producer<P> {
                     return;
                 }
             }
+            self.spare = Some(std::mem::take(&mut block.text));
             if let Some(e) = block.terminal.take() {
                 let _ = tx.send(Parsed {
                     block: RecordBlock::new(self.shape.0, self.shape.1),
@@ -404,8 +409,13 @@ impl<P: RowParser> Producer<P> {
 
     /// Reads the next block of selected lines; sets `done` at the end of the rows.
     fn read_block(&mut self) -> Block {
+        let mut text = self
+            .spare
+            .take()
+            .unwrap_or_else(|| Vec::with_capacity(self.block_bytes.min(BLOCK_BYTES) + 4096));
+        text.clear();
         let mut block = Block {
-            text: Vec::with_capacity(self.block_bytes.min(BLOCK_BYTES) + 4096),
+            text,
             pending: Vec::new(),
             terminal: None,
             name: Arc::clone(&self.name),
@@ -479,7 +489,7 @@ fn parse_block<P: RowParser>(parser: &P, shape: (usize, usize), block: &mut Bloc
         .pending
         .par_chunks_mut(per)
         .map(|chunk| {
-            let mut out = RecordBlock::new(shape.0, shape.1);
+            let mut out = RecordBlock::with_capacity(shape.0, shape.1, chunk.len());
             let mut scratch = P::Scratch::default();
             let outcomes = chunk
                 .iter_mut()

@@ -27,12 +27,47 @@ pub fn key_of(value: &[u8]) -> u64 {
 #[derive(Debug, Clone, PartialEq)]
 pub enum FeatureIds {
     /// `key % rows`: any key has a row, and unrelated keys may share one.
-    Hash { rows: u64 },
+    Hash(Modulo),
     /// A vocabulary's rows: its keys, hottest first, from row 1; any other key row 0.
     Vocab(Arc<VocabIds>),
     /// The key itself (rows: `u64::MAX`): the raw keys, for counting them. Not for
     /// training (no table has that many rows).
     Key,
+}
+
+/// `key % rows` for one table size, computed by multiplications (exactly the
+/// remainder; a divide instruction per id was a fifth of reading a CSV file).
+#[derive(Debug, Clone, Copy)]
+pub struct Modulo {
+    rows: u64,
+    reduced: strength_reduce::StrengthReducedU64,
+}
+
+impl Modulo {
+    /// Remainders by `rows` (at least 1).
+    pub fn new(rows: u64) -> Self {
+        Self {
+            rows,
+            reduced: strength_reduce::StrengthReducedU64::new(rows),
+        }
+    }
+
+    /// The table size.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// `key % rows`.
+    #[inline]
+    pub fn of(&self, key: u64) -> u64 {
+        key % self.reduced
+    }
+}
+
+impl PartialEq for Modulo {
+    fn eq(&self, other: &Self) -> bool {
+        self.rows == other.rows
+    }
 }
 
 /// A hasher for keys that are already well mixed or nearly so (hex ids, FNV hashes):
@@ -92,7 +127,7 @@ impl FeatureIds {
     /// Rows of the feature's table: every id this returns is below it.
     pub fn rows(&self) -> u64 {
         match self {
-            FeatureIds::Hash { rows } => *rows,
+            FeatureIds::Hash(m) => m.rows(),
             FeatureIds::Vocab(v) => v.rows,
             FeatureIds::Key => u64::MAX,
         }
@@ -102,7 +137,7 @@ impl FeatureIds {
     #[inline]
     pub fn id(&self, key: u64) -> u64 {
         match self {
-            FeatureIds::Hash { rows } => key % rows,
+            FeatureIds::Hash(m) => m.of(key),
             FeatureIds::Vocab(v) => v.map.get(&key).copied().unwrap_or(0),
             FeatureIds::Key => key,
         }
@@ -114,7 +149,7 @@ pub fn hashing(schema: &Schema) -> Vec<FeatureIds> {
     schema
         .sparse
         .iter()
-        .map(|f| FeatureIds::Hash { rows: f.rows })
+        .map(|f| FeatureIds::Hash(Modulo::new(f.rows)))
         .collect()
 }
 
@@ -143,6 +178,18 @@ mod tests {
         assert_eq!(ids[0].id(23), 2);
         assert_eq!(ids[1].id(23), 0);
         assert_eq!(key_of(b"x"), fnv1a64(b"x"));
+    }
+
+    proptest::proptest! {
+        /// The multiply-shift remainder is the divide instruction's, for any key and
+        /// any table size (hashed ids must not change with the way they are computed).
+        #[test]
+        fn modulo_is_the_remainder(key: u64, rows in 1u64.., small in 1u64..70_000) {
+            for r in [rows, small, 1, u64::MAX] {
+                proptest::prop_assert_eq!(Modulo::new(r).of(key), key % r);
+            }
+            proptest::prop_assert_eq!(Modulo::new(small).of(u64::MAX - key % 3), (u64::MAX - key % 3) % small);
+        }
     }
 
     #[test]
