@@ -6,7 +6,8 @@
 use super::{FeatureVocab, VocabOptions};
 use crate::encode::KeyMap;
 use crate::error::{Error, Result};
-use crate::record::{Record, RecordStream};
+use crate::block::RecordBlock;
+use crate::record::RecordStream;
 use pdatastructs::countminsketch::CountMinSketch;
 use pdatastructs::topk::cmsheap::CMSHeap;
 use rayon::prelude::*;
@@ -57,41 +58,65 @@ pub(super) fn sort_hot(pairs: &mut [(u64, u64)]) {
 }
 
 /// Reads every record of `stream` on a thread of its own and hands them to `count` in
-/// chunks; `progress` sees the number of records read after each chunk. Returns the
-/// records read.
+/// blocks of about [`CHUNK`] rows (a text reader's own blocks: no allocation per row);
+/// `progress` sees the number of records read after each block. Returns the records
+/// read.
 fn pump(
     stream: &mut dyn RecordStream,
-    mut count: impl FnMut(&[Record]),
+    mut count: impl FnMut(&RecordBlock),
     mut progress: impl FnMut(u64),
 ) -> Result<u64> {
-    let (tx, rx) = sync_channel::<Result<Vec<Record>>>(4);
+    let (tx, rx) = sync_channel::<Result<RecordBlock>>(4);
+    let (dense, sparse) = (stream.schema().num_dense(), stream.schema().num_sparse());
     std::thread::scope(|s| {
-        s.spawn(move || loop {
-            let mut chunk = Vec::with_capacity(CHUNK);
-            let end = loop {
-                match stream.next_record() {
-                    Ok(Some(r)) => {
-                        chunk.push(r);
-                        if chunk.len() == CHUNK {
-                            break false;
+        s.spawn(move || {
+            // Whether the stream reads blocks (the text readers) or records.
+            let mut blocks = true;
+            loop {
+                let mut block = RecordBlock::new(dense, sparse);
+                let end = loop {
+                    let got = if blocks {
+                        stream.read_block(CHUNK - block.len(), &mut block)
+                    } else {
+                        Ok(None)
+                    };
+                    match got {
+                        Ok(Some(0)) => break true,
+                        Ok(Some(_)) => {}
+                        Ok(None) => {
+                            blocks = false;
+                            match stream.next_record() {
+                                Ok(Some(r)) => block.push_record(&r),
+                                Ok(None) => break true,
+                                Err(e) => {
+                                    let _ = tx.send(Err(e));
+                                    return;
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            // The rows before the error count first, as one by one.
+                            if !block.is_empty() {
+                                let _ = tx.send(Ok(std::mem::take(&mut block)));
+                            }
+                            let _ = tx.send(Err(e));
+                            return;
                         }
                     }
-                    Ok(None) => break true,
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                        return;
+                    if block.len() >= CHUNK {
+                        break false;
                     }
+                };
+                if (!block.is_empty() && tx.send(Ok(block)).is_err()) || end {
+                    return;
                 }
-            };
-            if (!chunk.is_empty() && tx.send(Ok(chunk)).is_err()) || end {
-                return;
             }
         });
         let mut rows = 0u64;
-        for chunk in rx {
-            let chunk = chunk?;
-            count(&chunk);
-            rows += chunk.len() as u64;
+        for block in rx {
+            let block = block?;
+            count(&block);
+            rows += block.len() as u64;
             progress(rows);
         }
         Ok(rows)
@@ -112,8 +137,8 @@ pub(super) fn count_exact(
             maps.par_iter_mut()
                 .enumerate()
                 .for_each(|(f, (map, occurrences))| {
-                    for r in chunk {
-                        for &k in &r.sparse[f] {
+                    for r in 0..chunk.len() {
+                        for &k in chunk.ids_of(r, f) {
                             *map.entry(k).or_insert(0) += 1;
                             *occurrences += 1;
                         }
@@ -161,9 +186,9 @@ pub(super) fn count_sketch(
     let rows = pump(
         stream,
         |chunk| {
-            for r in chunk {
+            for r in 0..chunk.len() {
                 for (f, (heap, counts, occurrences)) in counters.iter_mut().enumerate() {
-                    for &k in &r.sparse[f] {
+                    for &k in chunk.ids_of(r, f) {
                         heap.add(k);
                         counts.add(&k);
                         *occurrences += 1;
