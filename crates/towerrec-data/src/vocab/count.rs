@@ -4,9 +4,9 @@
 //! does in [`crate::profile`]).
 
 use super::{FeatureVocab, VocabOptions};
+use crate::block::RecordBlock;
 use crate::encode::KeyMap;
 use crate::error::{Error, Result};
-use crate::block::RecordBlock;
 use crate::record::RecordStream;
 use pdatastructs::countminsketch::CountMinSketch;
 use pdatastructs::topk::cmsheap::CMSHeap;
