@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes a snappy-compressed Parquet file of the same rows as a CSV that a towerrec
 config describes (`format = "csv"`), so that the Parquet reader can be measured against
-the CSV reader and the binary format on the same data (docs/data/DATA-parquet.md).
+the CSV reader and the binary format on the same data (docs/DATA.md, "Parquet").
 
 Column types follow the config's schema, as a data pipeline would hand them over:
 the label keeps the type pyarrow infers (integers for 0/1), dense columns become

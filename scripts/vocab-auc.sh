@@ -19,7 +19,8 @@
 # - encodings: hashing into the example's `rows`, and vocabularies built on each
 #   training part with min_count = 2 and min_count = 5 (row 0 for everything else).
 # - shuffle: off (file order) and on (train.shuffle = true, the default buffer of
-#   65,536 records holds every training row of these samples: a full shuffle).
+#   65,536 records: every training row of the Criteo and Avazu samples, 8,000 and 7,999; 82%
+#   of MovieLens's 79,999, so not a full shuffle there).
 # Environment: TOWERREC (binary), SEEDS (default 5), RUNS (run directories).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,6 +1,6 @@
 //! `towerrec vocab`: counts the values of every sparse feature over the training part
 //! of a config's text data (never its evaluation part) and writes a vocabulary file
-//! (docs/data/DATA-vocab.md) that `[data] vocab = "..."` then encodes with.
+//! (docs/DATA.md, "Vocabularies") that `[data] vocab = "..."` then encodes with.
 
 use crate::commands::{absolute, clean, BadRowsArg};
 use anyhow::{bail, Context, Result};
