@@ -777,7 +777,7 @@ pub fn open_keys(
     )
 }
 
-/// The checksum of the vocabulary the data's ids come from: a Criteo or CSV config's
+/// The checksum of the vocabulary the data's ids come from: a Criteo, CSV or Parquet config's
 /// `data.vocab` (a binary file read in its place must match it, which [`open`]
 /// checks); for a `binary` config, the one its training file's header names; `None`:
 /// hashed (or synthetic). A checkpoint records it, so a resumed run, an evaluation or
@@ -836,7 +836,7 @@ impl<'a> Ids<'a> {
 enum VocabCheck<'a> {
     /// Anything (a `binary` config).
     Any,
-    /// The config's encoding (a Criteo or CSV config naming a binary file).
+    /// The config's encoding (a Criteo, CSV or Parquet config naming a binary file).
     Same(Option<&'a Applied>),
     /// Keys: no binary file holds them.
     Keys,

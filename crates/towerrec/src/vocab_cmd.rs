@@ -20,7 +20,7 @@ const EXACT_BYTES_PER_VALUE: u64 = 50;
 
 #[derive(Args)]
 pub struct VocabArgs {
-    /// Config whose [data] section describes the text data (Criteo TSV or schema CSV).
+    /// Config whose [data] section describes the text data (Criteo TSV, schema CSV or Parquet).
     #[arg(long)]
     config: PathBuf,
     /// Input data file, overriding the config's (its split still applies).
