@@ -554,11 +554,39 @@ fn split_fields(
 
 /// Parses a finite number.
 pub(crate) fn parse_number(field: &[u8]) -> Option<f64> {
+    // Plain integers of up to 15 digits (most numeric log fields) are exact in f64, so
+    // the standard parser's correctly rounded result is the integer itself.
+    let (negative, digits) = match field {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, field),
+    };
+    if !digits.is_empty() && digits.len() <= 15 && digits.iter().all(u8::is_ascii_digit) {
+        let n = digits
+            .iter()
+            .fold(0u64, |n, &d| n * 10 + u64::from(d - b'0')) as f64;
+        return Some(if negative { -n } else { n });
+    }
     std::str::from_utf8(field)
         .ok()?
         .parse::<f64>()
         .ok()
         .filter(|x| x.is_finite())
+}
+
+#[cfg(test)]
+mod number_tests {
+    use super::parse_number;
+
+    proptest::proptest! {
+        /// The integer fast path gives the standard parser's value, sign of zero
+        /// included, for any short digit string.
+        #[test]
+        fn integers_parse_as_the_standard_parser_does(text in "[-+]?[0-9]{0,17}") {
+            let std = text.parse::<f64>().ok().filter(|x| x.is_finite());
+            let got = parse_number(text.as_bytes());
+            proptest::prop_assert_eq!(got.map(f64::to_bits), std.map(f64::to_bits), "{}", text);
+        }
+    }
 }
 
 /// Splits `field` on the byte sequence `sep` (a UTF-8 encoded char).
