@@ -11,6 +11,7 @@
 # the CSV) are made there if missing. Each round reads each file once untimed (into
 # the page cache) and then REPS (default 5) timed passes, Parquet and binary
 # alternated; prints every round's medians, then the median over rounds and the ratio.
+# WITH_CSV=1 reads the CSV itself in each round as well (a third file, beside the two).
 set -euo pipefail
 bin=$(realpath "${1:?usage: bench/parquet-vs-binary.sh TOWERREC [ROUNDS]}")
 rounds=${2:-3}
@@ -28,9 +29,11 @@ ls -l "$data/schema.parquet" "$data/schema.bin" | awk '{print $5, $NF}'
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for round in $(seq "$rounds"); do
-    for fmt in parquet binary; do
+    formats="parquet binary"
+    [[ ${WITH_CSV:-0} == 1 ]] && formats="$formats csv"
+    for fmt in $formats; do
         cfg=bench/ingest-$([[ $fmt == parquet ]] && echo parquet || echo csv).toml
-        file=$data/schema.$([[ $fmt == parquet ]] && echo parquet || echo bin)
+        case $fmt in parquet) file=$data/schema.parquet ;; binary) file=$data/schema.bin ;; *) file=$data/schema.csv ;; esac
         "$bin" bench data --config "$cfg" --data "$file" --reps 1 --json >/dev/null
         j=$("$bin" bench data --config "$cfg" --data "$file" --reps "$reps" --json)
         echo "round $round $fmt: $j"
@@ -41,9 +44,13 @@ python3 - "$out" <<'PY'
 import json, statistics, sys
 rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines()]
 med = {}
-for fmt in ("parquet", "binary"):
+for fmt in ("parquet", "binary", "csv"):
     per = [statistics.median(json.loads(r[2])["rows_per_sec"]) for r in rows if r[1] == fmt]
+    if not per:
+        continue
     med[fmt] = statistics.median(per)
     print(f"{fmt}: rows/s per round {', '.join(f'{x:.0f}' for x in per)}; median {med[fmt]:.0f}")
 print(f"parquet/binary: {med['parquet'] / med['binary']:.2f}")
+if "csv" in med:
+    print(f"parquet/csv: {med['parquet'] / med['csv']:.2f}")
 PY

@@ -4,7 +4,9 @@
 mod common;
 
 use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
-use common::{click_log, write_parquet, TempDir, CLICK_LOG_COLUMNS};
+use common::{
+    click_log, write_parquet, write_parquet_with, Dictionary, TempDir, CLICK_LOG_COLUMNS,
+};
 use std::path::Path;
 use std::sync::Arc;
 use towerrec_core::Batch;
@@ -94,6 +96,66 @@ fn parquet_and_csv_of_the_same_rows_give_the_same_batches() {
     }
     assert_eq!(n, 1000);
     assert!(c.next_record().unwrap().is_none());
+}
+
+/// Row groups larger than a decoded chunk (8,192 rows), so that several record
+/// batches share a column chunk's dictionary, under each way of storing the values:
+/// with a dictionary, without one, and with a dictionary the writer gives up on
+/// part-way through a column chunk. The CSV's batches every time.
+#[test]
+fn dictionary_encoded_plain_and_fallback_columns_read_as_the_csv() {
+    let dir = TempDir::new("pq-dict");
+    let (b, csv) = click_log(20_000);
+    let csv = dir.file("a.csv", csv);
+    let cs: towerrec_data::CsvSchema = toml::from_str(CLICK_LOG_COLUMNS).unwrap();
+    let expected = batches(
+        &mut towerrec_data::CsvReader::open(&csv, &cs, BadRows::Fail).unwrap(),
+        1000,
+    );
+    let schema: ParquetSchema = toml::from_str(CLICK_LOG_COLUMNS).unwrap();
+    for dictionary in [Dictionary::On, Dictionary::Off, Dictionary::FallsBack] {
+        for group in [20_000, 9_000] {
+            let path = dir.path().join(format!("{dictionary:?}-{group}.parquet"));
+            write_parquet_with(&path, &b, group, dictionary);
+            let (dict, plain) = site_pages(&path);
+            assert_eq!(
+                (dict, plain),
+                match dictionary {
+                    Dictionary::On => (true, false),
+                    Dictionary::Off => (false, true),
+                    Dictionary::FallsBack => (true, true),
+                },
+                "{dictionary:?}: the data pages of \"site\" (dictionary-encoded, plain)"
+            );
+            let mut p = ParquetReader::open(&path, &schema, BadRows::Fail).unwrap();
+            let got = batches(&mut p, 1000);
+            assert_same(&got, &expected);
+        }
+    }
+}
+
+/// Whether the first row group's "site" column has dictionary-encoded data pages,
+/// and whether it has plain ones.
+fn site_pages(path: &Path) -> (bool, bool) {
+    use parquet::basic::Encoding;
+    use parquet::column::page::Page;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let reader = SerializedFileReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    let group = reader.get_row_group(0).unwrap();
+    let column = (0..group.num_columns())
+        .find(|&c| group.metadata().column(c).column_path().string() == "site")
+        .unwrap();
+    let (mut dict, mut plain) = (false, false);
+    for page in group.get_column_page_reader(column).unwrap() {
+        if let Page::DataPage { encoding, .. } | Page::DataPageV2 { encoding, .. } = page.unwrap() {
+            dict |= matches!(
+                encoding,
+                Encoding::RLE_DICTIONARY | Encoding::PLAIN_DICTIONARY
+            );
+            plain |= encoding == Encoding::PLAIN;
+        }
+    }
+    (dict, plain)
 }
 
 /// A one-row-group file of the given columns.

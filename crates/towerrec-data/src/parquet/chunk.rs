@@ -5,14 +5,19 @@
 
 use super::columns::{keys, Col, LabelRule, Val};
 use crate::csv_schema::DenseTransform;
-use crate::encode::FeatureIds;
+use crate::encode::{key_of, FeatureIds};
 use crate::error::{Error, Result};
 use crate::record::BadRows;
 use crate::text::RowSelect;
-use arrow_array::RecordBatch;
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::{DataType, FieldRef, Schema as ArrowSchema};
 use bytes::Bytes;
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
 use parquet::arrow::ProjectionMask;
+use parquet::errors::ParquetError;
 use std::collections::VecDeque;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
@@ -55,11 +60,23 @@ pub(super) struct Chunk {
 }
 
 impl Chunk {
-    fn new(features: usize) -> Self {
+    /// An empty chunk with room for `rows` rows of `dense` dense values and one id per
+    /// sparse feature (more grow it).
+    fn new(features: usize, dense: usize, rows: usize) -> Self {
+        // Not `vec![v; n]`: its clones would not keep the capacity.
+        let offsets = (0..features)
+            .map(|_| {
+                let mut o = Vec::with_capacity(rows + 1);
+                o.push(0);
+                o
+            })
+            .collect();
         Chunk {
-            offsets: vec![vec![0]; features],
-            values: vec![Vec::new(); features],
-            ..Chunk::default()
+            labels: Vec::with_capacity(rows),
+            dense: Vec::with_capacity(rows * dense),
+            offsets,
+            values: (0..features).map(|_| Vec::with_capacity(rows)).collect(),
+            skipped: 0,
         }
     }
 
@@ -91,6 +108,12 @@ impl Plan {
     /// row of the batch's first row. Under [`BadRows::Skip`] a malformed row is
     /// counted and left out; under `Fail` it stops the decoding with its error, after
     /// the rows before it.
+    ///
+    /// The label and dense columns are read row by row (a row's error is that of its
+    /// first bad column); the sparse columns, which cannot be malformed, then column
+    /// by column over the rows kept, with dictionary columns looked up through
+    /// `dictionaries` (each dictionary value encoded once per row group).
+    #[allow(clippy::too_many_arguments)]
     pub fn decode(
         &self,
         batch: &RecordBatch,
@@ -98,6 +121,7 @@ impl Plan {
         group: usize,
         select: &RowSelect,
         bad_rows: BadRows,
+        dictionaries: &mut [DictionaryIds],
         chunk: &mut Chunk,
     ) -> Result<()> {
         let view = |c: &Column| {
@@ -124,30 +148,59 @@ impl Plan {
             .iter()
             .map(|s| view(&s.0))
             .collect::<Result<Vec<_>>>()?;
+        let mut kept = Vec::with_capacity(batch.num_rows());
+        let mut failure = None;
         for i in 0..batch.num_rows() {
             let row = first + i as u64;
             if !select.contains(row) {
                 continue;
             }
-            match self.row(i, row, group, &label, &dense, &sparse, chunk) {
-                Ok(()) => {}
+            match self.dense_row(i, row, group, &label, &dense, chunk) {
+                Ok(()) => kept.push(i),
                 Err(e) if bad_rows == BadRows::Skip && e.is_bad_row() => chunk.skipped += 1,
-                Err(e) => return Err(e),
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
             }
         }
-        Ok(())
+        for (f, col) in sparse.iter().enumerate() {
+            let (offsets, values) = (&mut chunk.offsets[f], &mut chunk.values[f]);
+            let (ids, sep) = (&self.ids[f], self.sparse[f].1.as_deref());
+            match (col, sep) {
+                (Col::Dict { array, keys, .. }, None) => {
+                    let null = ids.id(key_of(b""));
+                    let nulls = array.logical_nulls();
+                    let valid = |i: usize| nulls.as_ref().is_none_or(|n| n.is_valid(i));
+                    let table = dictionaries[f].of(col, ids);
+                    look_up(table, keys, valid, null, &kept, offsets, values);
+                }
+                (Col::Str(a), None) if a.null_count() == 0 => {
+                    for &i in &kept {
+                        values.push(ids.id(key_of(a.value(i).as_bytes().trim_ascii())));
+                        offsets.push(values.len());
+                    }
+                }
+                _ => {
+                    for &i in &kept {
+                        keys(col, i, sep, |k| values.push(ids.id(k)));
+                        offsets.push(values.len());
+                    }
+                }
+            }
+        }
+        failure.map_or(Ok(()), Err)
     }
 
-    /// Appends row `i` of the batch (file row `row`), or nothing on an error.
-    #[allow(clippy::too_many_arguments)]
-    fn row(
+    /// Appends the label and dense values of row `i` of the batch (file row `row`),
+    /// or nothing on an error.
+    fn dense_row(
         &self,
         i: usize,
         row: u64,
         group: usize,
         label: &Col<'_>,
         dense: &[Col<'_>],
-        sparse: &[Col<'_>],
         chunk: &mut Chunk,
     ) -> Result<()> {
         let v = label.get(i);
@@ -182,15 +235,63 @@ impl Plan {
             }
             chunk.dense.push(value);
         }
-        for (f, (col, (_, sep))) in sparse.iter().zip(&self.sparse).enumerate() {
-            let (values, ids) = (&mut chunk.values[f], &self.ids[f]);
-            keys(col, i, sep.as_deref(), |k| values.push(ids.id(k)));
-        }
-        for (offsets, values) in chunk.offsets.iter_mut().zip(&chunk.values) {
-            offsets.push(values.len());
-        }
         chunk.labels.push(y);
         Ok(())
+    }
+}
+
+/// Appends the ids of the `rows` of a dictionary column: `keys[i]` is row `i`'s
+/// position in the dictionary, `table` the ids of the dictionary's values, `null` the
+/// id of a null row.
+fn look_up(
+    table: &[u64],
+    keys: &[usize],
+    valid: impl Fn(usize) -> bool,
+    null: u64,
+    rows: &[usize],
+    offsets: &mut Vec<usize>,
+    values: &mut Vec<u64>,
+) {
+    for &i in rows {
+        let id = match keys.get(i) {
+            Some(&k) if valid(i) => table.get(k).copied().unwrap_or(null),
+            _ => null,
+        };
+        values.push(id);
+        offsets.push(values.len());
+    }
+}
+
+/// A sparse column's dictionary, encoded: the ids of its values, computed once for
+/// all the batches of a row group that share it (the Arrow reader hands each batch
+/// the column chunk's dictionary itself, not a copy).
+#[derive(Default)]
+pub(super) struct DictionaryIds {
+    /// The dictionary encoded last (held, so its address cannot be reused) and its ids.
+    last: Option<(ArrayRef, Vec<u64>)>,
+}
+
+impl DictionaryIds {
+    /// The ids of the values of `col`'s dictionary (`col` is a [`Col::Dict`]).
+    fn of(&mut self, col: &Col<'_>, ids: &FeatureIds) -> &[u64] {
+        let Col::Dict { array, values, .. } = col else {
+            return &[];
+        };
+        let Some(dictionary) = array.as_any_dictionary_opt().map(|d| d.values()) else {
+            return &[];
+        };
+        let fresh = !matches!(&self.last, Some((d, _)) if Arc::ptr_eq(d, dictionary));
+        if fresh {
+            let table = (0..dictionary.len())
+                .map(|j| {
+                    let mut id = 0;
+                    keys(values, j, None, |k| id = ids.id(k));
+                    id
+                })
+                .collect();
+            self.last = Some((Arc::clone(dictionary), table));
+        }
+        self.last.as_ref().map_or(&[], |(_, t)| t)
     }
 }
 
@@ -211,6 +312,9 @@ pub(super) struct Source {
     pub plan: Arc<Plan>,
     pub select: RowSelect,
     pub bad_rows: BadRows,
+    /// Root columns read as one id per row from strings or bytes: read as Arrow
+    /// dictionaries in row groups where the file stores them with one.
+    pub dictionary_roots: Vec<usize>,
 }
 
 impl Source {
@@ -229,21 +333,35 @@ impl Source {
         let plan = &self.plan;
         let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(
             self.data.clone(),
-            self.meta.clone(),
+            self.metadata(group)
+                .map_err(|e| self.format_error(group, e))?,
         )
         .with_row_groups(vec![group])
         .with_projection(self.mask.clone())
         .with_batch_size(CHUNK_ROWS)
         .build()
         .map_err(|e| self.format_error(group, e))?;
+        let mut dictionaries: Vec<DictionaryIds> = plan
+            .sparse
+            .iter()
+            .map(|_| DictionaryIds::default())
+            .collect();
         let mut row = first;
         for batch in reader {
             if row >= self.select.end() {
                 break;
             }
             let batch = batch.map_err(|e| self.format_error(group, e))?;
-            let mut chunk = Chunk::new(plan.sparse.len());
-            let decoded = plan.decode(&batch, row, group, &self.select, self.bad_rows, &mut chunk);
+            let mut chunk = Chunk::new(plan.sparse.len(), plan.dense.len(), batch.num_rows());
+            let decoded = plan.decode(
+                &batch,
+                row,
+                group,
+                &self.select,
+                self.bad_rows,
+                &mut dictionaries,
+                &mut chunk,
+            );
             row += batch.num_rows() as u64;
             let any = chunk.len() > 0 || chunk.skipped > 0;
             if any && tx.send(Msg::Chunk(chunk)).is_err() {
@@ -252,6 +370,53 @@ impl Source {
             decoded?;
         }
         Ok(true)
+    }
+
+    /// The file's metadata for reading row group `group`: its dictionary-encoded
+    /// string columns among [`Source::dictionary_roots`] read as Arrow dictionaries,
+    /// so that each distinct value is encoded once ([`DictionaryIds`]).
+    fn metadata(&self, group: usize) -> std::result::Result<ArrowReaderMetadata, ParquetError> {
+        let chunks = self.meta.metadata().row_group(group);
+        let leaves = self.meta.parquet_schema();
+        let dictionary = |root: usize| {
+            (0..chunks.num_columns()).any(|c| {
+                leaves.get_column_root_idx(c) == root
+                    && chunks.column(c).dictionary_page_offset().is_some()
+            })
+        };
+        let roots: Vec<usize> = self
+            .dictionary_roots
+            .iter()
+            .copied()
+            .filter(|&r| dictionary(r))
+            .collect();
+        if roots.is_empty() {
+            return Ok(self.meta.clone());
+        }
+        let schema = self.meta.schema();
+        let fields: Vec<FieldRef> = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                if !roots.contains(&i) {
+                    return Arc::clone(f);
+                }
+                let keyed = DataType::Dictionary(
+                    Box::new(DataType::Int32),
+                    Box::new(f.data_type().clone()),
+                );
+                Arc::new(f.as_ref().clone().with_data_type(keyed))
+            })
+            .collect();
+        let hinted = Arc::new(ArrowSchema::new_with_metadata(
+            fields,
+            schema.metadata().clone(),
+        ));
+        ArrowReaderMetadata::try_new(
+            Arc::clone(self.meta.metadata()),
+            ArrowReaderOptions::new().with_schema(hinted),
+        )
     }
 
     fn format_error(&self, group: usize, e: impl std::fmt::Display) -> Error {

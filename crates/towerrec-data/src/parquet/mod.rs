@@ -200,6 +200,17 @@ impl ParquetReader {
                 .collect(),
             ids: hashing(&schema),
         };
+        let dictionary_roots = sparse
+            .iter()
+            .filter(|(r, s)| {
+                s.separator.is_none()
+                    && matches!(
+                        fields[*r].data_type(),
+                        arrow_schema::DataType::Utf8 | arrow_schema::DataType::Binary
+                    )
+            })
+            .map(|&(r, _)| r)
+            .collect();
         let mask = ProjectionMask::roots(meta.parquet_schema(), roots.iter().copied());
         let groups = meta
             .metadata()
@@ -216,6 +227,7 @@ impl ParquetReader {
                 plan: Arc::new(plan),
                 select: RowSelect::All,
                 bad_rows,
+                dictionary_roots,
             },
             schema,
             groups,
@@ -335,6 +347,25 @@ impl RecordStream for ParquetReader {
     /// Copies whole runs of rows out of the decoded chunks, without a [`Record`] each.
     fn read_batch(&mut self, n: usize) -> Result<Option<Batch>> {
         let (d, f) = (self.schema.dense.len(), self.schema.sparse.len());
+        if n > 0 && self.fill()? && self.chunk.len() - self.next >= n {
+            // The batch lies in one chunk (the usual case: chunks are 8,192 rows):
+            // one copy of each part.
+            let (c, i) = (&self.chunk, self.next);
+            let mut offsets = Vec::with_capacity(f * n + 1);
+            offsets.push(0usize);
+            let mut flat =
+                Vec::with_capacity(c.offsets.iter().map(|o| o[i + n] - o[i]).sum::<usize>());
+            for (o, v) in c.offsets.iter().zip(&c.values) {
+                let (base, start) = (flat.len(), o[i]);
+                offsets.extend(o[i + 1..=i + n].iter().map(|&x| x - start + base));
+                flat.extend_from_slice(&v[o[i]..o[i + n]]);
+            }
+            let labels = c.labels[i..i + n].to_vec();
+            let dense = c.dense[i * d..(i + n) * d].to_vec();
+            self.next += n;
+            let sparse = KeyedJagged::from_offsets(self.schema.sparse_names(), n, offsets, flat)?;
+            return Ok(Some(Batch::new(dense, d, sparse, labels)?));
+        }
         let mut labels = Vec::with_capacity(n.min(1 << 16));
         let mut dense = Vec::with_capacity(labels.capacity() * d);
         // Per feature: lengths of the rows' id lists, and the ids.

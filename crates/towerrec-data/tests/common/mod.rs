@@ -113,14 +113,45 @@ pub fn v1_file(schema: &towerrec_data::Schema, records: &[Record]) -> Vec<u8> {
     out
 }
 
+/// How a test's Parquet file stores its columns' values.
+#[allow(dead_code)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dictionary {
+    /// The writer's default: a dictionary page per column chunk.
+    On,
+    /// Plain pages only.
+    Off,
+    /// A dictionary page of at most 256 bytes: the writer falls back to plain pages
+    /// within a column chunk once it fills.
+    FallsBack,
+}
+
 /// Writes `batch` as a snappy-compressed Parquet file of row groups of `group_rows`.
 pub fn write_parquet(path: &Path, batch: &arrow_array::RecordBatch, group_rows: usize) {
+    write_parquet_with(path, batch, group_rows, Dictionary::On);
+}
+
+/// [`write_parquet`] with the given dictionary encoding.
+pub fn write_parquet_with(
+    path: &Path,
+    batch: &arrow_array::RecordBatch,
+    group_rows: usize,
+    dictionary: Dictionary,
+) {
     use parquet::arrow::ArrowWriter;
     use parquet::basic::Compression;
     use parquet::file::properties::WriterProperties;
     let props = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .set_max_row_group_row_count(Some(group_rows))
+        .set_dictionary_enabled(dictionary != Dictionary::Off)
+        .set_dictionary_page_size_limit(if dictionary == Dictionary::FallsBack {
+            256
+        } else {
+            1 << 20
+        })
+        // Small data pages, so that a fallback happens within a column chunk.
+        .set_data_page_row_count_limit(64)
         .build();
     let file = std::fs::File::create(path).expect("create parquet file");
     let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props)).expect("parquet writer");
