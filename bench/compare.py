@@ -1,16 +1,25 @@
 #!/usr/bin/env python3
-"""Side-by-side speed of towerrec and PyTorch on the same DLRM (bench/README.md).
+"""Side-by-side speed of towerrec and the DLRMs users run (bench/README.md).
 
     python3 bench/compare.py [--threads 2] [--rounds 5] [--configs kaggle,multihot]
                              [--modes train,infer,infer-serial] [--batch N] [--quick]
+                             [--baselines pytorch|torchrec,torchrec-bf16,pytorch]
 
-Installs torch with pip if this interpreter lacks it, builds towerrec in release mode,
-then for each config and mode alternates the two (towerrec, pytorch, towerrec, ...),
-each run a separate process timing a few repetitions with the same thread count. It
-prints a table of the medians over all repetitions; its last lines are one per
-comparison:
+Builds towerrec in release mode, then for each config and mode alternates towerrec with
+each baseline (towerrec, baseline 1, baseline 2, ..., towerrec, ...), each run a separate
+process timing a few repetitions with the same thread count. The baselines:
 
-    ratio <config> <train|infer> <towerrec samples/s ÷ pytorch samples/s>
+- `pytorch`: bench/torch_dlrm.py, the same DLRM written in PyTorch in this repository
+  (pip-installs torch into this interpreter if it lacks it);
+- `torchrec`: TorchRec's own `torchrec.models.dlrm.DLRM` (bench/torchrec/dlrm_speed.py,
+  in the venv bench/torchrec/setup.sh makes: fused SGD tables for training);
+- `torchrec-bf16`: the same under `torch.autocast("cpu", dtype=torch.bfloat16)`.
+
+It prints the CPU model, the versions, and a table of the medians over all repetitions;
+its last lines are one per comparison, against the faster baseline of that shape and
+mode:
+
+    ratio <config> <train|infer> <towerrec samples/s ÷ fastest baseline's samples/s>
 
 Standard library only; progress goes to stderr.
 """
@@ -30,6 +39,26 @@ MODES = ("train", "infer", "infer-serial")
 # `infer-serial` finishes each batch before the next. PyTorch runs its one way for both.
 TORCH_MODE = {"train": "train", "infer": "infer", "infer-serial": "infer"}
 DEFAULT_MODES = ["train", "infer"]
+BASELINES = ("pytorch", "torchrec", "torchrec-bf16")
+
+
+def baseline_cmd(name):
+    """The command line of a baseline (before its per-run arguments)."""
+    if name == "pytorch":
+        return [sys.executable, os.path.join(HERE, "torch_dlrm.py")]
+    script = [os.path.join(HERE, "torchrec", "dlrm_speed.py")]
+    return [sys.executable] + script + (["--bf16"] if name == "torchrec-bf16" else [])
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
 
 
 def log(msg):
@@ -97,6 +126,9 @@ def main():
     ap.add_argument("--quick", action="store_true",
                     help="smoke test: 1 round, 1 warm-up step, 2 steps, 1 repetition")
     ap.add_argument("--no-build", action="store_true", help="use the existing release binary")
+    ap.add_argument("--baselines", type=csv_list(BASELINES), default=["pytorch"],
+                    help="what towerrec is timed against: pytorch (default), torchrec, "
+                         "torchrec-bf16 (the last two need bench/torchrec/setup.sh's venv)")
     a = ap.parse_args()
 
     q = a.quick
@@ -111,7 +143,8 @@ def main():
     tr_batch = ["--set", f"train.batch_size={a.batch}"] if a.batch else []
     pt_batch = ["--batch", str(a.batch)] if a.batch else []
 
-    ensure_torch()
+    if "pytorch" in a.baselines:
+        ensure_torch()
     if a.no_build:
         exe = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")),
                            "release", "towerrec")
@@ -119,44 +152,60 @@ def main():
         exe = build()
     # Keep PyTorch's OpenMP/MKL pools at the same size as its intra-op setting.
     torch_env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))
-    torch_version = subprocess.run(
-        [sys.executable, "-c", "import torch; print(torch.__version__)"],
-        capture_output=True, text=True).stdout.strip()
+    versions = {}
 
     results = []
     for config in a.configs:
         for mode in a.modes:
-            tr_rates, pt_rates, batch = [], [], None
+            rates = {name: [] for name in ["towerrec"] + a.baselines}
+            batch = None
             for r in range(1, rounds + 1):
                 log(f"[{config} {mode}] round {r}/{rounds}: towerrec")
                 out = run_json([exe, "bench", "model", "--config", f"bench/{config}.toml",
                                 "--mode", mode, "--json"] + timing + tr_batch)
-                tr_rates += out["samples_per_sec"]
+                rates["towerrec"] += out["samples_per_sec"]
                 batch = out["batch_size"]
                 log(f"  towerrec median {out['median_samples_per_sec']:.0f} samples/s")
-                log(f"[{config} {mode}] round {r}/{rounds}: pytorch")
-                out = run_json([sys.executable, os.path.join(HERE, "torch_dlrm.py"),
-                                "--config", config, "--mode", TORCH_MODE[mode]] + timing + pt_batch, env=torch_env)
-                pt_rates += out["samples_per_sec"]
-                if out["batch_size"] != batch:
-                    sys.exit(f"batch sizes differ: towerrec {batch}, pytorch {out['batch_size']}")
-                log(f"  pytorch  median {out['median_samples_per_sec']:.0f} samples/s")
-            tr, pt = statistics.median(tr_rates), statistics.median(pt_rates)
-            results.append((config, mode, batch, tr, min(tr_rates), max(tr_rates),
-                            pt, min(pt_rates), max(pt_rates), len(tr_rates), tr / pt))
+                for name in a.baselines:
+                    log(f"[{config} {mode}] round {r}/{rounds}: {name}")
+                    out = run_json(baseline_cmd(name) + ["--config", config, "--mode",
+                                   TORCH_MODE[mode]] + timing + pt_batch, env=torch_env)
+                    rates[name] += out["samples_per_sec"]
+                    if out["batch_size"] != batch:
+                        sys.exit(f"batch sizes differ: towerrec {batch}, {name} {out['batch_size']}")
+                    for k in ("torch_version", "torchrec_version", "fbgemm_version"):
+                        if k in out:
+                            versions.setdefault(f"{name}: {k.split('_')[0]}", out[k])
+                    log(f"  {name} median {out['median_samples_per_sec']:.0f} samples/s")
+            med = {k: statistics.median(v) for k, v in rates.items()}
+            best = max(a.baselines, key=lambda k: med[k])
+            results.append((config, mode, batch, rates, med, best))
 
-    print(f"towerrec vs PyTorch {torch_version}, {a.threads} threads, {rounds} rounds × "
-          f"{reps} reps × {steps} steps (samples/s; median [min–max] over all reps)")
-    head = ("config", "mode", "batch", "towerrec", "range", "pytorch", "range", "ratio")
-    rows = [(c, m, str(b), f"{tr:.0f}", f"{trlo:.0f}–{trhi:.0f}", f"{pt:.0f}",
-             f"{ptlo:.0f}–{pthi:.0f}", f"{ratio:.3f}")
-            for c, m, b, tr, trlo, trhi, pt, ptlo, pthi, _, ratio in results]
+    print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs; {a.threads} threads, "
+          f"{rounds} rounds × {reps} reps × {steps} steps (samples/s; median [min–max] "
+          f"over all reps)")
+    if versions:
+        print("versions: " + "; ".join(f"{k} {v}" for k, v in sorted(versions.items())))
+    head = ["config", "mode", "batch"]
+    for name in ["towerrec"] + a.baselines:
+        head += [name, "range"]
+    head += ["fastest baseline", "ratio"]
+    rows = []
+    for c, m, b, rates, med, best in results:
+        row = [c, m, str(b)]
+        for name in ["towerrec"] + a.baselines:
+            row += [f"{med[name]:.0f}", f"{min(rates[name]):.0f}–{max(rates[name]):.0f}"]
+        row += [best, f"{med['towerrec'] / med[best]:.3f}"]
+        rows.append(row)
     widths = [max(len(x[i]) for x in [head] + rows) for i in range(len(head))]
     for row in [head] + rows:
         print("  ".join(x.rjust(w) if i >= 2 else x.ljust(w)
                         for i, (x, w) in enumerate(zip(row, widths))).rstrip())
-    for c, m, *_, ratio in results:
-        print(f"ratio {c} {m} {ratio:.3f}")
+    for c, m, _, _, med, best in results:
+        for name in a.baselines:
+            print(f"vs {name} {c} {m} {med['towerrec'] / med[name]:.3f}")
+    for c, m, _, _, med, best in results:
+        print(f"ratio {c} {m} {med['towerrec'] / med[best]:.3f}")
 
 
 if __name__ == "__main__":
