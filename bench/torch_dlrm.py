@@ -129,6 +129,28 @@ def make_batches(c, count, gen):
     return batches
 
 
+def timed(step, ctx, a, batch, **extra):
+    """Runs `step(i)` under `ctx()`: `a.warmup` untimed steps, then `a.reps` timed
+    repetitions of `a.steps` steps; the JSON record towerrec's `--json` output has
+    (one rate per repetition), with `extra` keys after it. Shared with
+    bench/torchrec/dlrm_speed.py."""
+    steps, reps = max(1, a.steps), max(1, a.reps)
+    rates = []
+    with ctx():
+        i = 0
+        for _ in range(a.warmup):
+            step(i)
+            i += 1
+        for _ in range(reps):
+            start = time.perf_counter()
+            for _ in range(steps):
+                step(i)
+                i += 1
+            rates.append(steps * batch / max(time.perf_counter() - start, 1e-9))
+    return dict(mode=a.mode, batch_size=batch, steps_per_rep=steps, samples_per_sec=rates,
+                median_samples_per_sec=statistics.median(rates), **extra)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", choices=sorted(BUILTIN), default="kaggle")
@@ -180,31 +202,9 @@ def main():
         step = infer_step
         ctx = torch.inference_mode
 
-    steps, reps = max(1, a.steps), max(1, a.reps)
-    rates = []
-    with ctx():
-        i = 0
-        for _ in range(a.warmup):
-            step(i)
-            i += 1
-        for _ in range(reps):
-            start = time.perf_counter()
-            for _ in range(steps):
-                step(i)
-                i += 1
-            rates.append(steps * c["batch"] / max(time.perf_counter() - start, 1e-9))
-
-    print(json.dumps({
-        "mode": a.mode,
-        "batch_size": c["batch"],
-        "steps_per_rep": steps,
-        "samples_per_sec": rates,
-        "median_samples_per_sec": statistics.median(rates),
-        "impl": "pytorch",
-        "torch_version": torch.__version__,
-        "threads": torch.get_num_threads(),
-    }))
-
+    print(json.dumps(timed(step, ctx, a, c["batch"], impl="pytorch",
+                           torch_version=torch.__version__,
+                           threads=torch.get_num_threads())))
 
 if __name__ == "__main__":
     main()

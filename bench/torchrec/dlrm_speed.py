@@ -26,9 +26,7 @@ makes; with any other python it re-runs itself there.
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VENV = os.environ.get("TORCHREC_VENV", "/tmp/torchrec-venv")
@@ -60,7 +58,7 @@ def main():
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     sys.path.insert(0, os.path.dirname(HERE))
-    from torch_dlrm import BUILTIN, load_config, make_batches
+    from torch_dlrm import BUILTIN, load_config, make_batches, timed
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", choices=sorted(BUILTIN), default="kaggle")
@@ -141,33 +139,11 @@ def main():
         model.eval()
         step, ctx = infer_step, torch.inference_mode
 
-    steps, reps = max(1, a.steps), max(1, a.reps)
-    rates = []
-    with ctx():
-        i = 0
-        for _ in range(a.warmup):
-            step(i)
-            i += 1
-        for _ in range(reps):
-            start = time.perf_counter()
-            for _ in range(steps):
-                step(i)
-                i += 1
-            rates.append(steps * c["batch"] / max(time.perf_counter() - start, 1e-9))
-
-    print(json.dumps({
-        "mode": a.mode,
-        "batch_size": c["batch"],
-        "steps_per_rep": steps,
-        "samples_per_sec": rates,
-        "median_samples_per_sec": statistics.median(rates),
-        "impl": "torchrec-bf16-autocast" if a.bf16 else "torchrec",
-        "torch_version": torch.__version__,
-        "torchrec_version": version("torchrec"),
-        "fbgemm_version": version("fbgemm-gpu-cpu"),
-        "threads": torch.get_num_threads(),
-    }))
-
+    print(json.dumps(timed(
+        step, ctx, a, c["batch"],
+        impl="torchrec-bf16-autocast" if a.bf16 else "torchrec",
+        torch_version=torch.__version__, torchrec_version=version("torchrec"),
+        fbgemm_version=version("fbgemm-gpu-cpu"), threads=torch.get_num_threads())))
 
 if __name__ == "__main__":
     main()
