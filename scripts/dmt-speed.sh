@@ -3,6 +3,10 @@
 # compression 2, 4 and 8, and flat on the greedy plan (tables spread over every rank,
 # the other baseline), alternated ROUNDS times, 2 hosts x 2 MPI ranks, cross-host
 # links shaped to RATE. Needs root, OpenMPI and a release build with --features mpi.
+# Variants flat-q and dmt-c2-q are flat and DMT at compression 2 with quantized
+# communication (fp16 forward, bf16 backward: the DMT paper's strong baseline;
+# docs/DISTRIBUTED.md, "Quantized communication"); with flat-q among the variants the
+# summary adds each variant's median per-round ratio to flat-q.
 #   scripts/dmt-speed.sh [ROUNDS=3] [RATE=1gbit] [--predict]
 # CONFIG (environment; default bench/dmt/speed.toml) is the model; DMT's module is the
 # DLRM one with c = 1, p = 0 and D = embedding_dim / compression. VARIANTS (environment)
@@ -43,6 +47,9 @@ towers() { # compression C: DLRM tower module, c = 1, p = 0, D = dim / C
     echo "--set model.towers={module=\"dlrm\",count=2,d=$d,c=1,p=0} --set model.bottom_mlp=[64,$d]"
 }
 variants=${VARIANTS:-flat sptt dmt-c2 dmt-c4 dmt-c8 flat-greedy}
+qset='--set cluster.qcomms={forward="fp16",backward="bf16"}'
+qcfg=$out/quantized.toml
+{ cat "$cfg"; printf '\n[cluster.qcomms]\nforward = "fp16"\nbackward = "bf16"\n'; } >"$qcfg"
 [[ " $variants " == *" flat "* ]] || variants="flat $variants"
 declare -A args=(
     [flat]="--plan $out/flat.json"
@@ -51,22 +58,30 @@ declare -A args=(
     [dmt-c2]="--plan $out/sptt.json $(towers 2)"
     [dmt-c4]="--plan $out/sptt.json $(towers 4)"
     [dmt-c8]="--plan $out/sptt.json $(towers 8)"
+    [flat-q]="--plan $out/flat.json $qset"
+    [dmt-c2-q]="--plan $out/sptt.json $(towers 2) $qset"
 )
 for r in $(seq "$rounds"); do
     if ((predict)); then
         cluster "$bin" calibrate --backend mpi --quiet --out "$out/cal-$r.toml" >"$out/log" 2>&1 ||
             { cat "$out/log"; exit 1; }
-        for c in 2 4 8; do
-            "$bin" simulate --config "$cfg" --hardware "$out/cal-$r.toml" \
-                --compare flat,sptt,dmt --compression "$c" --json
-        done | python3 -c '
+        {
+            for c in 2 4 8; do
+                "$bin" simulate --config "$cfg" --hardware "$out/cal-$r.toml" \
+                    --compare flat,sptt,dmt --compression "$c" --json
+            done
+            # The quantized variants: the config with [cluster.qcomms] (a synthetic
+            # config: no relative paths to move with the copy).
+            "$bin" simulate --config "$qcfg" --hardware "$out/cal-$r.toml" \
+                --compare flat,dmt --compression 2 --json | sed 's/^{/{"quantized":true,/'
+        } | python3 -c '
 import json, sys
 r, out = sys.argv[1], sys.argv[2]
 step = {}
 for line in sys.stdin:
     p = json.loads(line)
     name = p["plan"] if p["plan"] != "dmt" else "dmt-c%d" % round(p["towers"]["compression"])
-    step[name] = p["step_seconds"]
+    step[name + ("-q" if p.get("quantized") else "")] = p["step_seconds"]
 with open(out, "a") as f:
     for v, s in step.items():
         f.write(f"{r}\tpredicted\t{v}\t{s}\n")
@@ -114,4 +129,10 @@ for v, m in meas.items():
         line += (f"  {st.median(pred[v].values()) * 1e3:19.1f} ms  {st.median(batch / x for x in m.values()) * 1e3:18.1f} ms"
                  f"  {st.median(ratios):24.2f}  {min(ratios):.2f}-{max(ratios):.2f}")
     print(line)
+if "flat-q" in meas:
+    strong = meas["flat-q"]
+    print("\nagainst flat-q (the strong baseline): median per-round ratio")
+    for v, m in meas.items():
+        per_round = [m[r] / strong[r] for r in sorted(m) if r in strong]
+        print(f"{v:8} {st.median(per_round):.2f} ({min(per_round):.2f}-{max(per_round):.2f})")
 PY

@@ -10,6 +10,7 @@
 
 use crate::backend::{Backend, RecvBuf};
 use crate::error::{Error, Result};
+use crate::precision::WirePrecision;
 use crate::topology::Topology;
 use crate::traffic::{Phase, RankTraffic};
 use crate::watchdog::{Activity, Entered, Op};
@@ -23,6 +24,7 @@ pub trait Element:
 }
 impl Element for f32 {}
 impl Element for f64 {}
+impl Element for u16 {}
 impl Element for u32 {}
 impl Element for u64 {}
 impl Element for i32 {}
@@ -39,6 +41,9 @@ pub struct Comm {
     topology: Topology,
     traffic: Arc<Mutex<RankTraffic>>,
     activity: Arc<Activity>,
+    /// The 16-bit buffers of reduced-precision exchanges (send, receive), kept across
+    /// calls; taken out for an exchange, so never locked during one.
+    wire: Mutex<(Vec<u16>, Vec<u16>)>,
 }
 
 impl Comm {
@@ -66,6 +71,7 @@ impl Comm {
             topology,
             traffic: Arc::new(Mutex::new(RankTraffic::new(topology, me))),
             activity,
+            wire: Mutex::default(),
         })
     }
 
@@ -174,6 +180,54 @@ impl Comm {
         )?;
         let done = done.expect("the backend ran the work");
         Ok((from.into_iter().map(|b| b / size_of::<T>()).collect(), done))
+    }
+
+    /// [`Comm::all_to_all_v_into`] of f32 values sent in `wire` precision: each value
+    /// is rounded to it (nearest, ties to even) before it leaves and widened back to
+    /// f32 on arrival, and the traffic counts the bytes sent (2 a value for fp16 and
+    /// bf16). `counts` are in values. fp32 is the plain exchange.
+    pub fn all_to_all_v_wire_into(
+        &self,
+        send: &[f32],
+        counts: &[usize],
+        recv: &mut Vec<f32>,
+        phase: Phase,
+        wire: WirePrecision,
+    ) -> Result<Vec<usize>> {
+        if wire == WirePrecision::Fp32 {
+            return self.all_to_all_v_into(send, counts, recv, phase);
+        }
+        let (mut out, mut back) = std::mem::take(&mut *self.wire.lock().expect("wire lock"));
+        wire.encode(send, &mut out);
+        let exchanged = self.all_to_all_v_into(&out, counts, &mut back, phase);
+        if exchanged.is_ok() {
+            wire.decode(&back, recv);
+        }
+        *self.wire.lock().expect("wire lock") = (out, back);
+        exchanged
+    }
+
+    /// [`Comm::all_to_all_v_during`] of f32 values sent in `wire` precision, as
+    /// [`Comm::all_to_all_v_wire_into`] sends them.
+    pub fn all_to_all_v_wire_during<R>(
+        &self,
+        send: &[f32],
+        counts: &[usize],
+        recv: &mut Vec<f32>,
+        (phase, wire): (Phase, WirePrecision),
+        work: impl FnOnce(&mut dyn FnMut()) -> R,
+    ) -> Result<(Vec<usize>, R)> {
+        if wire == WirePrecision::Fp32 {
+            return self.all_to_all_v_during(send, counts, recv, phase, work);
+        }
+        let (mut out, mut back) = std::mem::take(&mut *self.wire.lock().expect("wire lock"));
+        wire.encode(send, &mut out);
+        let exchanged = self.all_to_all_v_during(&out, counts, &mut back, phase, work);
+        if exchanged.is_ok() {
+            wire.decode(&back, recv);
+        }
+        *self.wire.lock().expect("wire lock") = (out, back);
+        exchanged
     }
 
     /// Checks an AlltoAllv's `counts` against the `len` elements sent, records its
@@ -374,6 +428,7 @@ impl Comm {
             topology: self.topology,
             traffic: Arc::clone(&self.traffic),
             activity: Arc::clone(&self.activity),
+            wire: Mutex::default(),
         })
     }
 

@@ -6,6 +6,8 @@
 //!   splits, for f32/f64 and integer payloads, over a [`Backend`]; and an AlltoAllv
 //!   that overlaps the caller's work ([`Comm::all_to_all_v_during`]: non-blocking on
 //!   MPI; in-process, the exchange and then the work).
+//! - Quantized communication ([`WirePrecision`]): f32 payloads of an AlltoAllv sent as
+//!   fp16 or bf16 ([`Comm::all_to_all_v_wire_into`]), the bytes counted as sent.
 //! - Exchanges over MPI's 2 GiB a call, in rounds ([`Comm::all_to_all_v_in_rounds`],
 //!   [`Comm::all_gather_in_rounds`], at most [`ROUND_BYTES`] a round).
 //! - [`HierarchicalAllReduce`]: the topology-aware AllReduce (intra-host ReduceScatter,
@@ -31,6 +33,7 @@ pub mod mpi;
 #[cfg(feature = "mpi")]
 mod mpi_watchdog;
 mod phase;
+mod precision;
 mod rounds;
 mod selftest;
 mod stall;
@@ -46,6 +49,7 @@ pub use comm::{even_split, Comm, Element};
 pub use error::{Error, Result};
 pub use hierarchical::HierarchicalAllReduce;
 pub use inprocess::{run_in_process, run_in_process_with, InProcess, WorkerFailure};
+pub use precision::WirePrecision;
 pub use rounds::ROUND_BYTES;
 pub use selftest::{selftest, SelfTestReport};
 pub use stderr::print_line;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use towerrec_comm::{
     even_split, run_in_process, selftest, Comm, Error, Phase, SelfTestReport, Topology,
-    WorkerFailure,
+    WirePrecision, WorkerFailure,
 };
 
 fn selftest_reports(t: Topology) -> Vec<SelfTestReport> {
@@ -113,6 +113,47 @@ proptest! {
             let phase = traffic.phase(Phase::InputDist);
             prop_assert_eq!((phase.intra_host, phase.cross_host), (intra, cross));
             prop_assert_eq!(traffic.total(), phase);
+        }
+    }
+
+    /// A reduced-precision AlltoAllv delivers each value rounded to the wire's
+    /// precision, counts 2 bytes a value, and gives the same bits in its overlapping
+    /// form; fp32 delivers the values as sent.
+    #[test]
+    fn wire_all_to_all_v_delivers_rounded_values_and_counts_sent_bytes(
+        (t, counts) in topology_and_counts(),
+        wire in prop_oneof![Just(WirePrecision::Fp32), Just(WirePrecision::Fp16), Just(WirePrecision::Bf16)],
+    ) {
+        let n = t.world_size();
+        let value = |s: usize, d: usize, i: usize| (tag(s, d, i) % 1_000_003) as f32 / 977.0 - 300.0;
+        let out = run_in_process(t, |comm: Comm| {
+            let me = comm.rank();
+            let send: Vec<f32> = (0..n)
+                .flat_map(|d| (0..counts[me][d]).map(move |i| value(me, d, i)))
+                .collect();
+            let mut got = Vec::new();
+            let from = comm.all_to_all_v_wire_into(&send, &counts[me], &mut got, Phase::OutputDist, wire)?;
+            let mut again = Vec::new();
+            let (from_again, ran) = comm.all_to_all_v_wire_during(
+                &send, &counts[me], &mut again, (Phase::OutputDist, wire), |_| 7)?;
+            Ok::<_, Error>((got, from, again, from_again, ran, comm.traffic()))
+        })
+        .unwrap();
+        for (me, (recv, from, again, from_again, ran, traffic)) in out.iter().enumerate() {
+            let mut want: Vec<f32> = (0..n)
+                .flat_map(|s| (0..counts[s][me]).map(move |i| value(s, me, i)))
+                .collect();
+            wire.round(&mut want);
+            prop_assert_eq!(bits(recv), bits(&want));
+            prop_assert_eq!(bits(again), bits(&want));
+            let want_from: Vec<usize> = (0..n).map(|s| counts[s][me]).collect();
+            prop_assert_eq!(from, &want_from);
+            prop_assert_eq!(from_again, &want_from);
+            prop_assert_eq!(*ran, 7);
+            for (d, &c) in counts[me].iter().enumerate() {
+                let bytes = if d == me { 0 } else { 2 * (c * wire.bytes()) as u64 };
+                prop_assert_eq!(traffic.to(Phase::OutputDist, d), bytes);
+            }
         }
     }
 

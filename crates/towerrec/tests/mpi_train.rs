@@ -385,6 +385,8 @@ fn mpi_equals_in_process_on_2x2() {
         ("row-wise towers of 2 hosts", Some(&wide)),
         ("dmt model", None),
         ("dmt per-feature model", None),
+        ("greedy plan, quantized communication", None),
+        ("dmt model, quantized communication", None),
     ] {
         let start = Instant::now();
         let mut args = small_args();
@@ -405,6 +407,16 @@ fn mpi_equals_in_process_on_2x2() {
             // the tower cases the per-feature model (maps before step d); the
             // table-row-wise plan and the other tower cases run whole steps, as this one.
             "oper plan, whole steps" => &["cluster.overlap_halves=false"],
+            // fp16 pooled embeddings, bf16 gradients (docs/DISTRIBUTED.md, "Quantized
+            // communication"): the same rounding on both backends.
+            "greedy plan, quantized communication" => {
+                &["cluster.qcomms={forward=\"fp16\",backward=\"bf16\"}"]
+            }
+            "dmt model, quantized communication" => &[
+                "model.towers={module=\"dlrm\",count=2,d=8,c=1,p=0}",
+                "model.bottom_mlp=[64,8]",
+                "cluster.qcomms={forward=\"bf16\",backward=\"bf16\"}",
+            ],
             "row-wise towers of 2 hosts" => &[
                 "model.pooling=\"mean\"",
                 "data.tables=[{rows=20000,zipf_exponent=1.05,pooling={mean=3.0},count=26}]",

@@ -15,6 +15,7 @@ pub use validate::{MAX_BATCH_SIZE, MAX_EVAL_BATCH_SIZE, MAX_WORLD_SIZE};
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use towerrec_comm::WirePrecision;
 use towerrec_core::embedding::{Pooling, SparseOptimizer};
 use towerrec_core::optim::{DenseOptimizerKind, LrSchedule};
 use towerrec_data::{BadRows, DataConfig};
@@ -211,6 +212,33 @@ pub struct ClusterConfig {
     /// Default on.
     #[serde(default = "default_overlap_halves")]
     pub overlap_halves: bool,
+    /// Quantized communication (`[cluster.qcomms]`; docs/DISTRIBUTED.md, "Quantized
+    /// communication"): the wire precision of the pooled embeddings and of their
+    /// gradients. Absent: fp32 both ways.
+    #[serde(default, skip_serializing_if = "QComms::is_fp32")]
+    pub qcomms: QComms,
+}
+
+/// `[cluster.qcomms]`: how the pooled embeddings travel in the output distribution and
+/// SPTT's steps (forward), and their gradients (backward), as TorchRec's quantized
+/// communication chooses them; `fp32`, `fp16` or `bf16` each. The DMT paper's strong
+/// baseline sends fp16 forward and bf16 backward (DMT §5).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QComms {
+    /// Pooled embeddings (and, in a DMT model, the Tower Modules' outputs).
+    #[serde(default)]
+    pub forward: WirePrecision,
+    /// Their gradients.
+    #[serde(default)]
+    pub backward: WirePrecision,
+}
+
+impl QComms {
+    /// fp32 both ways: nothing quantized.
+    pub fn is_fp32(&self) -> bool {
+        *self == QComms::default()
+    }
 }
 
 /// The default of `cluster.tower_chunks`, chosen from runs of 1 to 16 chunks on the
@@ -296,6 +324,7 @@ impl Default for ClusterConfig {
             drift: None,
             tower_chunks: default_tower_chunks(),
             overlap_halves: default_overlap_halves(),
+            qcomms: QComms::default(),
         }
     }
 }

@@ -12,7 +12,7 @@
 pub use crate::embeddings::Embeddings;
 pub use crate::times::PhaseTimes;
 
-use crate::config::{BiasInit, ClusterConfig, DenseSync, ReplicaSync};
+use crate::config::{BiasInit, ClusterConfig, DenseSync, QComms, ReplicaSync};
 use crate::config::{ModelConfig, ModelKind, OptimizerConfig};
 use crate::error::{Error, Result};
 use crate::finite::{Fault, Faults, Summed};
@@ -555,6 +555,15 @@ impl Model {
         }
     }
 
+    /// The wire precision of the pooled embeddings and their gradients
+    /// (`[cluster.qcomms]`; default fp32). Every rank must choose the same, before the
+    /// first step.
+    pub fn set_qcomms(&mut self, wire: QComms) {
+        if let Embeddings::Sharded(s) = &mut self.embeddings {
+            s.set_qcomms(wire);
+        }
+    }
+
     /// Chunks of a step's samples in SPTT's exchange, where a DMT model's per-feature
     /// modules run before its step d (default 4; 1: one exchange). Every rank must
     /// choose the same, before the first step.
@@ -564,13 +573,14 @@ impl Model {
         }
     }
 
-    /// The run-time choices of `[cluster]`: dense sync, replica sync, tower chunks and
-    /// steps in halves.
+    /// The run-time choices of `[cluster]`: dense sync, replica sync, tower chunks,
+    /// steps in halves and quantized communication.
     pub fn apply_cluster_config(&mut self, cluster: &ClusterConfig) {
         self.set_overlap_halves(cluster.overlap_halves);
         self.set_dense_sync(cluster.dense_sync);
         self.set_replica_sync(cluster.replica_sync);
         self.set_tower_chunks(cluster.tower_chunks);
+        self.set_qcomms(cluster.qcomms);
     }
 
     /// Moves this rank's part of a sharded model's tables to `plan` (every rank at

@@ -173,9 +173,10 @@ impl Flat {
         let (send, counts, own_firsts) = self.pack_rows(sp, step.part());
         let mut recv = std::mem::take(&mut self.recv);
         let mut own_split = std::mem::take(&mut self.own_split);
+        let wire = (Phase::OutputDist, sp.wire.forward);
         let (comm, pass) = own_pass(sp, &mut own_split);
         let exchanged =
-            comm.all_to_all_v_during(&send, &counts, &mut recv, Phase::OutputDist, |progress| {
+            comm.all_to_all_v_wire_during(&send, &counts, &mut recv, wire, |progress| {
                 pass.run(batch, out, slots, progress)
             });
         self.send = send;
@@ -201,9 +202,10 @@ impl Flat {
         let (send, counts, own_firsts) = self.pack_rows(sp, Part::Second);
         let mut recv = std::mem::take(&mut self.recv);
         let first = &out[..Part::First.range(step.batch.batch_size()).end * step.slots.width()];
+        let wire = (Phase::OutputDist, sp.wire.forward);
         let exchanged =
             sp.comm
-                .all_to_all_v_during(&send, &counts, &mut recv, Phase::OutputDist, |progress| {
+                .all_to_all_v_wire_during(&send, &counts, &mut recv, wire, |progress| {
                     work(first, progress)
                 });
         self.send = send;

@@ -29,11 +29,11 @@ impl Flat {
         let mut first = std::mem::take(&mut self.recv_first);
         let split = Part::First.range(step.batch.batch_size()).end * step.slots.width();
         let second = &mut grad[split..];
-        let exchanged = sp.comm.all_to_all_v_during(
+        let exchanged = sp.comm.all_to_all_v_wire_during(
             &send,
             &counts,
             &mut first,
-            Phase::OutputDist,
+            (Phase::OutputDist, sp.wire.backward),
             |progress| work(second, progress),
         );
         self.send = send;
@@ -121,13 +121,13 @@ impl Flat {
             .map(|l| (0..me).map(|src| segment(sp, l, src, Part::Whole)).sum())
             .collect();
         let there = &*sp;
-        let exchanged =
-            there
-                .comm
-                .all_to_all_v_during(send, counts, recv, Phase::OutputDist, |progress| {
-                    let own = (&mut local[..], &before[..]);
-                    self.push_own_grad_rows(there, own, step, grad, progress)
-                });
+        let wire = (Phase::OutputDist, sp.wire.backward);
+        let exchanged = there
+            .comm
+            .all_to_all_v_wire_during(send, counts, recv, wire, |progress| {
+                let own = (&mut local[..], &before[..]);
+                self.push_own_grad_rows(there, own, step, grad, progress)
+            });
         match exchanged {
             Ok(_) => Ok(local),
             Err(e) => {

@@ -46,7 +46,7 @@ pub(crate) use sptt::TowerDomain;
 pub(crate) use whole::state_layout;
 pub use whole::WholeTable;
 
-use crate::config::ReplicaSync;
+use crate::config::{QComms, ReplicaSync};
 use crate::error::{Error, Result};
 use crate::slots::FeatureSlots;
 use crate::towers::ModelTowers;
@@ -201,10 +201,11 @@ impl ShardedEmbeddings {
         let whole = self
             .spread
             .gather_whole(&self.replicas, descs, optimizer, true)?;
-        let (pooling, mode) = (self.pooling, self.replica_sync);
+        let (pooling, mode, wire) = (self.pooling, self.replica_sync, self.spread.wire);
         let comm = self.spread.comm;
         let mut moved = ShardedEmbeddings::new(comm, descs, plan, pooling, optimizer, 0)?;
         moved.set_replica_sync(mode);
+        moved.set_qcomms(wire);
         moved.load_whole(&whole.unwrap_or_default(), optimizer)?;
         Ok(moved)
     }
@@ -306,6 +307,15 @@ impl ShardedEmbeddings {
         self.replica_sync = mode;
         if let Some(s) = &mut self.shared {
             s.mode = mode;
+        }
+    }
+
+    /// The wire precision of the pooled rows and their gradients in every output
+    /// distribution (every rank the same, before the first step).
+    pub fn set_qcomms(&mut self, wire: QComms) {
+        self.spread.wire = wire;
+        if let Some(sp) = self.outputs.towers_mut() {
+            sp.set_wire(wire);
         }
     }
 

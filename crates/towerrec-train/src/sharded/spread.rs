@@ -8,6 +8,7 @@ use super::lookup::{self, LocalShard};
 use super::partitioned;
 use super::replicas::{Replica, Replicas};
 use super::route::{Route, Router};
+use crate::config::QComms;
 use crate::error::{Error, Result};
 use crate::init::TableInit;
 use crate::slots::FeatureSlots;
@@ -164,6 +165,8 @@ pub(super) struct Spread {
     /// feature rows (the flat output distribution's own pass, `super::own`): those
     /// bags are routed whole and pooled there, not here.
     pub(super) direct: Vec<bool>,
+    /// The wire precision of the pooled rows and their gradients (`[cluster.qcomms]`).
+    pub(super) wire: QComms,
     ids_send: Vec<u64>,
     ids_recv: Vec<u64>,
     /// This rank's ids for its own shards, which skip the exchange.
@@ -179,6 +182,7 @@ impl Spread {
             local,
             samples: Vec::new(),
             direct: Vec::new(),
+            wire: QComms::default(),
             ids_send: Vec::new(),
             ids_recv: Vec::new(),
             ids_own: Vec::new(),

@@ -17,6 +17,7 @@ use super::lookup::LocalShard;
 use super::output::{GradWork, OutputDist, RowsWork, StepPart};
 use super::route::Router;
 use super::spread::{firsts, Spread, TableState};
+use crate::config::QComms;
 use crate::error::Result;
 use crate::slots::FeatureSlots;
 use towerrec_comm::{Comm, Phase, Topology};
@@ -140,6 +141,8 @@ struct View<'a> {
     /// Samples of each world rank, and the first of each in the global batch.
     samples: &'a [usize],
     pub(super) firsts: &'a [usize],
+    /// The wire precision both ways.
+    wire: QComms,
 }
 
 impl HierTrw {
@@ -163,8 +166,13 @@ impl HierTrw {
             }
             *count = self.send.len() - before;
         }
-        self.host
-            .all_to_all_v_into(&self.send, &counts, &mut self.recv, Phase::OutputDist)?;
+        self.host.all_to_all_v_wire_into(
+            &self.send,
+            &counts,
+            &mut self.recv,
+            Phase::OutputDist,
+            v.wire.forward,
+        )?;
         let peers = self.peers_of(j, v.samples);
         let rows: usize = peers.iter().map(|&(w, _)| v.samples[w]).sum();
         let dim = |t: usize| v.tables[t].dim;
@@ -200,8 +208,13 @@ impl HierTrw {
             }
             counts[g] = self.send.len() - before;
         }
-        self.peers
-            .all_to_all_v_into(&self.send, &counts, &mut self.recv, Phase::OutputDist)?;
+        self.peers.all_to_all_v_wire_into(
+            &self.send,
+            &counts,
+            &mut self.recv,
+            Phase::OutputDist,
+            v.wire.forward,
+        )?;
         let width = slots.width();
         let b_local = v.samples[me];
         let mut at = 0;
@@ -253,8 +266,13 @@ impl HierTrw {
             }
             *count = self.send.len() - before;
         }
-        self.peers
-            .all_to_all_v_into(&self.send, &counts, &mut self.recv, Phase::OutputDist)?;
+        self.peers.all_to_all_v_wire_into(
+            &self.send,
+            &counts,
+            &mut self.recv,
+            Phase::OutputDist,
+            v.wire.backward,
+        )?;
         // The received blocks come by peer, then table: lay them out by table.
         let peers = self.peers_of(j, v.samples);
         let rows: usize = peers.iter().map(|&(w, _)| v.samples[w]).sum();
@@ -284,8 +302,13 @@ impl HierTrw {
             }
             *count = self.send.len() - before;
         }
-        self.host
-            .all_to_all_v_into(&self.send, &counts, &mut self.recv, Phase::OutputDist)?;
+        self.host.all_to_all_v_wire_into(
+            &self.send,
+            &counts,
+            &mut self.recv,
+            Phase::OutputDist,
+            v.wire.backward,
+        )?;
         let global: usize = v.samples.iter().sum();
         for l in v.local.iter_mut().filter(|l| self.mine[l.table]) {
             l.grad.clear();
@@ -360,5 +383,6 @@ fn view<'a>(sp: &'a mut Spread, firsts: &'a [usize]) -> View<'a> {
         tables: &sp.tables,
         samples: &sp.samples,
         firsts,
+        wire: sp.wire,
     }
 }

@@ -83,9 +83,9 @@ fn towers_of(t: &TowersConfig, cfg: &Config, name: &str) -> Result<Towers> {
 }
 
 /// The simulator's view of a towerrec run: its tables and lookups per sample, its
-/// layers, its batch; f32 everywhere, 32-bit ids. A DMT model's bottom MLP is given
-/// back ending in the embedding width (the model without towers); [`Towers`] rebuilds
-/// the DMT over-arch.
+/// layers, its batch; f32 everywhere but on the wire of `[cluster.qcomms]`, 64-bit ids.
+/// A DMT model's bottom MLP is given back ending in the embedding width (the model
+/// without towers); [`Towers`] rebuilds the DMT over-arch.
 pub(super) fn workload_of(cfg: &Config, name: &str) -> Result<Workload> {
     let schema = towerrec_data::schema(&cfg.data, &cfg.base_dir).with_context(|| {
         format!("{name}: the table sizes come from the config's data, which could not be read")
@@ -145,9 +145,17 @@ pub(super) fn workload_of(cfg: &Config, name: &str) -> Result<Workload> {
         // per id and a u64 length per bag.
         index_bytes: std::mem::size_of::<u64>(),
         bag_bytes: std::mem::size_of::<u64>(),
-        wire_bytes: None,
+        wire_bytes: wire_bytes(cfg.cluster.qcomms),
         synthetic: synthetic_ids(&cfg.data),
     })
+}
+
+/// Bytes of one pooled value on the wire under `[cluster.qcomms]` (`None`: f32). The
+/// simulator prices one width for both directions; where the forward's and the
+/// backward's differ it takes their mean, which keeps each step's total bytes (the two
+/// directions carry the same number of values).
+fn wire_bytes(q: towerrec_train::config::QComms) -> Option<usize> {
+    (!q.is_fp32()).then(|| (q.forward.bytes() + q.backward.bytes()) / 2)
 }
 
 /// The ids one sample of `data` draws, by kind, where towerrec generates it.
@@ -284,5 +292,21 @@ mod tests {
                 uniform: 6.0
             })
         );
+    }
+
+    #[test]
+    fn quantized_communication_prices_the_bytes_sent() {
+        let (fp32, _, _) = both(&[]);
+        assert_eq!(fp32.wire_bytes, None);
+        let strong = "cluster.qcomms={forward=\"fp16\",backward=\"bf16\"}";
+        let (q, _, _) = both(&[strong]);
+        assert_eq!(q.wire_bytes, Some(2));
+        assert_eq!(
+            2.0 * q.pooled_bytes_per_sample(),
+            fp32.pooled_bytes_per_sample()
+        );
+        // fp32 forward, bf16 backward: the mean width keeps the step's bytes.
+        let (half, _, _) = both(&["cluster.qcomms={backward=\"bf16\"}"]);
+        assert_eq!(half.wire_bytes, Some(3));
     }
 }

@@ -118,8 +118,14 @@ impl Sptt {
                 Phase::TowerIntra,
             )?;
         }
-        self.group
-            .all_to_all_v_into(&self.send, &counts, &mut self.recv, Phase::TowerIntra)?;
+        let wire = self.wire.forward;
+        self.group.all_to_all_v_wire_into(
+            &self.send,
+            &counts,
+            &mut self.recv,
+            Phase::TowerIntra,
+            wire,
+        )?;
         // e: the blocks laid out as group rows, peers in group order.
         let peer_rows = self.peer_rows(&st.samples);
         let width = self.widths[self.my_group];
@@ -164,8 +170,9 @@ impl Sptt {
         let sent = self.sent_width(self.my_group);
         let counts: Vec<usize> = peer_rows.iter().map(|&(_, n)| n * sent).collect();
         let rows = if between { &self.outs } else { &self.rows };
+        let wire = self.wire.forward;
         self.peers
-            .all_to_all_v_into(rows, &counts, &mut self.recv, Phase::TowerPeer)?;
+            .all_to_all_v_wire_into(rows, &counts, &mut self.recv, Phase::TowerPeer, wire)?;
         let b_local = batch.batch_size();
         let out_width = slots.width();
         let mut at = 0;
@@ -209,14 +216,25 @@ impl Sptt {
         }
         let peer_rows = self.peer_rows(&st.samples);
         let total: usize = peer_rows.iter().map(|&(_, n)| n).sum();
+        let wire = self.wire.backward;
         if self.modules.is_some() {
-            self.peers
-                .all_to_all_v_into(&self.send, &counts, &mut self.outs, Phase::TowerPeer)?;
+            self.peers.all_to_all_v_wire_into(
+                &self.send,
+                &counts,
+                &mut self.outs,
+                Phase::TowerPeer,
+                wire,
+            )?;
             let (rows, modules) = self.group_rows();
             rows.backward(modules, total);
         } else {
-            self.peers
-                .all_to_all_v_into(&self.send, &counts, &mut self.rows, Phase::TowerPeer)?;
+            self.peers.all_to_all_v_wire_into(
+                &self.send,
+                &counts,
+                &mut self.rows,
+                Phase::TowerPeer,
+                wire,
+            )?;
         }
         // e, d, c reversed: each shard's columns of its group-mates' peers' rows.
         let width = self.widths[self.my_group];
@@ -255,8 +273,14 @@ impl Sptt {
             }
             *count = self.send.len() - before;
         }
-        self.group
-            .all_to_all_v_into(&self.send, &counts, &mut self.recv, Phase::TowerIntra)?;
+        let wire = self.wire.backward;
+        self.group.all_to_all_v_wire_into(
+            &self.send,
+            &counts,
+            &mut self.recv,
+            Phase::TowerIntra,
+            wire,
+        )?;
         let firsts = firsts(&st.samples);
         let global: usize = st.samples.iter().sum();
         for l in &mut st.local {

@@ -44,6 +44,7 @@ pub(crate) use modules::TowerDomain;
 use crate::slots::{FeatureSlots, Slot};
 
 use super::spread::mean_scale;
+use crate::config::QComms;
 use crate::error::{Error, Result};
 use crate::towers::ModelTowers;
 use towerrec_comm::{Comm, Phase, Topology};
@@ -96,6 +97,8 @@ pub(in crate::sharded) struct Sptt {
     addressed: bool,
     index_send: Vec<u64>,
     index_recv: Vec<u64>,
+    /// The wire precision of steps d and f, both ways (`[cluster.qcomms]`).
+    wire: QComms,
 }
 
 /// Ranks in peer order: sorted by (index in group, group), where `rank_of[g][j]` is the
@@ -187,6 +190,7 @@ impl Sptt {
             addressed: false,
             index_send: Vec::new(),
             index_recv: Vec::new(),
+            wire: QComms::default(),
         })
     }
 
@@ -266,6 +270,11 @@ impl Sptt {
     /// samples (1: one exchange of the whole step).
     pub(in crate::sharded) fn set_chunks(&mut self, chunks: usize) {
         self.chunks = chunks.max(1);
+    }
+
+    /// The wire precision of steps d and f, both ways.
+    pub(in crate::sharded) fn set_wire(&mut self, wire: QComms) {
+        self.wire = wire;
     }
 
     /// This rank's tower group: the ranks of the hosts that hold its towers' tables.

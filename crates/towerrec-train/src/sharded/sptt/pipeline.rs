@@ -22,6 +22,7 @@
 
 use super::early::Early;
 use super::{peer_order, Sptt};
+use crate::config::QComms;
 use crate::error::{Error, Result};
 use crate::sharded::flat::place_block;
 use crate::sharded::lookup::LocalShard;
@@ -155,6 +156,8 @@ pub(super) struct Work<'a> {
     pub(super) group: &'a Comm,
     pub(super) send: &'a mut Vec<f32>,
     pub(super) recv: &'a mut Vec<f32>,
+    /// The wire precision both ways.
+    pub(super) wire: QComms,
 }
 
 /// What one step of the pipeline works with: its layout, the chunks' state, their
@@ -189,11 +192,11 @@ pub(super) fn forward(
         let into = &mut bufs.peer[k];
         match next.first_mut() {
             Some(next_rows) => {
-                let (_, laid) = peers.all_to_all_v_during(
+                let (_, laid) = peers.all_to_all_v_wire_during(
                     &done[k],
                     &counts_of(k),
                     into,
-                    Phase::TowerPeer,
+                    (Phase::TowerPeer, work.wire.forward),
                     |progress| map_and_lay_out(&lay, local, &mut work, k + 1, next_rows, progress),
                 )?;
                 laid?;
@@ -202,16 +205,23 @@ pub(super) fn forward(
             None => match during_last.take() {
                 Some(last) => {
                     let first = &out[..lay.first_half_rows() * slots.width()];
-                    peers.all_to_all_v_during(
+                    peers.all_to_all_v_wire_during(
                         &done[k],
                         &counts_of(k),
                         into,
-                        Phase::TowerPeer,
+                        (Phase::TowerPeer, work.wire.forward),
                         |progress| last(first, progress),
                     )?;
                 }
                 None => {
-                    peers.all_to_all_v_into(&done[k], &counts_of(k), into, Phase::TowerPeer)?;
+                    let wire = work.wire.forward;
+                    peers.all_to_all_v_wire_into(
+                        &done[k],
+                        &counts_of(k),
+                        into,
+                        Phase::TowerPeer,
+                        wire,
+                    )?;
                 }
             },
         }
@@ -249,6 +259,7 @@ impl Sptt {
             group: &self.group,
             send: &mut self.send,
             recv: &mut self.recv,
+            wire: self.wire,
         };
         Ok((work, &mut self.chunk_bufs, &self.peers))
     }
@@ -359,7 +370,7 @@ fn map_and_lay_out(
     }
     let recv = &mut *work.recv;
     work.group
-        .all_to_all_v_into(send, &counts, recv, Phase::TowerIntra)?;
+        .all_to_all_v_wire_into(send, &counts, recv, Phase::TowerIntra, work.wire.forward)?;
     // e: the blocks laid out as group rows, peers in group order (every value written).
     let peer_rows = lay.peer_rows(k);
     let total: usize = peer_rows.iter().map(|&(_, n)| n).sum();

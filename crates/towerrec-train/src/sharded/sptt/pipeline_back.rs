@@ -26,11 +26,12 @@ pub(super) fn backward(
         .map(|k| chunk_grads(&lay, k, grad, slots.width(), &mut bufs.peer[k]))
         .collect();
     prepare_backward(local, &mut work, bufs, lay.global());
-    peers.all_to_all_v_into(
+    peers.all_to_all_v_wire_into(
         &bufs.peer[0],
         &counts[0],
         &mut bufs.rows[0],
         Phase::TowerPeer,
+        work.wire.backward,
     )?;
     chunks_backward(&lay, local, &mut work, bufs, peers, &counts)
 }
@@ -51,11 +52,11 @@ pub(super) fn backward_in_halves(
         .collect();
     prepare_backward(local, &mut work, bufs, lay.global());
     let second = &mut grad[lay.first_half_rows() * width..];
-    peers.all_to_all_v_during(
+    peers.all_to_all_v_wire_during(
         &bufs.peer[0],
         &counts[0],
         &mut bufs.rows[0],
-        Phase::TowerPeer,
+        (Phase::TowerPeer, work.wire.backward),
         |progress| work_on_second(second, progress),
     )?;
     for k in chunks / 2..chunks {
@@ -131,6 +132,7 @@ fn chunks_backward(
         sums,
         seen,
     } = bufs;
+    let wire = work.wire.backward;
     for k in 0..chunks {
         let (done, next) = rows.split_at_mut(k + 1);
         let mut back = |progress: &mut dyn FnMut()| -> Result<()> {
@@ -140,11 +142,11 @@ fn chunks_backward(
         };
         match next.first_mut() {
             Some(next_rows) => {
-                let (_, r) = peers.all_to_all_v_during(
+                let (_, r) = peers.all_to_all_v_wire_during(
                     &sends[k + 1],
                     &counts[k + 1],
                     next_rows,
-                    Phase::TowerPeer,
+                    (Phase::TowerPeer, wire),
                     back,
                 )?;
                 r?;
@@ -185,8 +187,13 @@ fn send_back(lay: &Layout, work: &mut Work, k: usize, rows: &[f32]) -> Result<()
         counts[j] = send.len() - before;
     }
     let recv = &mut *work.recv;
-    work.group
-        .all_to_all_v_into(send, &counts, recv, Phase::TowerIntra)?;
+    work.group.all_to_all_v_wire_into(
+        send,
+        &counts,
+        recv,
+        Phase::TowerIntra,
+        work.wire.backward,
+    )?;
     let mut at = 0;
     for j in 0..lay.held.len() {
         for (dout, &t) in early.douts.iter_mut().zip(&lay.tables) {
