@@ -3,7 +3,7 @@
 
     python3 bench/compare.py [--threads 2] [--rounds 5] [--configs kaggle,multihot]
                              [--modes train,infer,infer-serial] [--batch N] [--quick]
-                             [--baselines pytorch|torchrec,torchrec-bf16,pytorch]
+                             [--baselines pytorch|torchrec,torchrec-bf16,dlrm-ref,pytorch]
 
 Builds towerrec in release mode, then for each config and mode alternates towerrec with
 each baseline (towerrec, baseline 1, baseline 2, ..., towerrec, ...), each run a separate
@@ -13,7 +13,10 @@ process timing a few repetitions with the same thread count. The baselines:
   (pip-installs torch into this interpreter if it lacks it);
 - `torchrec`: TorchRec's own `torchrec.models.dlrm.DLRM` (bench/torchrec/dlrm_speed.py,
   in the venv bench/torchrec/setup.sh makes: fused SGD tables for training);
-- `torchrec-bf16`: the same under `torch.autocast("cpu", dtype=torch.bfloat16)`.
+- `torchrec-bf16`: the same under `torch.autocast("cpu", dtype=torch.bfloat16)`;
+- `dlrm-ref`: the DLRM reference implementation (facebookresearch/dlrm's
+  `dlrm_s_pytorch.py`, unmodified, read from DLRM_REF, default /tmp/dlrm-ref, cloned
+  if absent; bench/dlrm_ref/dlrm_ref_speed.py, in the same venv).
 
 It prints the CPU model, the versions, and a table of the medians over all repetitions;
 its last lines are one per comparison, against the faster baseline of that shape and
@@ -39,13 +42,15 @@ MODES = ("train", "infer", "infer-serial")
 # `infer-serial` finishes each batch before the next. PyTorch runs its one way for both.
 TORCH_MODE = {"train": "train", "infer": "infer", "infer-serial": "infer"}
 DEFAULT_MODES = ["train", "infer"]
-BASELINES = ("pytorch", "torchrec", "torchrec-bf16")
+BASELINES = ("pytorch", "torchrec", "torchrec-bf16", "dlrm-ref")
 
 
 def baseline_cmd(name):
     """The command line of a baseline (before its per-run arguments)."""
     if name == "pytorch":
         return [sys.executable, os.path.join(HERE, "torch_dlrm.py")]
+    if name == "dlrm-ref":
+        return [sys.executable, os.path.join(HERE, "dlrm_ref", "dlrm_ref_speed.py")]
     script = [os.path.join(HERE, "torchrec", "dlrm_speed.py")]
     return [sys.executable] + script + (["--bf16"] if name == "torchrec-bf16" else [])
 
@@ -128,7 +133,8 @@ def main():
     ap.add_argument("--no-build", action="store_true", help="use the existing release binary")
     ap.add_argument("--baselines", type=csv_list(BASELINES), default=["pytorch"],
                     help="what towerrec is timed against: pytorch (default), torchrec, "
-                         "torchrec-bf16 (the last two need bench/torchrec/setup.sh's venv)")
+                         "torchrec-bf16, dlrm-ref (the last three need bench/torchrec/setup.sh's "
+                         "venv)")
     a = ap.parse_args()
 
     q = a.quick
@@ -173,9 +179,10 @@ def main():
                     rates[name] += out["samples_per_sec"]
                     if out["batch_size"] != batch:
                         sys.exit(f"batch sizes differ: towerrec {batch}, {name} {out['batch_size']}")
-                    for k in ("torch_version", "torchrec_version", "fbgemm_version"):
+                    for k in ("torch_version", "torchrec_version", "fbgemm_version",
+                              "dlrm_ref_commit"):
                         if k in out:
-                            versions.setdefault(f"{name}: {k.split('_')[0]}", out[k])
+                            versions.setdefault(f"{name}: {k.rsplit('_', 1)[0]}", out[k])
                     log(f"  {name} median {out['median_samples_per_sec']:.0f} samples/s")
             med = {k: statistics.median(v) for k, v in rates.items()}
             best = max(a.baselines, key=lambda k: med[k])

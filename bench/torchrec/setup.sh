@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Make the virtual environment torchrec_plan.py runs in: TorchRec's sharding planner
-# on a CPU-only machine. Idempotent: does nothing when the pinned versions import.
+# Make the virtual environment torchrec_plan.py, dlrm_speed.py and
+# ../dlrm_ref/dlrm_ref_speed.py run in: TorchRec (its planner and its DLRM) and the
+# DLRM reference's imports, on a CPU-only machine. Idempotent: does nothing when the pinned versions import.
 #
 #   bash bench/torchrec/setup.sh            # venv at ${TORCHREC_VENV:-/tmp/torchrec-venv}
 #   TORCHREC_VENV=/somewhere bash bench/torchrec/setup.sh
@@ -20,6 +21,8 @@ FBGEMM_VERSION=1.9.0
 TORCHREC_VERSION=1.9.2
 # torchrec 1.9.2's other requirements (its metadata pins torchmetrics only)
 TORCHREC_DEPS=(tensordict==0.15.3 torchmetrics==1.0.3 tqdm==4.70.1 pyre-extensions==0.0.32)
+# What the DLRM reference (bench/dlrm_ref/dlrm_ref_speed.py) imports besides torch
+DLRM_REF_DEPS=(scikit-learn==1.9.1 tensorboard==2.21.0)
 
 VENV="${TORCHREC_VENV:-/tmp/torchrec-venv}"
 PYTHON="${PYTHON:-python3}"
@@ -39,7 +42,7 @@ check() {
 import sys
 from importlib.metadata import version
 want_torch, want_fbgemm, want_torchrec = sys.argv[1:4]
-import torch, fbgemm_gpu, torchrec  # noqa: F401  (fbgemm ops must load against this torch)
+import torch, fbgemm_gpu, torchrec, sklearn, torch.utils.tensorboard  # noqa: F401  (fbgemm ops must load against this torch)
 from torchrec.distributed.planner import EmbeddingShardingPlanner  # noqa: F401
 got = (torch.__version__.split("+")[0], version("fbgemm-gpu-cpu"), version("torchrec"))
 if got != (want_torch, want_fbgemm, want_torchrec):
@@ -54,7 +57,7 @@ report() {
 from importlib.metadata import version
 import sys
 print("python", sys.version.split()[0])
-for d in ("torch", "fbgemm-gpu-cpu", "torchrec", "tensordict", "torchmetrics", "numpy"):
+for d in ("torch", "fbgemm-gpu-cpu", "torchrec", "tensordict", "torchmetrics", "numpy", "scikit-learn", "tensorboard"):
     print(f"{d} {version(d)}")
 EOF
   echo "size: $(du -sh "$venv_abs" 2>/dev/null | cut -f1)"
@@ -74,7 +77,7 @@ fi
 pip=("$venv_abs/bin/python" -m pip --disable-pip-version-check)
 "${pip[@]}" install --quiet --upgrade pip
 say "installing torch==$TORCH_VERSION fbgemm-gpu-cpu==$FBGEMM_VERSION (a few GB: the CUDA runtime wheels come with torch)"
-"${pip[@]}" install "torch==$TORCH_VERSION" "fbgemm-gpu-cpu==$FBGEMM_VERSION" "${TORCHREC_DEPS[@]}"
+"${pip[@]}" install "torch==$TORCH_VERSION" "fbgemm-gpu-cpu==$FBGEMM_VERSION" "${TORCHREC_DEPS[@]}" "${DLRM_REF_DEPS[@]}"
 say "installing torchrec==$TORCHREC_VERSION (--no-deps: fbgemm-gpu-cpu stands in for fbgemm-gpu)"
 "${pip[@]}" install --no-deps "torchrec==$TORCHREC_VERSION"
 

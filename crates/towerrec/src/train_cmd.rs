@@ -596,10 +596,12 @@ fn setting_notes(cfg: &Config, mpi: bool) -> Result<Vec<String>> {
     let q = cfg.cluster.qcomms;
     if !q.is_fp32() {
         notes.push(match one_process {
-            true => "warning: [cluster.qcomms] is ignored: this run is one process, which                      sends nothing (docs/DISTRIBUTED.md, \"Quantized communication\")"
+            true => "warning: [cluster.qcomms] is ignored: this run is one process, which \
+                     sends nothing (docs/DISTRIBUTED.md, \"Quantized communication\")"
                 .to_string(),
             false => format!(
-                "note: quantized communication: pooled embeddings travel as {}, their                  gradients as {} (output_dist, tower_intra, tower_peer; docs/DISTRIBUTED.md)",
+                "note: quantized communication: pooled embeddings travel as {}, their \
+                 gradients as {} (output_dist, tower_intra, tower_peer; docs/DISTRIBUTED.md)",
                 q.forward, q.backward
             ),
         });

@@ -90,6 +90,30 @@ fn drift_in_one_process_and_towers_on_one_side_only_are_said() {
         "{}",
         describe(&o)
     );
+    // Quantized communication: ignored by one process, said on a cluster.
+    let q = [
+        "--set",
+        "cluster.qcomms={forward=\"fp16\",backward=\"bf16\"}",
+    ];
+    let o = towerrec(&[&args[..], &q, &["--overwrite"]].concat());
+    assert!(o.status.success(), "{}", describe(&o));
+    assert!(
+        text(&o)
+            .1
+            .contains("[cluster.qcomms] is ignored: this run is one process, which sends nothing"),
+        "{}",
+        describe(&o)
+    );
+    let cluster = ["--hosts", "2", "--overwrite"];
+    let o = towerrec(&[&args[..], &q, &cluster].concat());
+    assert!(o.status.success(), "{}", describe(&o));
+    assert!(
+        text(&o).1.contains(
+            "note: quantized communication: pooled embeddings travel as fp16, their gradients as bf16"
+        ),
+        "{}",
+        describe(&o)
+    );
     // A DMT model on a plan without towers, and a tower plan for a model without.
     let towers = [
         "--set",
