@@ -1,7 +1,8 @@
 //! Assembles records from a stream into [`Batch`]es.
 
 use crate::error::Result;
-use crate::record::{Record, RecordStream};
+use crate::record::Record;
+use crate::stream::RecordStream;
 use towerrec_core::{Batch, KeyedJagged};
 
 /// Reads up to `batch_size` records from `stream` and assembles a batch (sparse keys are

@@ -11,7 +11,8 @@
 
 use crate::csv_schema::{CsvReader, CsvSchema, LabelSpec};
 use crate::error::{Error, Result};
-use crate::record::{BadRows, Record, RecordStream, Schema};
+use crate::record::{BadRows, Record, Schema};
+use crate::stream::RecordStream;
 use crate::text::RowMask;
 use std::collections::HashMap;
 use std::fs::File;

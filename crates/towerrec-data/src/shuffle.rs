@@ -17,7 +17,8 @@
 use crate::binary::BinaryDataset;
 use crate::error::Result;
 use crate::hash::mix2;
-use crate::record::{Record, RecordStream, Schema};
+use crate::record::{Record, Schema};
+use crate::stream::RecordStream;
 use crate::text::RowSelect;
 use std::sync::Arc;
 use towerrec_core::Batch;

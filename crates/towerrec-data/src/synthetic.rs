@@ -21,7 +21,8 @@
 
 use crate::error::{Error, Result};
 use crate::hash::{mix2, unit_f64};
-use crate::record::{Record, RecordStream, Schema, SparseFeature};
+use crate::record::{Record, Schema, SparseFeature};
+use crate::stream::RecordStream;
 use crate::zipf::ZipfRanks;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -35,7 +35,8 @@
 //! `from_le_bytes`, so no unsafe casts depend on alignment or host endianness.
 
 use crate::error::{Error, Result};
-use crate::record::{Record, RecordStream, Schema};
+use crate::record::{Record, Schema};
+use crate::stream::RecordStream;
 use crate::text::RowSelect;
 use memmap2::Mmap;
 use serde::{Deserialize, Serialize};

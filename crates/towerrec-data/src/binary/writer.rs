@@ -7,7 +7,8 @@
 use super::{pad8, FeatureLayout, Header, MAGIC, VERSION};
 use crate::block::RecordBlock;
 use crate::error::{Error, Result};
-use crate::record::{Record, RecordStream, Schema};
+use crate::record::{Record, Schema};
+use crate::stream::RecordStream;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::ops::ControlFlow;

@@ -3,7 +3,8 @@
 
 use super::{AccessProfile, RowCounts, TableAccess};
 use crate::error::{Error, Result};
-use crate::record::{Record, RecordStream, Schema};
+use crate::record::{Record, Schema};
+use crate::stream::RecordStream;
 use pdatastructs::countminsketch::CountMinSketch;
 use pdatastructs::topk::cmsheap::CMSHeap;
 use std::ops::ControlFlow;

@@ -1,5 +1,6 @@
 use super::*;
-use crate::record::{Record, RecordStream, Schema, SparseFeature};
+use crate::record::{Record, Schema, SparseFeature};
+use crate::stream::RecordStream;
 use crate::synthetic::{PoolingFactor, SyntheticConfig, SyntheticStream};
 use proptest::prelude::*;
 use std::ops::ControlFlow;

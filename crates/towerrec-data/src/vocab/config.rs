@@ -6,9 +6,9 @@
 use super::{load, Vocab};
 use crate::criteo::{criteo_schema, NUM_SPARSE};
 use crate::csv_schema::CsvSchema;
+use crate::data_config::DataConfig;
 use crate::error::{Error, Result};
 use crate::parquet::ParquetSchema;
-use crate::source::DataConfig;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

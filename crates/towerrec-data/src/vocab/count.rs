@@ -7,7 +7,7 @@ use super::{FeatureVocab, VocabOptions};
 use crate::block::RecordBlock;
 use crate::encode::KeyMap;
 use crate::error::{Error, Result};
-use crate::record::RecordStream;
+use crate::stream::RecordStream;
 use pdatastructs::countminsketch::CountMinSketch;
 use pdatastructs::topk::cmsheap::CMSHeap;
 use rayon::prelude::*;

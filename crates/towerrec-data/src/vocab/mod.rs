@@ -16,7 +16,7 @@ pub use count::SketchOptions;
 pub use file::{load, read_bytes, Vocab, FORMAT_VERSION};
 
 use crate::error::{Error, Result};
-use crate::record::RecordStream;
+use crate::stream::RecordStream;
 
 /// How to build a vocabulary.
 #[derive(Debug, Clone, PartialEq)]
