@@ -4,6 +4,7 @@
 
 use crate::comm::{even_split, Comm, Element};
 use crate::error::{Error, Result};
+use crate::precision::WirePrecision;
 use crate::traffic::Phase;
 use crate::watchdog::Op;
 use std::collections::BTreeMap;
@@ -179,5 +180,40 @@ impl<T: Element> HierarchicalAllReduce<T> {
     /// other peer collectives, without another split).
     pub fn peers(&self) -> &Comm {
         &self.peers
+    }
+}
+
+impl HierarchicalAllReduce<f32> {
+    /// [`HierarchicalAllReduce::all_reduce`] in `wire` precision (fp32: the plain
+    /// one): the host's ReduceScatter, the peers' AllReduce and the host's AllGather
+    /// each send rounded values ([`Comm::all_reduce_wire`]); every rank gets the same
+    /// bits.
+    pub fn all_reduce_wire(
+        &mut self,
+        buf: &mut [f32],
+        phase: Phase,
+        wire: WirePrecision,
+    ) -> Result<()> {
+        let me = self;
+        if wire == WirePrecision::Fp32 {
+            return me.all_reduce(buf, phase);
+        }
+        if me.size() == 1 {
+            return Ok(());
+        }
+        let _watch = me.host.enter(Op::HierarchicalAllReduce, Some(phase));
+        if me.hosts == 1 {
+            return me.host.all_reduce_wire(buf, &mut me.scratch, phase, wire);
+        }
+        if me.ranks_per_host == 1 {
+            return me.peers.all_reduce_wire(buf, &mut me.scratch, phase, wire);
+        }
+        let counts = even_split(buf.len(), me.ranks_per_host);
+        me.host
+            .reduce_scatter_wire(buf, &counts, &mut me.scratch.0, &mut me.chunk, phase, wire)?;
+        me.peers
+            .all_reduce_wire(&mut me.chunk, &mut me.scratch, phase, wire)?;
+        me.host
+            .all_gather_chunks_wire(&me.chunk, buf, &counts, phase, wire)
     }
 }

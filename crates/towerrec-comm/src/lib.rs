@@ -7,7 +7,9 @@
 //!   that overlaps the caller's work ([`Comm::all_to_all_v_during`]: non-blocking on
 //!   MPI; in-process, the exchange and then the work).
 //! - Quantized communication ([`WirePrecision`]): f32 payloads of an AlltoAllv sent as
-//!   fp16 or bf16 ([`Comm::all_to_all_v_wire_into`]), the bytes counted as sent.
+//!   fp16 or bf16 ([`Comm::all_to_all_v_wire_into`]), and AllReduces in bf16
+//!   ([`Comm::all_reduce_wire`], [`HierarchicalAllReduce::all_reduce_wire`]), the bytes
+//!   counted as sent.
 //! - Exchanges over MPI's 2 GiB a call, in rounds ([`Comm::all_to_all_v_in_rounds`],
 //!   [`Comm::all_gather_in_rounds`], at most [`ROUND_BYTES`] a round).
 //! - [`HierarchicalAllReduce`]: the topology-aware AllReduce (intra-host ReduceScatter,
@@ -41,6 +43,7 @@ mod stderr;
 mod topology;
 mod traffic;
 mod watchdog;
+mod wire_reduce;
 
 #[cfg(feature = "mpi")]
 pub use self::mpi::{init_mpi, init_mpi_with, MpiBackend, MpiSession, RANKS_PER_HOST_ENV};

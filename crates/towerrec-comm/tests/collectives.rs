@@ -6,8 +6,8 @@ use proptest::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use towerrec_comm::{
-    even_split, run_in_process, selftest, Comm, Error, Phase, SelfTestReport, Topology,
-    WirePrecision, WorkerFailure,
+    even_split, run_in_process, selftest, Comm, Error, HierarchicalAllReduce, Phase,
+    SelfTestReport, Topology, WirePrecision, WorkerFailure,
 };
 
 fn selftest_reports(t: Topology) -> Vec<SelfTestReport> {
@@ -154,6 +154,78 @@ proptest! {
                 let bytes = if d == me { 0 } else { 2 * (c * wire.bytes()) as u64 };
                 prop_assert_eq!(traffic.to(Phase::OutputDist, d), bytes);
             }
+        }
+    }
+
+    /// A bf16 AllReduce: each chunk is the rank-order sum of the ranks' values, rounded
+    /// on the wire except the chunk owner's own, then rounded once; every rank gets the
+    /// same bits, and the bytes are half of the fp32 AllReduce's. The hierarchical one
+    /// gives every rank the same bf16 values too, close to the exact sum, for half the
+    /// bytes of its fp32 form.
+    #[test]
+    fn bf16_all_reduce_sums_rounded_values_for_half_the_bytes((t, vs) in topology_and_vectors()) {
+        let n = t.world_size();
+        let bf16 = WirePrecision::Bf16;
+        let out = run_in_process(t, |comm: Comm| {
+            let me = comm.rank();
+            let mut scratch = (Vec::new(), Vec::new());
+            let mut flat32 = vs[me].clone();
+            let before = comm.traffic();
+            comm.all_reduce_wire(&mut flat32, &mut scratch, Phase::DenseGradSync, WirePrecision::Fp32)?;
+            let mid = comm.traffic();
+            let mut flat = vs[me].clone();
+            comm.all_reduce_wire(&mut flat, &mut scratch, Phase::DenseGradSync, bf16)?;
+            let after = comm.traffic();
+            let mut hier = HierarchicalAllReduce::new(&comm)?;
+            let mut h32 = vs[me].clone();
+            hier.all_reduce_wire(&mut h32, Phase::TowerGradSync, WirePrecision::Fp32)?;
+            let mid2 = comm.traffic();
+            let mut h = vs[me].clone();
+            hier.all_reduce_wire(&mut h, Phase::TowerGradSync, bf16)?;
+            let end = comm.traffic();
+            let bytes = |a: &towerrec_comm::RankTraffic, b: &towerrec_comm::RankTraffic, p| b.since(a).phase(p).total();
+            Ok::<_, Error>((flat32, flat, h, [
+                bytes(&before, &mid, Phase::DenseGradSync),
+                bytes(&mid, &after, Phase::DenseGradSync),
+                bytes(&mid2, &end, Phase::TowerGradSync) * 2,
+                bytes(&mid, &mid2, Phase::TowerGradSync),
+            ]))
+        })
+        .unwrap();
+        let len = vs[0].len();
+        let counts = even_split(len, n);
+        let round = |x: f32| { let mut v = [x]; bf16.round(&mut v); v[0] };
+        let mut want = vec![0.0f32; len];
+        let mut start = 0;
+        for (owner, &c) in counts.iter().enumerate() {
+            for i in start..start + c {
+                let mut sum = 0.0f32;
+                for (src, v) in vs.iter().enumerate() {
+                    let x = if src == owner { v[i] } else { round(v[i]) };
+                    sum = if src == 0 { x } else { sum + x };
+                }
+                want[i] = round(sum);
+            }
+            start += c;
+        }
+        let exact = rank_order_sum(&vs);
+        // One rank sends nothing: its values stay exact.
+        if n == 1 {
+            want = exact.clone();
+        }
+        let scale: f32 = vs.iter().map(|v| v.iter().map(|x| x.abs()).fold(0.0, f32::max)).sum::<f32>();
+        for (me, (flat32, flat, h, b)) in out.iter().enumerate() {
+            prop_assert_eq!(bits(flat32), bits(&exact), "rank {}: fp32 is the plain all-reduce", me);
+            prop_assert_eq!(bits(flat), bits(&want), "rank {}", me);
+            prop_assert_eq!(bits(h), bits(&out[0].2), "rank {}: the same bits everywhere", me);
+            for (&x, &e) in h.iter().zip(&exact) {
+                if n > 1 {
+                    prop_assert_eq!(round(x).to_bits(), x.to_bits(), "a bf16 value");
+                }
+                prop_assert!((x - e).abs() <= 0.02 * scale, "rank {}: {} vs exact {}", me, x, e);
+            }
+            prop_assert_eq!(2 * b[1], b[0], "rank {}: flat bytes halve", me);
+            prop_assert_eq!(b[2], b[3], "rank {}: hierarchical bytes halve", me);
         }
     }
 

@@ -5,7 +5,8 @@
 //!
 //! - fp16 forward and bf16 backward send exactly half the bytes of fp32 in every
 //!   phase that carries pooled embeddings or their gradients (output distribution,
-//!   SPTT's steps d and f), and the same bytes in every other phase;
+//!   SPTT's steps d and f), and the same bytes in every other phase; with the dense
+//!   all-reduce in bf16, its phases (and the Tower Modules') halve too;
 //! - a run is reproducible bit for bit for a given setting;
 //! - it trains as fp32 does to within the rounding (losses), and the setting takes
 //!   effect (the losses are not fp32's bits).
@@ -96,12 +97,23 @@ fn train(cfg: &Config, batches: &[Batch], plan: &Plan, halves: bool, wire: QComm
 const QUANTIZED: [Phase; 3] = [Phase::OutputDist, Phase::TowerIntra, Phase::TowerPeer];
 
 fn check(what: &str, cfg: &Config, plan: &Plan, halves: bool) {
+    check_with(what, cfg, plan, halves, WirePrecision::Fp32);
+}
+
+/// [`check`] with the dense gradients' all-reduce in `dense` precision: its phases
+/// halve too when it is bf16.
+fn check_with(what: &str, cfg: &Config, plan: &Plan, halves: bool, dense: WirePrecision) {
     let batches = common::uneven_batches(cfg, STEPS);
     let fp32 = train(cfg, &batches, plan, halves, QComms::default());
     let strong = QComms {
         forward: WirePrecision::Fp16,
         backward: WirePrecision::Bf16,
+        dense,
     };
+    let mut quantized = QUANTIZED.to_vec();
+    if dense == WirePrecision::Bf16 {
+        quantized.extend([Phase::DenseGradSync, Phase::TowerGradSync]);
+    }
     let q = train(cfg, &batches, plan, halves, strong);
     let again = train(cfg, &batches, plan, halves, strong);
     assert_eq!(q.losses, again.losses, "{what}: losses reproducible");
@@ -112,7 +124,7 @@ fn check(what: &str, cfg: &Config, plan: &Plan, halves: bool) {
     let mut carried = 0;
     for phase in Phase::ALL {
         let (want, got) = (fp32.traffic.phase(phase), q.traffic.phase(phase));
-        if QUANTIZED.contains(&phase) {
+        if quantized.contains(&phase) {
             assert_eq!(
                 2 * got.intra_host,
                 want.intra_host,
@@ -175,6 +187,9 @@ fn flat_plans_send_half_the_bytes_reproducibly() {
         check(&format!("{name} in halves"), &cfg, plan, true);
     }
     check("table-wise, whole steps", &cfg, &plans[0].1, false);
+    // The dense gradients' all-reduce in bf16 too (hierarchical, the default).
+    let dense = WirePrecision::Bf16;
+    check_with("row-wise, bf16 dense sync", &cfg, &plans[1].1, true, dense);
 }
 
 #[test]
@@ -189,5 +204,13 @@ fn dmt_models_send_half_the_bytes_reproducibly() {
         let plan = resolve_plan(&cfg, &s, t, None, None).unwrap();
         assert_eq!(plan.towers.len(), 2, "{name}: a tower plan");
         check(&format!("DMT, {name}"), &cfg, &plan, true);
+        let dense = WirePrecision::Bf16;
+        check_with(
+            &format!("DMT, {name}, bf16 dense sync"),
+            &cfg,
+            &plan,
+            true,
+            dense,
+        );
     }
 }

@@ -601,8 +601,9 @@ fn setting_notes(cfg: &Config, mpi: bool) -> Result<Vec<String>> {
                 .to_string(),
             false => format!(
                 "note: quantized communication: pooled embeddings travel as {}, their \
-                 gradients as {} (output_dist, tower_intra, tower_peer; docs/DISTRIBUTED.md)",
-                q.forward, q.backward
+                 gradients as {} (output_dist, tower_intra, tower_peer), dense gradients as {} \
+                 (docs/DISTRIBUTED.md)",
+                q.forward, q.backward, q.dense
             ),
         });
     }

@@ -410,7 +410,7 @@ fn mpi_equals_in_process_on_2x2() {
             // fp16 pooled embeddings, bf16 gradients (docs/DISTRIBUTED.md, "Quantized
             // communication"): the same rounding on both backends.
             "greedy plan, quantized communication" => {
-                &["cluster.qcomms={forward=\"fp16\",backward=\"bf16\"}"]
+                &["cluster.qcomms={forward=\"fp16\",backward=\"bf16\",dense=\"bf16\"}"]
             }
             "dmt model, quantized communication" => &[
                 "model.towers={module=\"dlrm\",count=2,d=8,c=1,p=0}",

@@ -109,7 +109,7 @@ fn drift_in_one_process_and_towers_on_one_side_only_are_said() {
     assert!(o.status.success(), "{}", describe(&o));
     assert!(
         text(&o).1.contains(
-            "note: quantized communication: pooled embeddings travel as fp16, their gradients as bf16"
+            "note: quantized communication: pooled embeddings travel as fp16, their gradients as bf16 (output_dist, tower_intra, tower_peer), dense gradients as fp32"
         ),
         "{}",
         describe(&o)

@@ -232,6 +232,10 @@ pub struct QComms {
     /// Their gradients.
     #[serde(default)]
     pub backward: WirePrecision,
+    /// The dense layers' gradients in their all-reduce (and a DMT model's Tower
+    /// Modules'): each rank's contribution and each summed chunk rounded once.
+    #[serde(default)]
+    pub dense: WirePrecision,
 }
 
 impl QComms {

@@ -27,7 +27,7 @@ use dense::{Back, Dense};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::time::Instant;
-use towerrec_comm::{Comm, HierarchicalAllReduce, Phase};
+use towerrec_comm::{Comm, HierarchicalAllReduce, Phase, WirePrecision};
 use towerrec_core::embedding::{EmbeddingBag, SparseOptimizer};
 use towerrec_core::layers::activation::Activation;
 use towerrec_core::layers::crossnet::CrossNet;
@@ -555,10 +555,11 @@ impl Model {
         }
     }
 
-    /// The wire precision of the pooled embeddings and their gradients
-    /// (`[cluster.qcomms]`; default fp32). Every rank must choose the same, before the
+    /// The wire precision of the pooled embeddings, their gradients and the dense
+    /// gradients' sums (`[cluster.qcomms]`; default fp32). Every rank must choose the same, before the
     /// first step.
     pub fn set_qcomms(&mut self, wire: QComms) {
+        self.grad_sync.wire = wire.dense;
         if let Embeddings::Sharded(s) = &mut self.embeddings {
             s.set_qcomms(wire);
         }
@@ -737,6 +738,8 @@ struct GradSync {
     /// The hierarchical all-reduce over the world, made at the first step (a collective
     /// every rank reaches at the same point).
     hier: Option<HierarchicalAllReduce<f32>>,
+    /// The wire precision of the sums (`[cluster.qcomms] dense`).
+    wire: WirePrecision,
 }
 
 /// Sums the dense gradients of the parameters `which` selects over the ranks of `comm`,
@@ -762,10 +765,10 @@ fn all_reduce_grads(
             sync.hier = Some(HierarchicalAllReduce::new(comm)?);
         }
         if let Some(hier) = sync.hier.as_mut() {
-            hier.all_reduce(flat, phase)?;
+            hier.all_reduce_wire(flat, phase, sync.wire)?;
         }
     } else {
-        comm.all_reduce_with(flat, &mut sync.scratch, phase)?;
+        comm.all_reduce_wire(flat, &mut sync.scratch, phase, sync.wire)?;
     }
     let mut at = 0;
     for (_, p) in params.iter_mut().enumerate().filter(|(i, _)| which(*i)) {

@@ -150,6 +150,7 @@ fn quantized_forward_rounds_what_crosses_a_wire() {
             sharded.set_qcomms(QComms {
                 forward,
                 backward: WirePrecision::Bf16,
+                dense: WirePrecision::Fp32,
             });
             let before = sharded.comm().traffic();
             let mut out = vec![0.0; 3 * slots.width()];

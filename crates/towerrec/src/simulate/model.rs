@@ -140,7 +140,7 @@ pub(super) fn workload_of(cfg: &Config, name: &str) -> Result<Workload> {
         batch: cfg.train.batch_size,
         batch_per_chip: false,
         param_bytes: 4,
-        grad_bytes: 4,
+        grad_bytes: cfg.cluster.qcomms.dense.bytes(),
         // towerrec's id exchange as built (sharded/route.rs, `Router::pack`): a u64
         // per id and a u64 length per bag.
         index_bytes: std::mem::size_of::<u64>(),
@@ -155,7 +155,8 @@ pub(super) fn workload_of(cfg: &Config, name: &str) -> Result<Workload> {
 /// backward's differ it takes their mean, which keeps each step's total bytes (the two
 /// directions carry the same number of values).
 fn wire_bytes(q: towerrec_train::config::QComms) -> Option<usize> {
-    (!q.is_fp32()).then(|| (q.forward.bytes() + q.backward.bytes()) / 2)
+    let (f, b) = (q.forward.bytes(), q.backward.bytes());
+    (f + b != 8).then_some((f + b) / 2)
 }
 
 /// The ids one sample of `data` draws, by kind, where towerrec generates it.
@@ -308,5 +309,8 @@ mod tests {
         // fp32 forward, bf16 backward: the mean width keeps the step's bytes.
         let (half, _, _) = both(&["cluster.qcomms={backward=\"bf16\"}"]);
         assert_eq!(half.wire_bytes, Some(3));
+        assert_eq!((fp32.grad_bytes, half.grad_bytes), (4, 4));
+        let (dense, _, _) = both(&["cluster.qcomms={dense=\"bf16\"}"]);
+        assert_eq!((dense.grad_bytes, dense.wire_bytes), (2, None));
     }
 }
