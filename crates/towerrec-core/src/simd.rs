@@ -29,18 +29,18 @@ pub fn has_avx2_fma() -> bool {
 /// kernel writing into feature rows and the sharded runtime's row copies use it.
 pub const ROWS_APART_AHEAD: usize = 8;
 
-/// Asks for the cache lines of `buf[start..start + len]` to be loaded into L1, without
+/// Asks for the cache lines of `buf[start..start + len]` (elements) to be loaded into L1, without
 /// waiting. A hint only: it never faults and never changes a result.
 #[inline(always)]
-pub fn prefetch(buf: &[f32], start: usize, len: usize) {
-    prefetch_hint::<{ HINT_READ }>(buf, start, len);
+pub fn prefetch<T>(buf: &[T], start: usize, len: usize) {
+    prefetch_hint::<{ HINT_READ }, T>(buf, start, len);
 }
 
 /// [`prefetch`] with the intent to write (`PREFETCHW`): the line arrives exclusive, so
 /// the update's store does not have to ask for ownership again.
 #[inline(always)]
-pub fn prefetch_for_write(buf: &[f32], start: usize, len: usize) {
-    prefetch_hint::<{ HINT_WRITE }>(buf, start, len);
+pub fn prefetch_for_write<T>(buf: &[T], start: usize, len: usize) {
+    prefetch_hint::<{ HINT_WRITE }, T>(buf, start, len);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -53,7 +53,7 @@ const HINT_READ: i32 = 0;
 const HINT_WRITE: i32 = 1;
 
 #[inline(always)]
-fn prefetch_hint<const HINT: i32>(buf: &[f32], start: usize, len: usize) {
+fn prefetch_hint<const HINT: i32, T>(buf: &[T], start: usize, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use core::arch::x86_64::_mm_prefetch;
@@ -66,7 +66,7 @@ fn prefetch_hint<const HINT: i32>(buf: &[f32], start: usize, len: usize) {
             // SAFETY: SSE is part of the x86-64 baseline, and a prefetch never faults
             // nor reads memory in the abstract machine's sense.
             unsafe { _mm_prefetch::<HINT>(p) };
-            i += 16; // one 64-byte line
+            i += (64 / std::mem::size_of::<T>()).max(1); // one 64-byte line
         }
         // A row that starts mid-line ends in one more line.
         if len > 0 && (base.wrapping_add(start) as usize) & 63 != 0 {

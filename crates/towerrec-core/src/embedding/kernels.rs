@@ -15,6 +15,7 @@
 //! never contracts `a * b + c` into a fused multiply-add, and vector `+ − × ÷ √` are
 //! correctly rounded like their scalar forms. The tests check this.
 
+use super::precision::{Elem, RowNoise};
 use super::Pooling;
 use crate::batch::JaggedView;
 use crate::simd::{prefetch, prefetch_for_write, ROWS_APART_AHEAD};
@@ -49,9 +50,9 @@ impl Isa {
 /// Pools the bags of samples `first..` into the `stride`-long chunks of `out` (one per
 /// sample, the slot at `offset`). Every id is `< weights.len() / dim`, `dim > 0`.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn pool_samples(
+pub(super) fn pool_samples<E: Elem>(
     isa: Isa,
-    weights: &[f32],
+    weights: &[E],
     dim: usize,
     pooling: Pooling,
     ids: JaggedView<'_>,
@@ -77,8 +78,8 @@ pub(super) fn pool_samples(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn pool_samples_avx2(
-    weights: &[f32],
+unsafe fn pool_samples_avx2<E: Elem>(
+    weights: &[E],
     dim: usize,
     pooling: Pooling,
     ids: JaggedView<'_>,
@@ -92,8 +93,8 @@ unsafe fn pool_samples_avx2(
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn pool_samples_body(
-    weights: &[f32],
+fn pool_samples_body<E: Elem>(
+    weights: &[E],
     dim: usize,
     pooling: Pooling,
     ids: JaggedView<'_>,
@@ -130,24 +131,24 @@ fn pool_samples_body(
 /// Sums the rows of `bag` into `dst` (`dim` long), prefetching the rows of `ahead`
 /// (the ids `LOOKUP_PREFETCH` positions after each of `bag`'s, possibly fewer).
 #[inline(always)]
-fn pool_bag(weights: &[f32], dim: usize, bag: &[u64], ahead: &[u64], dst: &mut [f32]) {
+fn pool_bag<E: Elem>(weights: &[E], dim: usize, bag: &[u64], ahead: &[u64], dst: &mut [f32]) {
     let mut c = 0;
     // Prefetch with the first column block only: it reads every id once.
     let mut ahead = ahead;
     while c < dim {
         let left = dim - c;
         c += if left >= 64 {
-            pool_block::<64>(weights, dim, c, bag, ahead, dst)
+            pool_block::<64, E>(weights, dim, c, bag, ahead, dst)
         } else if left >= 32 {
-            pool_block::<32>(weights, dim, c, bag, ahead, dst)
+            pool_block::<32, E>(weights, dim, c, bag, ahead, dst)
         } else if left >= 16 {
-            pool_block::<16>(weights, dim, c, bag, ahead, dst)
+            pool_block::<16, E>(weights, dim, c, bag, ahead, dst)
         } else if left >= 8 {
-            pool_block::<8>(weights, dim, c, bag, ahead, dst)
+            pool_block::<8, E>(weights, dim, c, bag, ahead, dst)
         } else if left >= 4 {
-            pool_block::<4>(weights, dim, c, bag, ahead, dst)
+            pool_block::<4, E>(weights, dim, c, bag, ahead, dst)
         } else {
-            pool_block::<1>(weights, dim, c, bag, ahead, dst)
+            pool_block::<1, E>(weights, dim, c, bag, ahead, dst)
         };
         ahead = &[];
     }
@@ -155,8 +156,8 @@ fn pool_bag(weights: &[f32], dim: usize, bag: &[u64], ahead: &[u64], dst: &mut [
 
 /// Sums columns `c..c + W` of the rows of `bag` into `dst[c..c + W]`; returns `W`.
 #[inline(always)]
-fn pool_block<const W: usize>(
-    weights: &[f32],
+fn pool_block<const W: usize, E: Elem>(
+    weights: &[E],
     dim: usize,
     c: usize,
     bag: &[u64],
@@ -169,11 +170,11 @@ fn pool_block<const W: usize>(
             prefetch(weights, next as usize * dim, dim);
         }
         let start = id as usize * dim + c;
-        let row: &[f32; W] = weights[start..start + W]
+        let row: &[E; W] = weights[start..start + W]
             .try_into()
             .expect("a slice of W elements");
         for (a, &w) in acc.iter_mut().zip(row) {
-            *a += w;
+            *a += w.widen();
         }
     }
     dst[c..c + W].copy_from_slice(&acc);
@@ -249,10 +250,10 @@ impl Occurrences for &[(u64, usize)] {
 /// whose weights are in `w` starting at row `base` (and likewise the optimizer state
 /// in `s1`, `s2`: the accumulators, one per row, for row-wise Adagrad; the two moments
 /// for Adam; empty for SGD).
-pub(super) struct UpdateTask<'a, O> {
+pub(super) struct UpdateTask<'a, O, E> {
     pub base: usize,
     pub occ: O,
-    pub w: &'a mut [f32],
+    pub w: &'a mut [E],
     pub s1: &'a mut [f32],
     pub s2: &'a mut [f32],
 }
@@ -267,14 +268,16 @@ pub(super) struct UpdateInput<'a> {
     pub stride: usize,
     pub offset: usize,
     pub opt: RowOpt,
+    /// The stochastic rounding's table key, global index of row 0, and step.
+    pub rounding: (u64, u64, u64),
 }
 
 /// Aggregates each row's gradient over its occurrences (in order), then applies the
 /// optimizer to the row.
-pub(super) fn update_rows<O: Occurrences>(
+pub(super) fn update_rows<O: Occurrences, E: Elem>(
     isa: Isa,
     input: UpdateInput<'_>,
-    task: UpdateTask<'_, O>,
+    task: UpdateTask<'_, O, E>,
 ) {
     match isa {
         Isa::Portable => update_rows_body(input, task),
@@ -290,12 +293,15 @@ pub(super) fn update_rows<O: Occurrences>(
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn update_rows_avx2<O: Occurrences>(input: UpdateInput<'_>, task: UpdateTask<'_, O>) {
+unsafe fn update_rows_avx2<O: Occurrences, E: Elem>(
+    input: UpdateInput<'_>,
+    task: UpdateTask<'_, O, E>,
+) {
     update_rows_body(input, task);
 }
 
 #[inline(always)]
-fn update_rows_body<O: Occurrences>(input: UpdateInput<'_>, task: UpdateTask<'_, O>) {
+fn update_rows_body<O: Occurrences, E: Elem>(input: UpdateInput<'_>, task: UpdateTask<'_, O, E>) {
     let UpdateInput {
         dim,
         pooling,
@@ -304,6 +310,7 @@ fn update_rows_body<O: Occurrences>(input: UpdateInput<'_>, task: UpdateTask<'_,
         stride,
         offset,
         opt,
+        rounding: (key, first_row, step),
     } = input;
     let UpdateTask {
         base,
@@ -314,6 +321,8 @@ fn update_rows_body<O: Occurrences>(input: UpdateInput<'_>, task: UpdateTask<'_,
     } = task;
     let n = occ.len();
     let mut agg = vec![0.0f32; dim];
+    // A reduced-precision row, widened for the update.
+    let mut wide = vec![0.0f32; if E::as_f32(&mut []).is_some() { 0 } else { dim }];
     let mut j = 0;
     while j < n {
         let row = occ.row(j);
@@ -347,36 +356,56 @@ fn update_rows_body<O: Occurrences>(input: UpdateInput<'_>, task: UpdateTask<'_,
             j += 1;
         }
         let r = row - base;
-        let w = &mut w[r * dim..(r + 1) * dim];
-        match opt {
-            RowOpt::Sgd { lr } => {
-                for (w, &g) in w.iter_mut().zip(&agg) {
-                    *w -= lr * g;
-                }
+        let stored = &mut w[r * dim..(r + 1) * dim];
+        if let Some(w) = E::as_f32(stored) {
+            apply(opt, w, &agg, (&mut *s1, &mut *s2), r);
+            continue;
+        }
+        // A reduced-precision row: updated in f32, then rounded stochastically.
+        wide.iter_mut()
+            .zip(stored.iter())
+            .for_each(|(d, v)| *d = v.widen());
+        apply(opt, &mut wide, &agg, (&mut *s1, &mut *s2), r);
+        let noise = RowNoise::new(key, first_row + row as u64, step);
+        for (c, (d, &v)) in stored.iter_mut().zip(wide.iter()).enumerate() {
+            *d = E::narrow_stochastic(v, noise.at(c));
+        }
+    }
+}
+
+/// The optimizer's update of row `r` (`w`, `dim` long) by its summed gradient `agg`,
+/// with its state in `s1`, `s2` (as [`UpdateTask`] lays them out).
+#[inline(always)]
+fn apply(opt: RowOpt, w: &mut [f32], agg: &[f32], (s1, s2): (&mut [f32], &mut [f32]), r: usize) {
+    let dim = w.len();
+    match opt {
+        RowOpt::Sgd { lr } => {
+            for (w, &g) in w.iter_mut().zip(agg) {
+                *w -= lr * g;
             }
-            RowOpt::RowWiseAdagrad { lr, eps } => {
-                let a = &mut s1[r];
-                let sq: f64 = agg.iter().map(|&g| (g as f64) * (g as f64)).sum();
-                *a += (sq / dim as f64) as f32;
-                let mult = lr / (a.sqrt() + eps);
-                for (w, &g) in w.iter_mut().zip(&agg) {
-                    *w -= mult * g;
-                }
+        }
+        RowOpt::RowWiseAdagrad { lr, eps } => {
+            let a = &mut s1[r];
+            let sq: f64 = agg.iter().map(|&g| (g as f64) * (g as f64)).sum();
+            *a += (sq / dim as f64) as f32;
+            let mult = lr / (a.sqrt() + eps);
+            for (w, &g) in w.iter_mut().zip(agg) {
+                *w -= mult * g;
             }
-            RowOpt::Adam {
-                beta1,
-                beta2,
-                eps,
-                step_size,
-                bc2_sqrt,
-            } => {
-                let m = &mut s1[r * dim..(r + 1) * dim];
-                let v = &mut s2[r * dim..(r + 1) * dim];
-                for (((w, m), v), &g) in w.iter_mut().zip(m).zip(v).zip(&agg) {
-                    *m = beta1 * *m + (1.0 - beta1) * g;
-                    *v = beta2 * *v + (1.0 - beta2) * g * g;
-                    *w -= step_size * *m / (v.sqrt() / bc2_sqrt + eps);
-                }
+        }
+        RowOpt::Adam {
+            beta1,
+            beta2,
+            eps,
+            step_size,
+            bc2_sqrt,
+        } => {
+            let m = &mut s1[r * dim..(r + 1) * dim];
+            let v = &mut s2[r * dim..(r + 1) * dim];
+            for (((w, m), v), &g) in w.iter_mut().zip(m).zip(v).zip(agg) {
+                *m = beta1 * *m + (1.0 - beta1) * g;
+                *v = beta2 * *v + (1.0 - beta2) * g * g;
+                *w -= step_size * *m / (v.sqrt() / bc2_sqrt + eps);
             }
         }
     }

@@ -18,7 +18,11 @@
 //! which roughly doubles the rate of random row gathers.
 
 mod kernels;
+pub(crate) mod precision;
 mod update;
+
+pub use precision::TablePrecision;
+use precision::{Bf16, Elem, F16};
 
 #[cfg(test)]
 mod tests;
@@ -30,6 +34,7 @@ use kernels::Isa;
 use rand::distr::{Distribution, Uniform};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 /// How the rows of a bag are combined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,6 +141,57 @@ enum State {
     },
 }
 
+/// A table's rows, `rows × dim` row-major, on huge pages, in its precision.
+#[derive(Clone)]
+enum Weights {
+    F32(HugePageBuf<f32>),
+    F16(HugePageBuf<F16>),
+    Bf16(HugePageBuf<Bf16>),
+}
+
+/// Runs `$body` with `$w` bound to the rows of `$weights` (`&` or `&mut`, as the
+/// expression gives them) in their element type.
+macro_rules! with_rows {
+    ($weights:expr, $w:ident => $body:expr) => {
+        match $weights {
+            Weights::F32($w) => $body,
+            Weights::F16($w) => $body,
+            Weights::Bf16($w) => $body,
+        }
+    };
+}
+pub(super) use with_rows;
+
+impl Weights {
+    fn zeroed(precision: TablePrecision, len: usize) -> Option<Self> {
+        let huge = Pages::Huge;
+        Some(match precision {
+            TablePrecision::Fp32 => Weights::F32(HugePageBuf::try_zeroed_with(len, huge)?),
+            TablePrecision::Fp16 => Weights::F16(HugePageBuf::try_zeroed_with(len, huge)?),
+            TablePrecision::Bf16 => Weights::Bf16(HugePageBuf::try_zeroed_with(len, huge)?),
+        })
+    }
+
+    fn precision(&self) -> TablePrecision {
+        match self {
+            Weights::F32(_) => TablePrecision::Fp32,
+            Weights::F16(_) => TablePrecision::Fp16,
+            Weights::Bf16(_) => TablePrecision::Bf16,
+        }
+    }
+
+    /// Writes `values` (as many as the rows hold), rounded to nearest.
+    fn set(&mut self, values: &[f32]) {
+        fn narrow<E: Elem>(dst: &mut [E], src: &[f32]) {
+            dst.par_iter_mut()
+                .with_min_len(4096)
+                .zip(src)
+                .for_each(|(d, &v)| *d = E::narrow(v));
+        }
+        with_rows!(self, w => narrow(&mut w[..], values))
+    }
+}
+
 /// Buffers of the backward, kept between calls so that a step allocates little.
 #[derive(Clone, Default)]
 struct Scratch {
@@ -158,10 +214,13 @@ pub struct EmbeddingBag {
     pooling: Pooling,
     optimizer: SparseOptimizer,
     /// `rows × dim`, row-major, on huge pages.
-    weights: HugePageBuf<f32>,
+    weights: Weights,
     state: State,
     step: u64,
     scratch: Scratch,
+    /// The stochastic rounding's key of the table (reduced-precision storage), and the
+    /// global index of this table's row 0 (a row-wise shard's first row).
+    rounding: (u64, u64),
 }
 
 impl std::fmt::Debug for EmbeddingBag {
@@ -172,10 +231,19 @@ impl std::fmt::Debug for EmbeddingBag {
             .field("rows", &self.rows)
             .field("dim", &self.dim)
             .field("pooling", &self.pooling)
+            .field("precision", &self.precision())
             .field("optimizer", &self.optimizer)
             .field("step", &self.step)
             .finish_non_exhaustive()
     }
+}
+
+/// The default key of a table's stochastic rounding: a hash of its name (FNV-1a), the
+/// same on every rank and in every run.
+fn name_key(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// Below this many multiply-adds a call stays on the calling thread: rayon's fork/join
@@ -199,12 +267,12 @@ impl EmbeddingBag {
         optimizer: SparseOptimizer,
         rng: &mut impl rand::Rng,
     ) -> Self {
-        let mut table =
-            Self::zeroed(name, rows, dim, pooling, optimizer).unwrap_or_else(|e| panic!("{e}"));
+        let mut table = Self::zeroed(TablePrecision::Fp32, name, rows, dim, pooling, optimizer)
+            .unwrap_or_else(|e| panic!("{e}"));
         let bound = (1.0 / rows.max(1) as f64).sqrt() as f32;
         // Unreachable error for a positive bound; zeros are a valid if poor start.
-        if let Ok(dist) = Uniform::new(-bound, bound) {
-            for w in table.weights.iter_mut() {
+        if let (Ok(dist), Weights::F32(w)) = (Uniform::new(-bound, bound), &mut table.weights) {
+            for w in w.iter_mut() {
                 *w = dist.sample(rng);
             }
         }
@@ -223,18 +291,41 @@ impl EmbeddingBag {
         optimizer: SparseOptimizer,
         init: impl Fn(usize, &mut [f32]) + Sync,
     ) -> Result<Self> {
-        let mut table = Self::zeroed(name, rows, dim, pooling, optimizer)?;
+        let fp32 = TablePrecision::Fp32;
+        Self::try_from_fn_in(fp32, name, rows, dim, pooling, optimizer, init)
+    }
+
+    /// [`EmbeddingBag::try_from_fn`] for a table stored in `precision`: each row as
+    /// `init` writes it, rounded to nearest.
+    pub fn try_from_fn_in(
+        precision: TablePrecision,
+        name: impl Into<String>,
+        rows: usize,
+        dim: usize,
+        pooling: Pooling,
+        optimizer: SparseOptimizer,
+        init: impl Fn(usize, &mut [f32]) + Sync,
+    ) -> Result<Self> {
+        let mut table = Self::zeroed(precision, name, rows, dim, pooling, optimizer)?;
         if dim > 0 {
-            table
-                .weights
-                .par_chunks_mut(dim)
-                .enumerate()
-                .for_each(|(r, row)| init(r, row));
+            fn fill<E: Elem>(w: &mut [E], dim: usize, init: &(impl Fn(usize, &mut [f32]) + Sync)) {
+                w.par_chunks_mut(dim).enumerate().for_each_init(
+                    || vec![0.0f32; dim],
+                    |row, (r, dst)| {
+                        init(r, row);
+                        dst.iter_mut()
+                            .zip(row.iter())
+                            .for_each(|(d, &v)| *d = E::narrow(v));
+                    },
+                );
+            }
+            with_rows!(&mut table.weights, w => fill(&mut w[..], dim, &init));
         }
         Ok(table)
     }
 
     fn zeroed(
+        precision: TablePrecision,
         name: impl Into<String>,
         rows: usize,
         dim: usize,
@@ -250,7 +341,12 @@ impl EmbeddingBag {
                 })
         };
         let len = rows.checked_mul(dim);
-        let weights = floats("the weights", len)?;
+        let weights = len
+            .and_then(|len| Weights::zeroed(precision, len))
+            .ok_or_else(|| Error::OutOfMemory {
+                what: format!("the weights of embedding table '{name}' ({rows} × {dim})"),
+                bytes: rows as u128 * dim as u128 * precision.bytes() as u128,
+            })?;
         let state = match optimizer {
             SparseOptimizer::Sgd => State::Sgd,
             SparseOptimizer::RowWiseAdagrad {
@@ -274,7 +370,6 @@ impl EmbeddingBag {
             },
         };
         Ok(Self {
-            name,
             rows,
             dim,
             pooling,
@@ -283,6 +378,8 @@ impl EmbeddingBag {
             state,
             step: 0,
             scratch: Scratch::default(),
+            rounding: (name_key(&name), 0),
+            name,
         })
     }
 
@@ -306,13 +403,43 @@ impl EmbeddingBag {
     pub fn optimizer(&self) -> SparseOptimizer {
         self.optimizer
     }
-    /// The weights, `rows × dim` row-major.
-    pub fn weights(&self) -> &[f32] {
-        &self.weights
+    /// How the rows are stored.
+    pub fn precision(&self) -> TablePrecision {
+        self.weights.precision()
     }
-    /// The weights, mutably (checkpoint loading).
-    pub fn weights_mut(&mut self) -> &mut [f32] {
-        &mut self.weights
+    /// The weights, `rows × dim` row-major, as f32 (borrowed from an fp32 table,
+    /// widened, exactly, from an fp16 or bf16 one).
+    pub fn weights(&self) -> Cow<'_, [f32]> {
+        match &self.weights {
+            Weights::F32(w) => Cow::Borrowed(&w[..]),
+            Weights::F16(w) => Cow::Owned(w.iter().map(|v| v.widen()).collect()),
+            Weights::Bf16(w) => Cow::Owned(w.iter().map(|v| v.widen()).collect()),
+        }
+    }
+    /// Replaces the weights (`rows × dim` values; checkpoint loading), rounded to
+    /// nearest in a reduced-precision table. [`Error::Shape`] for another length.
+    pub fn set_weights(&mut self, values: &[f32]) -> Result<()> {
+        let want = self.rows * self.dim;
+        if values.len() != want {
+            let what = format!("embedding table '{}' weights", self.name);
+            return Err(Error::shape(what, want, values.len()));
+        }
+        self.weights.set(values);
+        Ok(())
+    }
+    /// Whether every weight is finite.
+    pub fn all_finite(&self) -> bool {
+        fn finite<E: Elem>(w: &[E]) -> bool {
+            w.iter().all(|v| v.widen().is_finite())
+        }
+        with_rows!(&self.weights, w => finite(&w[..]))
+    }
+    /// Keys the stochastic rounding of a reduced-precision table's updates: `table`
+    /// names the table (by default a hash of its name) and `first_row` is the global
+    /// index of this one's row 0 (a row-wise shard's first row), so that every
+    /// placement of a row rounds it alike.
+    pub fn set_rounding(&mut self, table: u64, first_row: u64) {
+        self.rounding = (table, first_row);
     }
     /// Number of [`EmbeddingBag::backward_update`] calls so far (Adam's bias correction).
     pub fn step(&self) -> u64 {
@@ -387,7 +514,22 @@ impl EmbeddingBag {
         // Trimmed so that the last sample's chunk ends right after its slot: `out` only
         // has to reach that far.
         let out = &mut out[..needed];
-        let (weights, dim, pooling) = (&self.weights[..], self.dim, self.pooling);
+        with_rows!(&self.weights, w => self.pool(isa, &w[..], ids, out, stride, offset));
+        Ok(())
+    }
+
+    /// The forward's pooling over rows of element type `E`.
+    fn pool<E: Elem>(
+        &self,
+        isa: Isa,
+        weights: &[E],
+        ids: JaggedView<'_>,
+        out: &mut [f32],
+        stride: usize,
+        offset: usize,
+    ) {
+        let batch = ids.batch_size();
+        let (dim, pooling) = (self.dim, self.pooling);
         let per_sample = (ids.values.len() / batch).max(1) * dim;
         let threads = rayon::current_num_threads();
         if per_sample * batch >= PAR_MIN_WORK && threads > 1 {
@@ -407,7 +549,6 @@ impl EmbeddingBag {
         } else {
             kernels::pool_samples(isa, weights, dim, pooling, ids, 0, out, stride, offset);
         }
-        Ok(())
     }
 
     /// Checks that sample slots fit: `offset + dim ≤ stride` (so samples do not

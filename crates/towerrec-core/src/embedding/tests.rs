@@ -355,7 +355,7 @@ fn check_against_reference(opt: SparseOptimizer, pooling: Pooling, seed: u64) {
             .unwrap();
         reference.step(&bags, &grad, stride, offset, lr as f64);
         let what = format!("{opt:?} {pooling:?} seed {seed} step {step}");
-        assert_close(&format!("{what} weights"), t.weights(), &reference.w, 1e-6);
+        assert_close(&format!("{what} weights"), &t.weights(), &reference.w, 1e-6);
         for (name, buf) in t.optimizer_state() {
             let want = match name.as_str() {
                 "momentum1" => &reference.m,
@@ -552,7 +552,7 @@ proptest! {
             b.backward_update(jagged(&shuffled_bags).feature(0), &shuffled_grad, dim, 0, 0.05)
                 .unwrap();
         }
-        for (x, y) in a.weights().iter().zip(b.weights()) {
+        for (x, y) in a.weights().iter().zip(b.weights().iter()) {
             prop_assert!((x - y).abs() <= 1e-5 * x.abs().max(1.0), "{} vs {}", x, y);
         }
         prop_assert_eq!(a.step(), b.step());
@@ -630,7 +630,7 @@ fn backward_is_bitwise_identical_across_kernels_and_groupings() {
                             .unwrap();
                         }
                     });
-                    let mut all = bits_of(t.weights());
+                    let mut all = bits_of(&t.weights());
                     for (_, s) in t.optimizer_state() {
                         all.extend(bits_of(s));
                     }
@@ -684,7 +684,7 @@ fn grouping_handles_extreme_ids_and_tiny_batches() {
             reference.step(&bags, &grad, dim, 0, 0.05);
             assert_close(
                 &format!("{bags:?} {opt:?}"),
-                t.weights(),
+                &t.weights(),
                 &reference.w,
                 1e-6,
             );
@@ -760,9 +760,187 @@ fn apply_row_grads_matches_single_id_bags() {
             .unwrap();
         a.apply_row_grads(&rows, &grads, 0.05).unwrap();
         assert_eq!(a.step(), b.step());
-        assert_eq!(bits_of(a.weights()), bits_of(b.weights()), "{opt:?}");
+        assert_eq!(bits_of(&a.weights()), bits_of(&b.weights()), "{opt:?}");
         for ((_, x), (_, y)) in a.optimizer_state().iter().zip(b.optimizer_state()) {
             assert_eq!(bits_of(x), bits_of(y), "{opt:?}");
         }
     }
+}
+
+/// `t`'s rows in `precision`, rounded to nearest (the same optimizer, step 0).
+fn in_precision(t: &EmbeddingBag, precision: TablePrecision) -> EmbeddingBag {
+    let w = t.weights();
+    let dim = t.dim();
+    EmbeddingBag::try_from_fn_in(
+        precision,
+        t.name(),
+        t.rows(),
+        dim,
+        t.pooling(),
+        t.optimizer(),
+        |r, row| row.copy_from_slice(&w[r * dim..(r + 1) * dim]),
+    )
+    .unwrap()
+}
+
+#[test]
+fn reduced_precision_tables_pool_their_widened_rows_on_every_kernel() {
+    // An fp16 or bf16 table pools exactly what an fp32 table holding its widened rows
+    // pools, on both compilations and several threads; it stores 2 bytes a value.
+    let mut rng = StdRng::seed_from_u64(21);
+    for precision in [TablePrecision::Fp16, TablePrecision::Bf16] {
+        for dim in [1, 7, 16, 64, 100] {
+            let rows = 300;
+            let t32 = EmbeddingBag::new(
+                "t",
+                rows,
+                dim,
+                Pooling::Mean,
+                SparseOptimizer::Sgd,
+                &mut rng,
+            );
+            let half = in_precision(&t32, precision);
+            assert_eq!(half.precision(), precision);
+            let widened = in_precision(&half, TablePrecision::Fp32);
+            assert_ne!(
+                bits_of(&widened.weights()),
+                bits_of(&t32.weights()),
+                "rounded"
+            );
+            let bags = random_bags(&mut rng, 900, 25, rows);
+            let kj = jagged(&bags);
+            let stride = dim + 3;
+            let run = |t: &EmbeddingBag, isa: Isa, threads: usize| {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let mut out = vec![0.0f32; bags.len() * stride];
+                pool.install(|| t.forward_with(isa, kj.feature(0), &mut out, stride, 1))
+                    .unwrap();
+                bits_of(&out)
+            };
+            let want = run(&widened, Isa::Portable, 1);
+            for (isa, threads) in [(Isa::Portable, 1), (Isa::detect(), 1), (Isa::detect(), 3)] {
+                assert_eq!(run(&half, isa, threads), want, "{precision} dim {dim}");
+            }
+        }
+    }
+}
+
+#[test]
+fn reduced_precision_updates_round_stochastically_keyed_by_global_row() {
+    // The update of a reduced-precision table is the fp32 update of its widened rows,
+    // rounded stochastically: the same bits on both compilations and any thread count,
+    // and a row-wise shard keyed by its first global row updates its rows exactly as
+    // the whole table does (placement does not change the rounding).
+    let mut rng = StdRng::seed_from_u64(22);
+    let (rows, dim, split) = (200, 24, 77);
+    for precision in [TablePrecision::Fp16, TablePrecision::Bf16] {
+        for opt in ALL_OPTIMIZERS {
+            let t32 = EmbeddingBag::new("t", rows, dim, Pooling::Sum, opt, &mut rng);
+            let whole = in_precision(&t32, precision);
+            let bags = random_bags(&mut rng, 500, 6, rows);
+            let grad = random_vec(&mut rng, bags.len() * dim);
+            let kj = jagged(&bags);
+            let run = |t0: &EmbeddingBag, isa: Isa, threads: usize| {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let mut t = t0.clone();
+                pool.install(|| {
+                    for _ in 0..3 {
+                        t.backward_update_with(
+                            isa,
+                            update::Grouping::Auto,
+                            kj.feature(0),
+                            &grad,
+                            (dim, 0, true),
+                            0.05,
+                        )
+                        .unwrap();
+                    }
+                });
+                t
+            };
+            let want = run(&whole, Isa::Portable, 1);
+            let what = format!("{precision} {opt:?}");
+            for (isa, threads) in [(Isa::detect(), 1), (Isa::detect(), 4)] {
+                let got = run(&whole, isa, threads);
+                assert_eq!(bits_of(&got.weights()), bits_of(&want.weights()), "{what}");
+            }
+            // Every stored value is representable, and the update moved the rows.
+            let again = in_precision(&want, precision);
+            assert_eq!(
+                bits_of(&again.weights()),
+                bits_of(&want.weights()),
+                "{what}"
+            );
+            assert_ne!(
+                bits_of(&want.weights()),
+                bits_of(&whole.weights()),
+                "{what}"
+            );
+            // The rows `split..` as a shard: ids renumbered from 0, keyed by `split`.
+            let w = whole.weights();
+            let mut shard = EmbeddingBag::try_from_fn_in(
+                precision,
+                "t",
+                rows - split,
+                dim,
+                Pooling::Sum,
+                opt,
+                |r, row| row.copy_from_slice(&w[(split + r) * dim..(split + r + 1) * dim]),
+            )
+            .unwrap();
+            shard.set_rounding(super::name_key("t"), split as u64);
+            let local: Vec<Vec<u64>> = bags
+                .iter()
+                .map(|b| {
+                    b.iter()
+                        .filter(|&&id| id >= split as u64)
+                        .map(|&id| id - split as u64)
+                        .collect()
+                })
+                .collect();
+            let lj = jagged(&local);
+            for _ in 0..3 {
+                shard
+                    .backward_update(lj.feature(0), &grad, dim, 0, 0.05)
+                    .unwrap();
+            }
+            assert_eq!(
+                bits_of(&shard.weights()),
+                bits_of(&want.weights()[split * dim..]),
+                "{what}: a shard rounds its rows as the whole table does"
+            );
+        }
+    }
+}
+
+#[test]
+fn tiny_updates_survive_stochastic_rounding_on_average() {
+    // SGD steps far below a bf16 ulp: rounding to nearest would keep the row as it is,
+    // stochastic rounding moves it by the right amount on average.
+    let (rows, dim) = (1, 4096);
+    let mut t = EmbeddingBag::try_from_fn_in(
+        TablePrecision::Bf16,
+        "t",
+        rows,
+        dim,
+        Pooling::Sum,
+        SparseOptimizer::Sgd,
+        |_, row| row.fill(1.0),
+    )
+    .unwrap();
+    let kj = jagged(&[vec![0]]);
+    let grad = vec![1.0f32; dim];
+    // 1 − 20 × 1e-4 = 0.998, while bf16's ulp below 1 is 2⁻⁸ ≈ 0.0039.
+    for _ in 0..20 {
+        t.backward_update(kj.feature(0), &grad, dim, 0, 1e-4)
+            .unwrap();
+    }
+    let mean: f64 = t.weights().iter().map(|&w| w as f64).sum::<f64>() / dim as f64;
+    assert!((mean - 0.998).abs() < 3e-4, "mean {mean}");
 }

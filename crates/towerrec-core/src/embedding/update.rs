@@ -11,7 +11,8 @@
 //! partition, so results are bitwise reproducible.
 
 use super::kernels::{self, Isa, Packed, RowOpt, UpdateInput, UpdateTask};
-use super::{EmbeddingBag, Scratch, State, PAR_MIN_WORK, PAR_TASK_WORK};
+use super::precision::Elem;
+use super::{with_rows, EmbeddingBag, Scratch, State, Weights, PAR_MIN_WORK, PAR_TASK_WORK};
 use crate::batch::JaggedView;
 use crate::error::Result;
 use rayon::prelude::*;
@@ -22,10 +23,7 @@ const KEYS_PER_BUCKET: usize = 32;
 const MAX_BUCKET_BITS: u32 = 12;
 
 /// A task's weights, two state buffers and keys.
-type TaskParts<'a> = (
-    ((&'a mut [f32], &'a mut [f32]), &'a mut [f32]),
-    &'a mut [u64],
-);
+type TaskParts<'a, E> = (((&'a mut [E], &'a mut [f32]), &'a mut [f32]), &'a mut [u64]);
 
 /// How the backward groups ids by row (tests force the fallback).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +101,7 @@ impl EmbeddingBag {
             state,
             scratch,
             step,
+            rounding,
             ..
         } = self;
         let (opt, s1, s2, width1): (RowOpt, &mut [f32], &mut [f32], usize) = match state {
@@ -143,131 +142,155 @@ impl EmbeddingBag {
             stride,
             offset,
             opt,
+            rounding: (rounding.0, rounding.1, *step),
         };
-        let batch = ids.batch_size();
-        let n = ids.values.len();
-        let sample_bits = bits(batch as u64 - 1);
-        let row_bits = bits(max_id);
-        if grouping == Grouping::Pairs || sample_bits + row_bits > 64 || sample_bits >= 64 {
-            // Out of reach of real tables (rows × batch ≥ 2⁶⁴), kept for correctness.
-            let pairs = &mut scratch.pairs;
-            pairs.clear();
-            pairs.reserve(n);
-            for b in 0..batch {
-                pairs.extend(ids.ids(b).iter().map(|&id| (id, b)));
-            }
-            // `(row, sample)` is a total order in which equal keys are interchangeable.
-            pairs.sort_unstable();
-            let task = UpdateTask {
-                base: 0,
-                occ: &pairs[..],
-                w: &mut weights[..],
-                s1,
-                s2,
-            };
-            kernels::update_rows(isa, input, task);
-            return Ok(());
-        }
-        let bucket_bits = row_bits
-            .min(bits((n / KEYS_PER_BUCKET) as u64).max(1))
-            .min(MAX_BUCKET_BITS);
-        let Scratch {
-            keys,
-            sorted,
-            counts,
-            ..
-        } = scratch;
-        partition(
-            keys,
-            sorted,
-            counts,
+        with_rows!(weights, w => update_in(
+            (isa, grouping),
+            input,
             ids,
-            sample_bits,
-            row_bits,
-            bucket_bits,
-        );
-        let buckets = counts.len() - 1;
-        // Bucket `k` holds rows `k << rows_bits_below ..`, keys `counts[k]..counts[k+1]`.
-        let row_shift = row_bits - bucket_bits;
-        let work = n * dim;
-        let tasks = if work >= PAR_MIN_WORK {
-            (rayon::current_num_threads() * 4)
-                .min(work / PAR_TASK_WORK)
-                .max(1)
-        } else {
-            1
-        };
-        // Cut the buckets into `tasks` ranges of about equal numbers of keys; every range
-        // starts with a non-empty bucket, so their first rows increase strictly and
-        // are rows of the table.
-        let mut first_buckets = Vec::with_capacity(tasks + 1);
-        for k in 0..buckets {
-            let (lo, hi) = (counts[k], counts[k + 1]);
-            if hi > lo && (first_buckets.is_empty() || lo * tasks >= first_buckets.len() * n) {
-                first_buckets.push(k);
-            }
-        }
-        let bases: Vec<usize> = first_buckets
-            .iter()
-            .enumerate()
-            .map(|(t, &k)| if t == 0 { 0 } else { k << row_shift })
-            .collect();
-        first_buckets.push(buckets);
-        let w_parts = split_rows(weights, dim, &bases);
-        let s1_parts = split_rows(s1, width1, &bases);
-        let s2_parts = split_rows(s2, dim, &bases);
-        // Each task's keys, a disjoint slice of `sorted`.
-        let mut key_parts = Vec::with_capacity(bases.len());
-        let mut rest = &mut sorted[..];
-        for w in first_buckets.windows(2) {
-            let (head, tail) = std::mem::take(&mut rest).split_at_mut(counts[w[1]] - counts[w[0]]);
-            key_parts.push(head);
-            rest = tail;
-        }
-        let counts = &counts[..];
-        let first_buckets = &first_buckets[..];
-        let run = |(t, (((w, s1), s2), keys)): (usize, TaskParts<'_>)| {
-            // Sort each bucket: the task's keys are then sorted.
-            let key0 = counts[first_buckets[t]];
-            for k in first_buckets[t]..first_buckets[t + 1] {
-                keys[counts[k] - key0..counts[k + 1] - key0].sort_unstable();
-            }
-            let task = UpdateTask {
-                base: bases[t],
-                occ: Packed {
-                    keys,
-                    shift: sample_bits,
-                },
-                w,
-                s1,
-                s2,
-            };
-            kernels::update_rows(isa, input, task);
-        };
-        if bases.len() > 1 {
-            w_parts
-                .into_par_iter()
-                .zip(s1_parts)
-                .zip(s2_parts)
-                .zip(key_parts)
-                .enumerate()
-                .for_each(run);
-        } else {
-            w_parts
-                .into_iter()
-                .zip(s1_parts)
-                .zip(s2_parts)
-                .zip(key_parts)
-                .enumerate()
-                .for_each(run);
-        }
+            max_id,
+            &mut w[..],
+            (s1, s2, width1),
+            scratch,
+        ));
         Ok(())
+    }
+}
+
+/// The rest of [`EmbeddingBag::backward_update_with`], over rows of element type `E`:
+/// groups the occurrences by row and runs the update tasks.
+fn update_in<E: Elem>(
+    (isa, grouping): (Isa, Grouping),
+    input: UpdateInput<'_>,
+    ids: JaggedView<'_>,
+    max_id: u64,
+    weights: &mut [E],
+    (s1, s2, width1): (&mut [f32], &mut [f32], usize),
+    scratch: &mut Scratch,
+) {
+    let dim = input.dim;
+    let batch = ids.batch_size();
+    let n = ids.values.len();
+    let sample_bits = bits(batch as u64 - 1);
+    let row_bits = bits(max_id);
+    if grouping == Grouping::Pairs || sample_bits + row_bits > 64 || sample_bits >= 64 {
+        // Out of reach of real tables (rows × batch ≥ 2⁶⁴), kept for correctness.
+        let pairs = &mut scratch.pairs;
+        pairs.clear();
+        pairs.reserve(n);
+        for b in 0..batch {
+            pairs.extend(ids.ids(b).iter().map(|&id| (id, b)));
+        }
+        // `(row, sample)` is a total order in which equal keys are interchangeable.
+        pairs.sort_unstable();
+        let task = UpdateTask {
+            base: 0,
+            occ: &pairs[..],
+            w: &mut weights[..],
+            s1,
+            s2,
+        };
+        kernels::update_rows(isa, input, task);
+        return;
+    }
+    let bucket_bits = row_bits
+        .min(bits((n / KEYS_PER_BUCKET) as u64).max(1))
+        .min(MAX_BUCKET_BITS);
+    let Scratch {
+        keys,
+        sorted,
+        counts,
+        ..
+    } = scratch;
+    partition(
+        keys,
+        sorted,
+        counts,
+        ids,
+        sample_bits,
+        row_bits,
+        bucket_bits,
+    );
+    let buckets = counts.len() - 1;
+    // Bucket `k` holds rows `k << rows_bits_below ..`, keys `counts[k]..counts[k+1]`.
+    let row_shift = row_bits - bucket_bits;
+    let work = n * dim;
+    let tasks = if work >= PAR_MIN_WORK {
+        (rayon::current_num_threads() * 4)
+            .min(work / PAR_TASK_WORK)
+            .max(1)
+    } else {
+        1
+    };
+    // Cut the buckets into `tasks` ranges of about equal numbers of keys; every range
+    // starts with a non-empty bucket, so their first rows increase strictly and
+    // are rows of the table.
+    let mut first_buckets = Vec::with_capacity(tasks + 1);
+    for k in 0..buckets {
+        let (lo, hi) = (counts[k], counts[k + 1]);
+        if hi > lo && (first_buckets.is_empty() || lo * tasks >= first_buckets.len() * n) {
+            first_buckets.push(k);
+        }
+    }
+    let bases: Vec<usize> = first_buckets
+        .iter()
+        .enumerate()
+        .map(|(t, &k)| if t == 0 { 0 } else { k << row_shift })
+        .collect();
+    first_buckets.push(buckets);
+    let w_parts = split_rows(weights, dim, &bases);
+    let s1_parts = split_rows(s1, width1, &bases);
+    let s2_parts = split_rows(s2, dim, &bases);
+    // Each task's keys, a disjoint slice of `sorted`.
+    let mut key_parts = Vec::with_capacity(bases.len());
+    let mut rest = &mut sorted[..];
+    for w in first_buckets.windows(2) {
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut(counts[w[1]] - counts[w[0]]);
+        key_parts.push(head);
+        rest = tail;
+    }
+    let counts = &counts[..];
+    let first_buckets = &first_buckets[..];
+    let run = |(t, (((w, s1), s2), keys)): (usize, TaskParts<'_, E>)| {
+        // Sort each bucket: the task's keys are then sorted.
+        let key0 = counts[first_buckets[t]];
+        for k in first_buckets[t]..first_buckets[t + 1] {
+            keys[counts[k] - key0..counts[k + 1] - key0].sort_unstable();
+        }
+        let task = UpdateTask {
+            base: bases[t],
+            occ: Packed {
+                keys,
+                shift: sample_bits,
+            },
+            w,
+            s1,
+            s2,
+        };
+        kernels::update_rows(isa, input, task);
+    };
+    if bases.len() > 1 {
+        w_parts
+            .into_par_iter()
+            .zip(s1_parts)
+            .zip(s2_parts)
+            .zip(key_parts)
+            .enumerate()
+            .for_each(run);
+    } else {
+        w_parts
+            .into_iter()
+            .zip(s1_parts)
+            .zip(s2_parts)
+            .zip(key_parts)
+            .enumerate()
+            .for_each(run);
     }
 }
 
 /// Splits `buf` (`width` floats per row; empty when the optimizer has no such state)
 /// at the rows `bases` (increasing, the first 0) into one slice per base.
-fn split_rows<'a>(buf: &'a mut [f32], width: usize, bases: &[usize]) -> Vec<&'a mut [f32]> {
+fn split_rows<'a, T>(buf: &'a mut [T], width: usize, bases: &[usize]) -> Vec<&'a mut [T]> {
     if buf.is_empty() {
         return bases.iter().map(|_| Default::default()).collect();
     }

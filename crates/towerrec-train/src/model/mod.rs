@@ -672,7 +672,7 @@ impl Model {
         match &mut self.embeddings {
             Embeddings::Local(tables) => {
                 for (t, w) in tables.iter_mut().zip(whole) {
-                    t.weights_mut().copy_from_slice(&w.weights);
+                    t.set_weights(&w.weights)?;
                     for ((_, dst), (_, src)) in t.optimizer_state_mut().into_iter().zip(&w.state) {
                         dst.copy_from_slice(src);
                     }

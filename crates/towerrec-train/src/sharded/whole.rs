@@ -132,7 +132,7 @@ impl Spread {
         let mut send = Vec::new();
         let mut steps = Vec::new();
         for l in &self.local {
-            send.extend_from_slice(l.bag.weights());
+            send.extend_from_slice(&l.bag.weights());
             for (_, buf) in l.bag.optimizer_state() {
                 send.extend_from_slice(buf);
             }
@@ -177,7 +177,7 @@ impl Spread {
         for r in &replicas.0 {
             let w = &mut whole[r.table];
             w.step = r.bag.step();
-            w.weights.copy_from_slice(r.bag.weights());
+            w.weights.copy_from_slice(&r.bag.weights());
             for ((_, dst), (_, src)) in w.state.iter_mut().zip(r.bag.optimizer_state()) {
                 dst.copy_from_slice(src);
             }
@@ -221,7 +221,9 @@ impl Spread {
             let w = &whole[l.table];
             let dim = self.tables[l.table].dim;
             let (col0, cols) = (l.shard.columns.0, l.shard.num_columns());
-            take_rows(&w.weights, dim, l.bag.weights_mut(), &place, col0, cols);
+            let mut mine = l.bag.weights().into_owned();
+            take_rows(&w.weights, dim, &mut mine, &place, col0, cols);
+            l.bag.set_weights(&mine)?;
             let layout = state_layout(optimizer);
             for (((_, dst), (_, src)), (_, per_row)) in l
                 .bag
@@ -237,7 +239,7 @@ impl Spread {
         }
         for r in &mut replicas.0 {
             let w = &whole[r.table];
-            r.bag.weights_mut().copy_from_slice(&w.weights);
+            r.bag.set_weights(&w.weights)?;
             for ((_, dst), (_, src)) in r.bag.optimizer_state_mut().into_iter().zip(&w.state) {
                 dst.copy_from_slice(src);
             }
