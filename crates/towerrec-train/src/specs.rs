@@ -5,7 +5,7 @@
 
 use crate::config::{Config, ModelConfig};
 use crate::sharded::TableDesc;
-use towerrec_core::embedding::SparseOptimizer;
+use towerrec_core::embedding::{SparseOptimizer, TablePrecision};
 use towerrec_data::{DataConfig, PoolingFactor, Schema};
 use towerrec_plan::TableSpec;
 
@@ -18,6 +18,7 @@ pub fn table_descs(cfg: &ModelConfig, schema: &Schema) -> Vec<TableDesc> {
             name: f.name.clone(),
             rows: f.rows as usize,
             dim: cfg.embedding_dim,
+            precision: cfg.precision_of(&f.name),
         })
         .collect()
 }
@@ -40,14 +41,15 @@ pub(crate) fn table_specs_of(
     specs_with(model, sparse, schema, &[])
 }
 
-/// Bytes of weights and optimizer state per row of a `dim`-wide table.
-pub fn bytes_per_row(dim: usize, sparse: SparseOptimizer) -> usize {
+/// Bytes of weights (in `precision`) and optimizer state (f32) per row of a
+/// `dim`-wide table.
+pub fn bytes_per_row(dim: usize, sparse: SparseOptimizer, precision: TablePrecision) -> usize {
     let state = match sparse {
         SparseOptimizer::Sgd => 0,
         SparseOptimizer::RowWiseAdagrad { .. } => 4,
         SparseOptimizer::Adam { .. } => dim.saturating_mul(8),
     };
-    dim.saturating_mul(4).saturating_add(state)
+    dim.saturating_mul(precision.bytes()).saturating_add(state)
 }
 
 /// The specs, with `pooling[t]` ids per sample for table `t` (1 where missing).
@@ -65,7 +67,7 @@ fn specs_with(
             name: d.name,
             rows: d.rows,
             dim,
-            bytes_per_row: bytes_per_row(dim, sparse),
+            bytes_per_row: bytes_per_row(dim, sparse, d.precision),
             pooling_factor: pooling.get(t).copied().unwrap_or(1.0),
         })
         .collect()

@@ -268,8 +268,9 @@ pub(super) struct UpdateInput<'a> {
     pub stride: usize,
     pub offset: usize,
     pub opt: RowOpt,
-    /// The stochastic rounding's table key, global index of row 0, and step.
-    pub rounding: (u64, u64, u64),
+    /// The stochastic rounding's table key, global indices of row 0 and column 0, and
+    /// the step.
+    pub rounding: (u64, u64, u64, u64),
 }
 
 /// Aggregates each row's gradient over its occurrences (in order), then applies the
@@ -310,7 +311,7 @@ fn update_rows_body<O: Occurrences, E: Elem>(input: UpdateInput<'_>, task: Updat
         stride,
         offset,
         opt,
-        rounding: (key, first_row, step),
+        rounding: (key, first_row, first_col, step),
     } = input;
     let UpdateTask {
         base,
@@ -368,7 +369,7 @@ fn update_rows_body<O: Occurrences, E: Elem>(input: UpdateInput<'_>, task: Updat
         apply(opt, &mut wide, &agg, (&mut *s1, &mut *s2), r);
         let noise = RowNoise::new(key, first_row + row as u64, step);
         for (c, (d, &v)) in stored.iter_mut().zip(wide.iter()).enumerate() {
-            *d = E::narrow_stochastic(v, noise.at(c));
+            *d = E::narrow_stochastic(v, noise.at(first_col as usize + c));
         }
     }
 }

@@ -219,8 +219,8 @@ pub struct EmbeddingBag {
     step: u64,
     scratch: Scratch,
     /// The stochastic rounding's key of the table (reduced-precision storage), and the
-    /// global index of this table's row 0 (a row-wise shard's first row).
-    rounding: (u64, u64),
+    /// global index of this table's row 0 and column 0 (a shard's first row and column).
+    rounding: (u64, u64, u64),
 }
 
 impl std::fmt::Debug for EmbeddingBag {
@@ -236,14 +236,6 @@ impl std::fmt::Debug for EmbeddingBag {
             .field("step", &self.step)
             .finish_non_exhaustive()
     }
-}
-
-/// The default key of a table's stochastic rounding: a hash of its name (FNV-1a), the
-/// same on every rank and in every run.
-fn name_key(name: &str) -> u64 {
-    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 /// Below this many multiply-adds a call stays on the calling thread: rayon's fork/join
@@ -378,7 +370,7 @@ impl EmbeddingBag {
             state,
             step: 0,
             scratch: Scratch::default(),
-            rounding: (name_key(&name), 0),
+            rounding: (Self::rounding_key(&name), 0, 0),
             name,
         })
     }
@@ -435,11 +427,20 @@ impl EmbeddingBag {
         with_rows!(&self.weights, w => finite(&w[..]))
     }
     /// Keys the stochastic rounding of a reduced-precision table's updates: `table`
-    /// names the table (by default a hash of its name) and `first_row` is the global
-    /// index of this one's row 0 (a row-wise shard's first row), so that every
-    /// placement of a row rounds it alike.
-    pub fn set_rounding(&mut self, table: u64, first_row: u64) {
-        self.rounding = (table, first_row);
+    /// names the table (by default [`EmbeddingBag::rounding_key`] of its name) and
+    /// `first_row`, `first_column` are the global indices of this one's row 0 and
+    /// column 0 (a shard's first row and column), so that every placement of a value
+    /// rounds it alike.
+    pub fn set_rounding(&mut self, table: u64, first_row: u64, first_column: u64) {
+        self.rounding = (table, first_row, first_column);
+    }
+
+    /// The stochastic rounding's key of the table called `name` (FNV-1a of the name:
+    /// the same on every rank and in every run).
+    pub fn rounding_key(name: &str) -> u64 {
+        name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+        })
     }
     /// Number of [`EmbeddingBag::backward_update`] calls so far (Adam's bias correction).
     pub fn step(&self) -> u64 {

@@ -894,7 +894,7 @@ fn reduced_precision_updates_round_stochastically_keyed_by_global_row() {
                 |r, row| row.copy_from_slice(&w[(split + r) * dim..(split + r + 1) * dim]),
             )
             .unwrap();
-            shard.set_rounding(super::name_key("t"), split as u64);
+            shard.set_rounding(EmbeddingBag::rounding_key("t"), split as u64, 0);
             let local: Vec<Vec<u64>> = bags
                 .iter()
                 .map(|b| {

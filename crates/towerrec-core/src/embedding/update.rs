@@ -142,7 +142,7 @@ impl EmbeddingBag {
             stride,
             offset,
             opt,
-            rounding: (rounding.0, rounding.1, *step),
+            rounding: (rounding.0, rounding.1, rounding.2, *step),
         };
         with_rows!(weights, w => update_in(
             (isa, grouping),

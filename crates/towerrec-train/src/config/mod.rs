@@ -14,9 +14,10 @@ pub use validate::{MAX_BATCH_SIZE, MAX_EVAL_BATCH_SIZE, MAX_WORLD_SIZE};
 
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use towerrec_comm::WirePrecision;
-use towerrec_core::embedding::{Pooling, SparseOptimizer};
+use towerrec_core::embedding::{Pooling, SparseOptimizer, TablePrecision};
 use towerrec_core::optim::{DenseOptimizerKind, LrSchedule};
 use towerrec_data::{BadRows, DataConfig};
 
@@ -62,6 +63,27 @@ pub struct ModelConfig {
     /// DMT: towers of tables, each with a Tower Module (docs/DMT.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub towers: Option<TowersConfig>,
+    /// How every table stores its rows: `fp32` (default), `fp16` or `bf16` (updates in
+    /// f32, rounded stochastically; docs/CONFIG.md).
+    #[serde(default, skip_serializing_if = "is_fp32")]
+    pub table_precision: TablePrecision,
+    /// Per-table exceptions to `table_precision`, by table (feature) name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub table_precisions: BTreeMap<String, TablePrecision>,
+}
+
+fn is_fp32(p: &TablePrecision) -> bool {
+    *p == TablePrecision::Fp32
+}
+
+impl ModelConfig {
+    /// How table `name` stores its rows.
+    pub fn precision_of(&self, name: &str) -> TablePrecision {
+        self.table_precisions
+            .get(name)
+            .copied()
+            .unwrap_or(self.table_precision)
+    }
 }
 
 fn default_pooling() -> Pooling {

@@ -271,6 +271,13 @@ impl Config {
             let names: Vec<String> = schema.sparse.iter().map(|f| f.name.clone()).collect();
             t.assignment(&names).map_err(fail)?;
         }
+        if let Some(name) = (self.model.table_precisions.keys())
+            .find(|n| !schema.sparse.iter().any(|f| &f.name == *n))
+        {
+            return Err(fail(format!(
+                "model.table_precisions names '{name}', which is not a table of the data"
+            )));
+        }
         if let Some(f) = schema.sparse.iter().find(|f| f.rows == 0) {
             return Err(fail(format!("data: feature '{}' has 0 rows", f.name)));
         }

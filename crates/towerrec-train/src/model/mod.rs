@@ -105,9 +105,16 @@ impl Model {
             .enumerate()
             .map(|(t, d)| {
                 let init = TableInit::new(seed, t, d.rows, dim);
-                EmbeddingBag::try_from_fn(d.name, d.rows, dim, cfg.pooling, opt.sparse, |r, row| {
-                    init.fill_row(r, 0, row)
-                })
+                let (p, pooling) = (d.precision, cfg.pooling);
+                EmbeddingBag::try_from_fn_in(
+                    p,
+                    d.name,
+                    d.rows,
+                    dim,
+                    pooling,
+                    opt.sparse,
+                    |r, row| init.fill_row(r, 0, row),
+                )
             })
             .collect::<std::result::Result<_, _>>()?;
         Self::assemble(cfg, opt, schema, seed, towers, Embeddings::Local(tables))

@@ -16,6 +16,7 @@
 //! on every rank that holds the row.
 
 use super::lookup::LocalShard;
+use super::spread::TableDesc;
 use super::store::{Store, Touched};
 use crate::config::ReplicaSync;
 use crate::error::{Error, Result};
@@ -66,15 +67,18 @@ pub(super) fn shared_rows(entry: &TablePlan, map: &TableAddresses) -> Vec<u64> {
 /// This rank's store of table `t`, initialised as one process initialises the table.
 pub(super) fn local_store(
     t: usize,
-    name: &str,
+    desc: &TableDesc,
     shard: Shard,
     map: &Arc<TableAddresses>,
     init: &TableInit,
     optimizer: SparseOptimizer,
 ) -> Result<LocalShard> {
     let rows = map.stored_rows(shard.rank);
-    let bag = EmbeddingBag::try_from_fn(
-        format!("{name}@{}", shard.rank),
+    // Its rows are the map's, not a range: their stochastic rounding is keyed by the
+    // store's own row order (docs/CONFIG.md, `model.table_precision`).
+    let bag = EmbeddingBag::try_from_fn_in(
+        desc.precision,
+        format!("{}@{}", desc.name, shard.rank),
         rows.len(),
         shard.num_columns(),
         // Partial sums: the sample's owner adds them and divides for a mean.

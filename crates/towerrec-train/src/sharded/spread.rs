@@ -15,7 +15,7 @@ use crate::slots::FeatureSlots;
 use std::ops::Range;
 use std::sync::Arc;
 use towerrec_comm::{Comm, Phase};
-use towerrec_core::embedding::{EmbeddingBag, Pooling, SparseOptimizer};
+use towerrec_core::embedding::{EmbeddingBag, Pooling, SparseOptimizer, TablePrecision};
 use towerrec_core::Batch;
 use towerrec_plan::partitioned::TableAddresses;
 use towerrec_plan::{Plan, Shard, ShardingType};
@@ -26,6 +26,8 @@ pub struct TableDesc {
     pub name: String,
     pub rows: usize,
     pub dim: usize,
+    /// How its rows are stored.
+    pub precision: TablePrecision,
 }
 
 /// One table as spread by the plan.
@@ -80,7 +82,7 @@ impl Spread {
                 }
                 if let Some(mine) = shards.iter().find(|s| s.rank == me) {
                     local.push(partitioned::local_store(
-                        t, &desc.name, *mine, &map, &init, optimizer,
+                        t, desc, *mine, &map, &init, optimizer,
                     )?);
                 }
                 states.push(TableState {
@@ -100,7 +102,8 @@ impl Spread {
                 addresses: None,
             };
             if entry.sharding == ShardingType::DataParallel {
-                let bag = EmbeddingBag::try_from_fn(
+                let bag = EmbeddingBag::try_from_fn_in(
+                    desc.precision,
                     desc.name.clone(),
                     desc.rows,
                     desc.dim,
@@ -121,7 +124,8 @@ impl Spread {
                     pooling
                 };
                 let (r0, c0) = (shard.rows.0, shard.columns.0);
-                let bag = EmbeddingBag::try_from_fn(
+                let mut bag = EmbeddingBag::try_from_fn_in(
+                    desc.precision,
                     format!("{}[{}]", desc.name, s),
                     shard.num_rows(),
                     shard.num_columns(),
@@ -129,6 +133,9 @@ impl Spread {
                     optimizer,
                     |r, row| init.fill_row(r0 + r, c0, row),
                 )?;
+                // Rounded as the whole table's rows and columns are.
+                let key = EmbeddingBag::rounding_key(&desc.name);
+                bag.set_rounding(key, r0 as u64, c0 as u64);
                 local.push(LocalShard::new(t, *shard, bag));
             }
             states.push(state);

@@ -64,6 +64,7 @@ fn a_sub_group_routes_to_its_own_members() {
             name: n.to_string(),
             rows,
             dim: DIM,
+            precision: Default::default(),
         })
         .collect();
     let slots = FeatureSlots::contiguous(2 * DIM, 0, [DIM, DIM]).expect("slots");
@@ -134,6 +135,7 @@ fn quantized_forward_rounds_what_crosses_a_wire() {
             name: n.to_string(),
             rows,
             dim: DIM,
+            precision: Default::default(),
         })
         .collect();
     let slots = FeatureSlots::contiguous(2 * DIM, 0, [DIM, DIM]).expect("slots");
