@@ -15,9 +15,11 @@
 # - every run on an in-process cluster of 2 hosts x 2 ranks (one compute thread each),
 #   the greedy plan, so that the exchanges run and quantized communication applies.
 # - variants (VARIANTS, default "fp32 qcomms"):
-#     fp32    nothing reduced;
-#     qcomms  [cluster.qcomms] forward = "fp16", backward = "bf16" (the DMT paper's
-#             strong baseline).
+#     fp32         nothing reduced;
+#     qcomms       [cluster.qcomms] forward = "fp16", backward = "bf16" (the DMT
+#                  paper's strong baseline);
+#     fp16-tables  model.table_precision = "fp16" (stochastic rounding);
+#     bf16-tables  model.table_precision = "bf16".
 # Environment: TOWERREC (binary), SEEDS (default 5), RUNS (run directories).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +40,9 @@ declare -A split=([criteo]='{kind="tail",eval_rows=2000}'
     [avazu]='{kind="tail",eval_fraction=0.2}'
     [movielens]='{kind="column",column="timestamp",eval_from=889237269}')
 declare -A setting=([fp32]=''
-    [qcomms]='cluster.qcomms={forward="fp16",backward="bf16"}')
+    [qcomms]='cluster.qcomms={forward="fp16",backward="bf16"}'
+    [fp16-tables]='model.table_precision="fp16"'
+    [bf16-tables]='model.table_precision="bf16"')
 common=(--threads 1 --hosts 2 --ranks-per-host 2 --quiet --overwrite --set train.eval_every=0)
 echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) | $(git rev-parse --short HEAD) | $($bin --version)" >"$out/machine.txt"
 [ -f "$csv" ] || echo "data,variant,seed,auc,logloss" >"$csv"

@@ -31,7 +31,8 @@ const UPDATE_PREFETCH: usize = 12;
 pub(super) enum Isa {
     /// Baseline instructions only (SSE2 on x86-64).
     Portable,
-    /// AVX2 + FMA; only chosen where the CPU has them.
+    /// AVX2 + FMA (and F16C, which every such CPU has, for fp16 tables); only chosen
+    /// where the CPU has them.
     #[cfg(target_arch = "x86_64")]
     Avx2,
 }
@@ -40,7 +41,7 @@ impl Isa {
     /// The fastest compilation this CPU runs.
     pub(super) fn detect() -> Self {
         #[cfg(target_arch = "x86_64")]
-        if crate::simd::has_avx2_fma() {
+        if crate::simd::has_avx2_fma() && std::arch::is_x86_feature_detected!("f16c") {
             return Isa::Avx2;
         }
         Isa::Portable
@@ -62,7 +63,9 @@ pub(super) fn pool_samples<E: Elem>(
     offset: usize,
 ) {
     match isa {
-        Isa::Portable => pool_samples_body(weights, dim, pooling, ids, first, out, stride, offset),
+        Isa::Portable => {
+            pool_samples_body::<E, false>(weights, dim, pooling, ids, first, out, stride, offset)
+        }
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2` is only constructed where the CPU has AVX2 and FMA.
         Isa::Avx2 => unsafe {
@@ -76,7 +79,7 @@ pub(super) fn pool_samples<E: Elem>(
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn pool_samples_avx2<E: Elem>(
     weights: &[E],
@@ -88,12 +91,12 @@ unsafe fn pool_samples_avx2<E: Elem>(
     stride: usize,
     offset: usize,
 ) {
-    pool_samples_body(weights, dim, pooling, ids, first, out, stride, offset);
+    pool_samples_body::<E, true>(weights, dim, pooling, ids, first, out, stride, offset);
 }
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn pool_samples_body<E: Elem>(
+fn pool_samples_body<E: Elem, const F16C: bool>(
     weights: &[E],
     dim: usize,
     pooling: Pooling,
@@ -118,7 +121,7 @@ fn pool_samples_body<E: Elem>(
         let bag = &values[s..e];
         let ahead = &values[(s + LOOKUP_PREFETCH).min(limit)..(e + LOOKUP_PREFETCH).min(limit)];
         let dst = &mut slot[offset..offset + dim];
-        pool_bag(weights, dim, bag, ahead, dst);
+        pool_bag::<E, F16C>(weights, dim, bag, ahead, dst);
         if pooling == Pooling::Mean && bag.len() > 1 {
             let scale = 1.0 / bag.len() as f32;
             for d in dst.iter_mut() {
@@ -131,32 +134,40 @@ fn pool_samples_body<E: Elem>(
 /// Sums the rows of `bag` into `dst` (`dim` long), prefetching the rows of `ahead`
 /// (the ids `LOOKUP_PREFETCH` positions after each of `bag`'s, possibly fewer).
 #[inline(always)]
-fn pool_bag<E: Elem>(weights: &[E], dim: usize, bag: &[u64], ahead: &[u64], dst: &mut [f32]) {
+fn pool_bag<E: Elem, const F16C: bool>(
+    weights: &[E],
+    dim: usize,
+    bag: &[u64],
+    ahead: &[u64],
+    dst: &mut [f32],
+) {
     let mut c = 0;
     // Prefetch with the first column block only: it reads every id once.
     let mut ahead = ahead;
     while c < dim {
         let left = dim - c;
         c += if left >= 64 {
-            pool_block::<64, E>(weights, dim, c, bag, ahead, dst)
+            pool_block::<64, E, F16C>(weights, dim, c, bag, ahead, dst)
         } else if left >= 32 {
-            pool_block::<32, E>(weights, dim, c, bag, ahead, dst)
+            pool_block::<32, E, F16C>(weights, dim, c, bag, ahead, dst)
         } else if left >= 16 {
-            pool_block::<16, E>(weights, dim, c, bag, ahead, dst)
+            pool_block::<16, E, F16C>(weights, dim, c, bag, ahead, dst)
         } else if left >= 8 {
-            pool_block::<8, E>(weights, dim, c, bag, ahead, dst)
+            pool_block::<8, E, F16C>(weights, dim, c, bag, ahead, dst)
         } else if left >= 4 {
-            pool_block::<4, E>(weights, dim, c, bag, ahead, dst)
+            pool_block::<4, E, F16C>(weights, dim, c, bag, ahead, dst)
         } else {
-            pool_block::<1, E>(weights, dim, c, bag, ahead, dst)
+            pool_block::<1, E, F16C>(weights, dim, c, bag, ahead, dst)
         };
         ahead = &[];
     }
 }
 
 /// Sums columns `c..c + W` of the rows of `bag` into `dst[c..c + W]`; returns `W`.
+/// With `F16C` (only inside the AVX2 compilation, whose CPU has F16C) fp16 rows are
+/// widened 8 values at a time by `vcvtph2ps` (exact, so the same bits).
 #[inline(always)]
-fn pool_block<const W: usize, E: Elem>(
+fn pool_block<const W: usize, E: Elem, const F16C: bool>(
     weights: &[E],
     dim: usize,
     c: usize,
@@ -173,12 +184,42 @@ fn pool_block<const W: usize, E: Elem>(
         let row: &[E; W] = weights[start..start + W]
             .try_into()
             .expect("a slice of W elements");
+        #[cfg(target_arch = "x86_64")]
+        if F16C && E::FP16 && W.is_multiple_of(8) {
+            // SAFETY: `F16C` is set only in the compilation for CPUs with AVX and F16C,
+            // and `row` holds `W` fp16 values (`E::FP16`), `W` a multiple of 8.
+            unsafe { add_fp16_f16c(&mut acc, row.as_ptr().cast::<u16>()) };
+            continue;
+        }
         for (a, &w) in acc.iter_mut().zip(row) {
             *a += w.widen();
         }
     }
     dst[c..c + W].copy_from_slice(&acc);
     W
+}
+
+/// Adds the `W` fp16 values at `row`, widened by F16C, to `acc`, in the order the
+/// scalar loop adds them (element by element: the same bits).
+///
+/// # Safety
+/// The CPU must have AVX and F16C (the caller's compilation enables them), `row`
+/// must point to `W` values, and `W` must be a multiple of 8.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn add_fp16_f16c<const W: usize>(acc: &mut [f32; W], row: *const u16) {
+    use core::arch::x86_64::{__m128i, _mm256_add_ps, _mm256_cvtph_ps, _mm256_loadu_ps};
+    use core::arch::x86_64::{_mm256_storeu_ps, _mm_loadu_si128};
+    let mut i = 0;
+    while i < W {
+        // SAFETY: as the function's; `i + 8 ≤ W`.
+        unsafe {
+            let wide = _mm256_cvtph_ps(_mm_loadu_si128(row.add(i).cast::<__m128i>()));
+            let a = _mm256_loadu_ps(acc.as_ptr().add(i));
+            _mm256_storeu_ps(acc.as_mut_ptr().add(i), _mm256_add_ps(a, wide));
+        }
+        i += 8;
+    }
 }
 
 /// What the backward's row update needs besides the rows.

@@ -50,6 +50,8 @@ impl std::fmt::Display for TablePrecision {
 
 /// A stored value: widened to f32 to be read, narrowed from f32 to be written.
 pub(super) trait Elem: Copy + Default + Send + Sync + bytemuck::Pod + 'static {
+    /// Whether the values are fp16 (which x86's F16C instructions widen 8 at a time).
+    const FP16: bool = false;
     /// The value as f32 (exact).
     fn widen(self) -> f32;
     /// `x` rounded to nearest, ties to even (loading values).
@@ -90,6 +92,7 @@ pub struct F16(pub u16);
 pub struct Bf16(pub u16);
 
 impl Elem for F16 {
+    const FP16: bool = true;
     /// Branch-free, so that the pooling loop vectorizes: the exponent and mantissa
     /// moved into f32's places and scaled by 2¹¹² (exact, subnormals included);
     /// infinities and NaNs take f32's all-ones exponent.
