@@ -130,45 +130,46 @@ impl Elem for Bf16 {
     /// rounds up (an infinity stays one; a NaN stays a NaN).
     #[inline(always)]
     fn narrow_stochastic(x: f32, noise: u32) -> Self {
-        if x.is_nan() {
-            return Bf16(0x7fc0);
-        }
         let bits = x.to_bits();
-        if bits & 0x7f80_0000 == 0x7f80_0000 {
-            return Bf16((bits >> 16) as u16);
-        }
-        Bf16((bits.wrapping_add(noise & 0xffff) >> 16) as u16)
+        let rounded = bits.wrapping_add(noise & 0xffff) >> 16;
+        // Infinities and NaNs keep their top half (a NaN made quiet), without a branch.
+        let special = (bits >> 16) | if bits & 0x7f_ffff != 0 { 0x40 } else { 0 };
+        let h = if bits & 0x7f80_0000 == 0x7f80_0000 {
+            special
+        } else {
+            rounded
+        };
+        Bf16(h as u16)
     }
     fn as_f32(_: &mut [Self]) -> Option<&mut [f32]> {
         None
     }
 }
 
-/// `x` rounded stochastically to fp16 bits with the random bits `noise`: in fp16's
-/// normal range the 13 mantissa bits fp16 drops get 13 random bits added (their carry
-/// rounds up, into the exponent too, up to infinity past 65,504); below it, in steps
-/// of fp16's smallest subnormal 2⁻²⁴, `floor(|x|·2²⁴ + u)` with `u` uniform in [0, 1)
-/// from 24 random bits.
+/// `x` rounded stochastically to fp16 bits with the random bits `noise`, without a
+/// branch (so that a row's loop vectorizes): in fp16's normal range the 13 mantissa
+/// bits fp16 drops get 13 random bits added, whose carry rounds up (into the exponent
+/// too, up to infinity past 65,504); below it, the value in units of fp16's smallest
+/// subnormal 2⁻²⁴ is `m / 2^s` for f32's 24-bit significand `m`, and `s` random bits
+/// added to `m` before the shift round it up with the right probability. NaN stays NaN.
+#[inline(always)]
 fn f16_stochastic(x: f32, noise: u32) -> u16 {
-    if x.is_nan() {
-        return 0x7e00;
-    }
     let bits = x.to_bits();
-    let sign = ((bits >> 16) & 0x8000) as u16;
+    let sign = (bits >> 16) & 0x8000;
     let a = bits & 0x7fff_ffff;
-    if a >= 0x4780_0000 {
-        // |x| ≥ 65,536 (infinity included): beyond fp16's range.
-        return sign | 0x7c00;
-    }
-    if a < 0x3880_0000 {
-        // |x| < 2⁻¹⁴: fp16's subnormals (f64 holds |x|·2²⁴ + u exactly).
-        let scaled = f32::from_bits(a) as f64 * (1u64 << 24) as f64;
-        let u = (noise >> 8) as f64 / (1u64 << 24) as f64;
-        return sign | (scaled + u).floor() as u16;
-    }
-    let up = (a + (noise & 0x1fff)) >> 13;
-    let h = up - ((127 - 15) << 10);
-    sign | h.min(0x7c00) as u16
+    // Normal fp16 range (and overflow to infinity).
+    let normal =
+        ((a.wrapping_add(noise & 0x1fff) >> 13).wrapping_sub((127 - 15) << 10)).min(0x7c00);
+    // Below 2⁻¹⁴: the value is `m · 2^(e − 126)` units of 2⁻²⁴ (e: f32's biased
+    // exponent, at most 112 here, so the shift is at least 14; f32 subnormals have no
+    // implicit bit and e = 1's scale).
+    let e = a >> 23;
+    let m = (a & 0x7f_ffff) | if e > 0 { 0x80_0000 } else { 0 };
+    let shift = (126u32.saturating_sub(e.max(1))).min(31);
+    let sub = (m + (noise & ((1u32 << shift) - 1))) >> shift;
+    let h = if a < 0x3880_0000 { sub } else { normal };
+    let h = if a > 0x7f80_0000 { 0x7e00 } else { h };
+    (sign | h) as u16
 }
 
 /// The random bits of a row's update: one 64-bit seed per (table, row, step), mixed
