@@ -151,8 +151,11 @@ def timed(step, ctx, a, batch, **extra):
                 median_samples_per_sec=statistics.median(rates), **extra)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parser(doc):
+    """The command line every DLRM timing script here takes (this one,
+    torchrec/dlrm_speed.py, dlrm_ref/dlrm_ref_speed.py): shape, mode, threads and the
+    timing loop's counts; a script adds its own options before parsing."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--config", choices=sorted(BUILTIN), default="kaggle")
     ap.add_argument("--mode", choices=["train", "infer"], default="train")
     ap.add_argument("--threads", type=int, default=0,
@@ -164,11 +167,19 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=int, default=0,
                     help="samples per batch (default: the config's)")
-    a = ap.parse_args()
+    return ap
 
+
+def set_threads(torch, a):
+    """Torch's intra- and inter-op threads as `--threads` says (0: torch's choice)."""
     if a.threads > 0:
         torch.set_num_threads(a.threads)
         torch.set_num_interop_threads(a.threads)
+
+
+def main():
+    a = parser(__doc__).parse_args()
+    set_threads(torch, a)
     torch.manual_seed(a.seed)
     c = load_config(a.config)
     if a.batch > 0:

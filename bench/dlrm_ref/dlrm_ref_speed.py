@@ -29,7 +29,6 @@ and tensorboard, which the script imports); with any other python it re-runs its
 there.
 """
 
-import argparse
 import contextlib
 import io
 import json
@@ -163,25 +162,11 @@ def main():
     import torch
 
     sys.path.insert(0, os.path.dirname(HERE))
-    from torch_dlrm import BUILTIN, load_config
+    from torch_dlrm import load_config, parser, set_threads
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", choices=sorted(BUILTIN), default="kaggle")
-    ap.add_argument("--mode", choices=["train", "infer"], default="train")
-    ap.add_argument("--threads", type=int, default=0,
-                    help="intra- and inter-op threads (default: torch's own choice)")
-    ap.add_argument("--warmup", type=int, default=3, help="untimed steps first")
-    ap.add_argument("--steps", type=int, default=10, help="steps per timed repetition")
-    ap.add_argument("--reps", type=int, default=5, help="timed repetitions")
-    ap.add_argument("--batches", type=int, default=8, help="distinct batches cycled over (inference)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--batch", type=int, default=0,
-                    help="samples per batch (default: the config's)")
-    a = ap.parse_args()
+    a = parser(__doc__).parse_args()
     a.steps, a.reps = max(1, a.steps), max(1, a.reps)
-    if a.threads > 0:
-        torch.set_num_threads(a.threads)
-        torch.set_num_interop_threads(a.threads)
+    set_threads(torch, a)
     c = load_config(a.config)
     batch = a.batch or c["batch"]
     script, commit = reference()

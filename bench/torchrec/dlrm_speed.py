@@ -23,7 +23,6 @@ output has, plus the versions. Runs in the virtual environment bench/torchrec/se
 makes; with any other python it re-runs itself there.
 """
 
-import argparse
 import json
 import os
 import sys
@@ -58,27 +57,14 @@ def main():
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     sys.path.insert(0, os.path.dirname(HERE))
-    from torch_dlrm import BUILTIN, load_config, make_batches, timed
+    from torch_dlrm import load_config, make_batches, parser, set_threads, timed
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", choices=sorted(BUILTIN), default="kaggle")
-    ap.add_argument("--mode", choices=["train", "infer"], default="train")
+    ap = parser(__doc__)
     ap.add_argument("--bf16", action="store_true",
                     help="forward and loss under torch.autocast(cpu, bfloat16)")
-    ap.add_argument("--threads", type=int, default=0,
-                    help="intra- and inter-op threads (default: torch's own choice)")
-    ap.add_argument("--warmup", type=int, default=3, help="untimed steps first")
-    ap.add_argument("--steps", type=int, default=10, help="steps per timed repetition")
-    ap.add_argument("--reps", type=int, default=5, help="timed repetitions")
-    ap.add_argument("--batches", type=int, default=8, help="distinct batches cycled over")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--batch", type=int, default=0,
-                    help="samples per batch (default: the config's)")
     a = ap.parse_args()
 
-    if a.threads > 0:
-        torch.set_num_threads(a.threads)
-        torch.set_num_interop_threads(a.threads)
+    set_threads(torch, a)
     torch.manual_seed(a.seed)
     c = load_config(a.config)
     if a.batch > 0:

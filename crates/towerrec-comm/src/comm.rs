@@ -197,13 +197,13 @@ impl Comm {
         if wire == WirePrecision::Fp32 {
             return self.all_to_all_v_into(send, counts, recv, phase);
         }
-        let (mut out, mut back) = std::mem::take(&mut *self.wire.lock().expect("wire lock"));
+        let (mut out, mut back) = self.take_wire();
         wire.encode(send, &mut out);
         let exchanged = self.all_to_all_v_into(&out, counts, &mut back, phase);
         if exchanged.is_ok() {
             wire.decode(&back, recv);
         }
-        *self.wire.lock().expect("wire lock") = (out, back);
+        self.put_wire((out, back));
         exchanged
     }
 
@@ -220,14 +220,25 @@ impl Comm {
         if wire == WirePrecision::Fp32 {
             return self.all_to_all_v_during(send, counts, recv, phase, work);
         }
-        let (mut out, mut back) = std::mem::take(&mut *self.wire.lock().expect("wire lock"));
+        let (mut out, mut back) = self.take_wire();
         wire.encode(send, &mut out);
         let exchanged = self.all_to_all_v_during(&out, counts, &mut back, phase, work);
         if exchanged.is_ok() {
             wire.decode(&back, recv);
         }
-        *self.wire.lock().expect("wire lock") = (out, back);
+        self.put_wire((out, back));
         exchanged
+    }
+
+    /// The 16-bit buffers of reduced-precision exchanges, taken out (give them back with
+    /// [`Comm::put_wire`]; never held across an exchange by the lock).
+    pub(crate) fn take_wire(&self) -> (Vec<u16>, Vec<u16>) {
+        std::mem::take(&mut *self.wire.lock().expect("wire lock"))
+    }
+
+    /// Keeps the buffers [`Comm::take_wire`] gave, for the next exchange.
+    pub(crate) fn put_wire(&self, bufs: (Vec<u16>, Vec<u16>)) {
+        *self.wire.lock().expect("wire lock") = bufs;
     }
 
     /// Checks an AlltoAllv's `counts` against the `len` elements sent, records its

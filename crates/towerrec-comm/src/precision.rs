@@ -74,9 +74,14 @@ impl WirePrecision {
     /// `src`, 16-bit values from [`WirePrecision::encode`], widened into `dst`
     /// (resized). Not for fp32.
     pub(crate) fn decode(self, src: &[u16], dst: &mut Vec<f32>) {
-        use half::slice::HalfFloatSliceExt;
         dst.clear();
         dst.resize(src.len(), 0.0);
+        self.decode_into(src, dst);
+    }
+
+    /// [`WirePrecision::decode`] into `dst`, as long as `src`. Not for fp32.
+    pub(crate) fn decode_into(self, src: &[u16], dst: &mut [f32]) {
+        use half::slice::HalfFloatSliceExt;
         match self {
             WirePrecision::Fp16 => {
                 let from: &[half::f16] = bytemuck::cast_slice(src);

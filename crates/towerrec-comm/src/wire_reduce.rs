@@ -90,13 +90,15 @@ impl Comm {
         phase: Phase,
         wire: WirePrecision,
     ) -> Result<()> {
-        let (mut out, mut back) = (Vec::new(), Vec::new());
+        let (mut out, mut back) = self.take_wire();
         wire.encode(mine, &mut out);
+        back.clear();
         back.resize(buf.len(), 0u16);
-        self.all_gather_chunks(&out, &mut back, counts, "all_reduce", phase)?;
-        let mut wide = Vec::new();
-        wire.decode(&back, &mut wide);
-        buf.copy_from_slice(&wide);
-        Ok(())
+        let gathered = self.all_gather_chunks(&out, &mut back, counts, "all_reduce", phase);
+        if gathered.is_ok() {
+            wire.decode_into(&back, buf);
+        }
+        self.put_wire((out, back));
+        gathered
     }
 }

@@ -49,11 +49,6 @@ macro_rules! zeroable {
     )* };
 }
 zeroable!(f32, f64, u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize);
-// SAFETY: all-zero bits are +0 in fp16 and bf16.
-zeroable!(
-    crate::embedding::precision::F16,
-    crate::embedding::precision::Bf16
-);
 
 /// Which pages to ask the kernel for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -91,6 +91,11 @@ pub struct F16(pub u16);
 #[repr(transparent)]
 pub struct Bf16(pub u16);
 
+// SAFETY: all-zero bits are +0 in fp16 and in bf16.
+unsafe impl crate::probe::Zeroable for F16 {}
+// SAFETY: as above.
+unsafe impl crate::probe::Zeroable for Bf16 {}
+
 impl Elem for F16 {
     const FP16: bool = true;
     /// Branch-free, so that the pooling loop vectorizes: the exponent and mantissa

@@ -16,7 +16,6 @@
 //! on every rank that holds the row.
 
 use super::lookup::LocalShard;
-use super::spread::TableDesc;
 use super::store::{Store, Touched};
 use crate::config::ReplicaSync;
 use crate::error::{Error, Result};
@@ -25,7 +24,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use towerrec_comm::{Comm, HierarchicalAllReduce, Phase};
 use towerrec_core::batch::JaggedView;
-use towerrec_core::embedding::{EmbeddingBag, Pooling, SparseOptimizer};
+use towerrec_core::embedding::{EmbeddingBag, Pooling, SparseOptimizer, TablePrecision};
 use towerrec_plan::partitioned::TableAddresses;
 use towerrec_plan::{Plan, Shard, TablePlan, TableSpec, Topology};
 
@@ -67,7 +66,7 @@ pub(super) fn shared_rows(entry: &TablePlan, map: &TableAddresses) -> Vec<u64> {
 /// This rank's store of table `t`, initialised as one process initialises the table.
 pub(super) fn local_store(
     t: usize,
-    desc: &TableDesc,
+    (name, precision): (&str, TablePrecision),
     shard: Shard,
     map: &Arc<TableAddresses>,
     init: &TableInit,
@@ -77,8 +76,8 @@ pub(super) fn local_store(
     // Its rows are the map's, not a range: their stochastic rounding is keyed by the
     // store's own row order (docs/CONFIG.md, `model.table_precision`).
     let bag = EmbeddingBag::try_from_fn_in(
-        desc.precision,
-        format!("{}@{}", desc.name, shard.rank),
+        precision,
+        format!("{name}@{}", shard.rank),
         rows.len(),
         shard.num_columns(),
         // Partial sums: the sample's owner adds them and divides for a mean.

@@ -82,7 +82,12 @@ impl Spread {
                 }
                 if let Some(mine) = shards.iter().find(|s| s.rank == me) {
                     local.push(partitioned::local_store(
-                        t, desc, *mine, &map, &init, optimizer,
+                        t,
+                        (&desc.name, desc.precision),
+                        *mine,
+                        &map,
+                        &init,
+                        optimizer,
                     )?);
                 }
                 states.push(TableState {

@@ -155,8 +155,9 @@ pub(super) fn workload_of(cfg: &Config, name: &str) -> Result<Workload> {
 /// backward's differ it takes their mean, which keeps each step's total bytes (the two
 /// directions carry the same number of values).
 fn wire_bytes(q: towerrec_train::config::QComms) -> Option<usize> {
-    let (f, b) = (q.forward.bytes(), q.backward.bytes());
-    (f + b != 8).then_some((f + b) / 2)
+    let fp32 = towerrec_comm::WirePrecision::Fp32;
+    let quantized = q.forward != fp32 || q.backward != fp32;
+    quantized.then(|| (q.forward.bytes() + q.backward.bytes()) / 2)
 }
 
 /// The ids one sample of `data` draws, by kind, where towerrec generates it.
