@@ -94,6 +94,9 @@ pub fn bench_model(
     mode: Mode,
     timing: Timing,
 ) -> Result<BenchResult> {
+    if mode == Mode::Train {
+        cfg.refuse_int8("training")?;
+    }
     let data_schema = schema(&cfg.data, &cfg.base_dir)?;
     cfg.validate_against(&data_schema)?;
     let mut model = Model::for_run(cfg, &data_schema, cfg.train.seed, None)?;

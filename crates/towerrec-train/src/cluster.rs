@@ -111,6 +111,7 @@ pub fn train_rank(
 ) -> Result<Summary> {
     comm.check_same("the config", fingerprint(&cfg.to_toml()))?;
     comm.check_same("the plan", fingerprint(&plan.to_json_pretty()))?;
+    cfg.refuse_int8("training")?;
     let data_schema = schema(&cfg.data, &cfg.base_dir)?;
     cfg.validate_against(&data_schema)?;
     let names: Vec<String> = data_schema.sparse.iter().map(|f| f.name.clone()).collect();
@@ -172,6 +173,7 @@ pub(crate) fn prepare_in_process(
     recorded: Option<&[Vec<String>]>,
     observer: &mut dyn Observer,
 ) -> Result<(Schema, Plan)> {
+    cfg.refuse_int8("a cluster")?;
     let data_schema = schema(&cfg.data, &cfg.base_dir)?;
     cfg.validate_against(&data_schema)?;
     let plan = resolve_plan(cfg, &data_schema, topology, plan, recorded)?;

@@ -42,14 +42,15 @@ pub(crate) fn table_specs_of(
 }
 
 /// Bytes of weights (in `precision`) and optimizer state (f32) per row of a
-/// `dim`-wide table.
+/// `dim`-wide table; an int8 table (read-only) keeps no state.
 pub fn bytes_per_row(dim: usize, sparse: SparseOptimizer, precision: TablePrecision) -> usize {
     let state = match sparse {
+        _ if !precision.trainable() => 0,
         SparseOptimizer::Sgd => 0,
         SparseOptimizer::RowWiseAdagrad { .. } => 4,
         SparseOptimizer::Adam { .. } => dim.saturating_mul(8),
     };
-    dim.saturating_mul(precision.bytes()).saturating_add(state)
+    precision.row_bytes(dim).saturating_add(state)
 }
 
 /// The specs, with `pooling[t]` ids per sample for table `t` (1 where missing).

@@ -12,6 +12,7 @@ mod plan_oper;
 mod plan_summary;
 mod profile_cmd;
 mod progress;
+mod quantize_cmd;
 mod simulate;
 mod train_cmd;
 mod vocab_cmd;
@@ -37,6 +38,8 @@ enum Command {
     Train(train_cmd::TrainArgs),
     /// Score a data file with a saved model and print AUC, log loss and NE.
     Eval(commands::EvalArgs),
+    /// Write an inference checkpoint with int8 row-wise quantized tables from a trained one.
+    Quantize(quantize_cmd::QuantizeArgs),
     /// Generate a synthetic data set into the preprocessed binary format.
     Datagen(data_cmds::DatagenArgs),
     /// Convert a config's text data (Criteo TSV, schema CSV) into the preprocessed binary format.
@@ -73,6 +76,7 @@ fn main() {
     let result = match cli.command {
         Some(Command::Train(a)) => train_cmd::train(a),
         Some(Command::Eval(a)) => commands::eval(a),
+        Some(Command::Quantize(a)) => quantize_cmd::run(a),
         Some(Command::Simulate(a)) => simulate::run(a),
         Some(Command::Datagen(a)) => data_cmds::datagen(a),
         Some(Command::Preprocess(a)) => data_cmds::preprocess(a),

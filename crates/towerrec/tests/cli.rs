@@ -62,6 +62,86 @@ fn quickstart_trains_and_prints_the_final_auc() {
 }
 
 #[test]
+fn quantize_writes_an_int8_checkpoint_that_eval_scores() {
+    let dir = tmp_dir("quantize");
+    let out = dir.join("run");
+    let mut args = vec!["train", "--quiet", "--out", out.to_str().unwrap()];
+    args.extend(SMALL);
+    assert!(towerrec(&args).status.success());
+    let o = towerrec(&["eval", "--checkpoint", out.to_str().unwrap()]);
+    let fp32: serde_json::Value = serde_json::from_str(text(&o).0.trim()).unwrap();
+
+    let q = dir.join("int8.safetensors");
+    let o = towerrec(&[
+        "quantize",
+        "--checkpoint",
+        out.to_str().unwrap(),
+        "--out",
+        q.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("quantized 26 tables to int8 row-wise"),
+        "{stderr}"
+    );
+    let tables: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(tables.as_array().unwrap().len(), 26);
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+    assert!(size(&q) * 2 < size(&out.join("checkpoint.safetensors")));
+
+    // eval scores it: the AUC moves by little.
+    let o = towerrec(&["eval", "--checkpoint", q.to_str().unwrap()]);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    let int8: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let (a, b) = (fp32["auc"].as_f64().unwrap(), int8["auc"].as_f64().unwrap());
+    assert!((a - b).abs() < 0.003, "fp32 {a}, int8 {b}");
+    assert_eq!(int8["count"], 2000);
+
+    // Quantizing it again finds nothing to do; training from it is refused.
+    let again = dir.join("again.safetensors");
+    let o = towerrec(&[
+        "quantize",
+        "--checkpoint",
+        q.to_str().unwrap(),
+        "--out",
+        again.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(text(&o).1.contains("int8 already"), "{}", text(&o).1);
+    let o = towerrec(&[
+        "quantize",
+        "--checkpoint",
+        out.to_str().unwrap(),
+        "--out",
+        q.to_str().unwrap(),
+        "--tables",
+        "C1,nope",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).1.contains("no table is called 'nope'"),
+        "{}",
+        text(&o).1
+    );
+    let o = towerrec(&[
+        "bench",
+        "model",
+        "--mode",
+        "train",
+        "--set",
+        "model.table_precision=\"int8\"",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).1.contains("training needs fp32, fp16 or bf16"),
+        "{}",
+        text(&o).1
+    );
+}
+
+#[test]
 fn stop_and_resume_through_the_cli() {
     let dir = tmp_dir("resume");
     let out = dir.join("run");

@@ -17,6 +17,7 @@
 //! ([`HugePageBuf`]): a random row access then needs no page walk through memory,
 //! which roughly doubles the rate of random row gathers.
 
+mod int8;
 mod kernels;
 pub(crate) mod precision;
 mod update;
@@ -141,34 +142,43 @@ enum State {
     },
 }
 
-/// A table's rows, `rows × dim` row-major, on huge pages, in its precision.
+/// A table's rows, `rows × dim` row-major, on huge pages, in its precision; an int8
+/// table's rows are `int8::row_bytes(dim)` bytes each.
 #[derive(Clone)]
 enum Weights {
     F32(HugePageBuf<f32>),
     F16(HugePageBuf<F16>),
     Bf16(HugePageBuf<Bf16>),
+    Int8(HugePageBuf<u8>),
 }
 
 /// Runs `$body` with `$w` bound to the rows of `$weights` (`&` or `&mut`, as the
-/// expression gives them) in their element type.
+/// expression gives them) in their element type, or `$int8` with `$q` bound to the
+/// bytes of an int8 table's rows.
 macro_rules! with_rows {
-    ($weights:expr, $w:ident => $body:expr) => {
+    ($weights:expr, $w:ident => $body:expr, $q:ident => $int8:expr) => {
         match $weights {
             Weights::F32($w) => $body,
             Weights::F16($w) => $body,
             Weights::Bf16($w) => $body,
+            Weights::Int8($q) => $int8,
         }
     };
 }
 pub(super) use with_rows;
 
 impl Weights {
-    fn zeroed(precision: TablePrecision, len: usize) -> Option<Self> {
+    fn zeroed(precision: TablePrecision, rows: usize, dim: usize) -> Option<Self> {
         let huge = Pages::Huge;
+        let len = rows.checked_mul(dim)?;
         Some(match precision {
             TablePrecision::Fp32 => Weights::F32(HugePageBuf::try_zeroed_with(len, huge)?),
             TablePrecision::Fp16 => Weights::F16(HugePageBuf::try_zeroed_with(len, huge)?),
             TablePrecision::Bf16 => Weights::Bf16(HugePageBuf::try_zeroed_with(len, huge)?),
+            TablePrecision::Int8 => {
+                let len = rows.checked_mul(int8::row_bytes(dim))?;
+                Weights::Int8(HugePageBuf::try_zeroed_with(len, huge)?)
+            }
         })
     }
 
@@ -177,18 +187,27 @@ impl Weights {
             Weights::F32(_) => TablePrecision::Fp32,
             Weights::F16(_) => TablePrecision::Fp16,
             Weights::Bf16(_) => TablePrecision::Bf16,
+            Weights::Int8(_) => TablePrecision::Int8,
         }
     }
 
-    /// Writes `values` (as many as the rows hold), rounded to nearest.
-    fn set(&mut self, values: &[f32]) {
+    /// Writes `values` (`rows × dim` of them), rounded to nearest, or quantized row by
+    /// row in an int8 table.
+    fn set(&mut self, dim: usize, values: &[f32]) {
         fn narrow<E: Elem>(dst: &mut [E], src: &[f32]) {
             dst.par_iter_mut()
                 .with_min_len(4096)
                 .zip(src)
                 .for_each(|(d, &v)| *d = E::narrow(v));
         }
-        with_rows!(self, w => narrow(&mut w[..], values))
+        fn quantize(dst: &mut [u8], dim: usize, src: &[f32]) {
+            if dim > 0 {
+                dst.par_chunks_mut(int8::row_bytes(dim))
+                    .zip(src.par_chunks(dim))
+                    .for_each(|(d, s)| int8::quantize_row(s, d));
+            }
+        }
+        with_rows!(self, w => narrow(&mut w[..], values), q => quantize(&mut q[..], dim, values))
     }
 }
 
@@ -311,7 +330,22 @@ impl EmbeddingBag {
                     },
                 );
             }
-            with_rows!(&mut table.weights, w => fill(&mut w[..], dim, &init));
+            fn quantize(q: &mut [u8], dim: usize, init: &(impl Fn(usize, &mut [f32]) + Sync)) {
+                q.par_chunks_mut(int8::row_bytes(dim))
+                    .enumerate()
+                    .for_each_init(
+                        || vec![0.0f32; dim],
+                        |row, (r, dst)| {
+                            init(r, row);
+                            int8::quantize_row(row, dst);
+                        },
+                    );
+            }
+            with_rows!(
+                &mut table.weights,
+                w => fill(&mut w[..], dim, &init),
+                q => quantize(&mut q[..], dim, &init)
+            );
         }
         Ok(table)
     }
@@ -333,13 +367,17 @@ impl EmbeddingBag {
                 })
         };
         let len = rows.checked_mul(dim);
-        let weights = len
-            .and_then(|len| Weights::zeroed(precision, len))
-            .ok_or_else(|| Error::OutOfMemory {
-                what: format!("the weights of embedding table '{name}' ({rows} × {dim})"),
-                bytes: rows as u128 * dim as u128 * precision.bytes() as u128,
-            })?;
-        let state = match optimizer {
+        let weights = Weights::zeroed(precision, rows, dim).ok_or_else(|| Error::OutOfMemory {
+            what: format!("the weights of embedding table '{name}' ({rows} × {dim})"),
+            bytes: rows as u128 * precision.row_bytes(dim) as u128,
+        })?;
+        // An int8 table is never updated: it keeps no optimizer state.
+        let optimizer_of_state = if precision.trainable() {
+            optimizer
+        } else {
+            SparseOptimizer::Sgd
+        };
+        let state = match optimizer_of_state {
             SparseOptimizer::Sgd => State::Sgd,
             SparseOptimizer::RowWiseAdagrad {
                 eps,
@@ -406,7 +444,57 @@ impl EmbeddingBag {
             Weights::F32(w) => Cow::Borrowed(&w[..]),
             Weights::F16(w) => Cow::Owned(w.iter().map(|v| v.widen()).collect()),
             Weights::Bf16(w) => Cow::Owned(w.iter().map(|v| v.widen()).collect()),
+            Weights::Int8(q) => {
+                let mut out = vec![0.0; self.rows * self.dim];
+                if self.dim > 0 {
+                    let width = int8::row_bytes(self.dim);
+                    out.par_chunks_mut(self.dim)
+                        .zip(q.par_chunks(width))
+                        .for_each(|(d, row)| int8::dequantize_row(row, d));
+                }
+                Cow::Owned(out)
+            }
         }
+    }
+    /// An int8 table's stored rows (`dim` bytes, then the scale and bias as
+    /// little-endian f32, per row: FBGEMM's fused 8-bit row-wise layout); `None` for
+    /// another precision.
+    pub fn packed_rows(&self) -> Option<&[u8]> {
+        match &self.weights {
+            Weights::Int8(q) => Some(&q[..]),
+            _ => None,
+        }
+    }
+    /// Replaces an int8 table's stored rows (checkpoint loading). [`Error::Shape`] for
+    /// another length or a table of another precision.
+    pub fn set_packed_rows(&mut self, bytes: &[u8]) -> Result<()> {
+        let want = self.rows * int8::row_bytes(self.dim);
+        let context = || format!("embedding table '{}' int8 rows", self.name);
+        match &mut self.weights {
+            Weights::Int8(q) if bytes.len() == want => {
+                q.copy_from_slice(bytes);
+                Ok(())
+            }
+            Weights::Int8(_) => Err(Error::shape(context(), want, bytes.len())),
+            other => Err(Error::shape(context(), "an int8 table", other.precision())),
+        }
+    }
+    /// This table quantized to 8 bits row-wise (read-only: for inference), with its
+    /// step count; no optimizer state. [`Error::Config`] where a weight is not finite.
+    pub fn quantized(&self) -> Result<Self> {
+        if !self.all_finite() {
+            return Err(Error::Config(format!(
+                "embedding table '{}' holds a NaN or infinite weight: it cannot be quantized",
+                self.name
+            )));
+        }
+        let int8 = TablePrecision::Int8;
+        let (rows, dim, pooling) = (self.rows, self.dim, self.pooling);
+        let mut q = Self::zeroed(int8, self.name.clone(), rows, dim, pooling, self.optimizer)?;
+        q.weights.set(dim, &self.weights());
+        q.step = self.step;
+        q.rounding = self.rounding;
+        Ok(q)
     }
     /// Replaces the weights (`rows × dim` values; checkpoint loading), rounded to
     /// nearest in a reduced-precision table. [`Error::Shape`] for another length.
@@ -416,7 +504,7 @@ impl EmbeddingBag {
             let what = format!("embedding table '{}' weights", self.name);
             return Err(Error::shape(what, want, values.len()));
         }
-        self.weights.set(values);
+        self.weights.set(self.dim, values);
         Ok(())
     }
     /// Whether every weight is finite.
@@ -424,7 +512,17 @@ impl EmbeddingBag {
         fn finite<E: Elem>(w: &[E]) -> bool {
             w.iter().all(|v| v.widen().is_finite())
         }
-        with_rows!(&self.weights, w => finite(&w[..]))
+        let dim = self.dim;
+        let width = int8::row_bytes(dim);
+        // A quantized value is finite where its row's scale and bias are.
+        let scale_bias_finite = |q: &[u8]| {
+            q.chunks(width).all(|row| {
+                row[dim..]
+                    .chunks(4)
+                    .all(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite())
+            })
+        };
+        with_rows!(&self.weights, w => finite(&w[..]), q => dim == 0 || scale_bias_finite(&q[..]))
     }
     /// Keys the stochastic rounding of a reduced-precision table's updates: `table`
     /// names the table (by default [`EmbeddingBag::rounding_key`] of its name) and
@@ -515,22 +613,31 @@ impl EmbeddingBag {
         // Trimmed so that the last sample's chunk ends right after its slot: `out` only
         // has to reach that far.
         let out = &mut out[..needed];
-        with_rows!(&self.weights, w => self.pool(isa, &w[..], ids, out, stride, offset));
+        let (dim, pooling) = (self.dim, self.pooling);
+        with_rows!(
+            &self.weights,
+            w => self.pool(ids, out, stride, |first, chunk| {
+                kernels::pool_samples(isa, &w[..], dim, pooling, ids, first, chunk, stride, offset)
+            }),
+            q => self.pool(ids, out, stride, |first, chunk| {
+                let avx2 = isa != Isa::Portable;
+                int8::pool_samples(avx2, &q[..], dim, pooling, ids, first, chunk, stride, offset)
+            })
+        );
         Ok(())
     }
 
-    /// The forward's pooling over rows of element type `E`.
-    fn pool<E: Elem>(
+    /// The forward's pooling: `kernel(first, chunk)` pools the samples from `first` into
+    /// `chunk` (whole `stride`-long sample slots), over the batch in parallel tasks.
+    fn pool(
         &self,
-        isa: Isa,
-        weights: &[E],
         ids: JaggedView<'_>,
         out: &mut [f32],
         stride: usize,
-        offset: usize,
+        kernel: impl Fn(usize, &mut [f32]) + Sync,
     ) {
         let batch = ids.batch_size();
-        let (dim, pooling) = (self.dim, self.pooling);
+        let dim = self.dim;
         let per_sample = (ids.values.len() / batch).max(1) * dim;
         let threads = rayon::current_num_threads();
         if per_sample * batch >= PAR_MIN_WORK && threads > 1 {
@@ -541,14 +648,9 @@ impl EmbeddingBag {
                 .max(PAR_TASK_WORK.div_ceil(per_sample));
             out.par_chunks_mut(samples_per_task * stride)
                 .enumerate()
-                .for_each(|(k, chunk)| {
-                    let first = k * samples_per_task;
-                    kernels::pool_samples(
-                        isa, weights, dim, pooling, ids, first, chunk, stride, offset,
-                    );
-                });
+                .for_each(|(k, chunk)| kernel(k * samples_per_task, chunk));
         } else {
-            kernels::pool_samples(isa, weights, dim, pooling, ids, 0, out, stride, offset);
+            kernel(0, out);
         }
     }
 

@@ -21,15 +21,35 @@ pub enum TablePrecision {
     Fp16,
     /// bfloat16 (2 bytes; 8 significant bits, f32's range).
     Bf16,
+    /// 8-bit row-wise quantized (1 byte a value and a scale and a bias per row, FBGEMM's
+    /// fused 8-bit row-wise layout): for inference only, made from a trained table by
+    /// `towerrec quantize` (`int8` module).
+    Int8,
 }
 
 impl TablePrecision {
-    /// Bytes one stored value takes.
+    /// Bytes one stored value takes (an int8 row has 8 more: [`TablePrecision::row_bytes`]).
     pub fn bytes(self) -> usize {
         match self {
             TablePrecision::Fp32 => 4,
             TablePrecision::Fp16 | TablePrecision::Bf16 => 2,
+            TablePrecision::Int8 => 1,
         }
+    }
+
+    /// Bytes a stored row of `dim` values takes.
+    pub fn row_bytes(self, dim: usize) -> usize {
+        let tail = if self == TablePrecision::Int8 {
+            super::int8::TAIL
+        } else {
+            0
+        };
+        dim.saturating_mul(self.bytes()).saturating_add(tail)
+    }
+
+    /// Whether a table of this precision can be trained (int8 tables are read-only).
+    pub fn trainable(self) -> bool {
+        self != TablePrecision::Int8
     }
 
     /// The name used in configs and reports.
@@ -38,6 +58,7 @@ impl TablePrecision {
             TablePrecision::Fp32 => "fp32",
             TablePrecision::Fp16 => "fp16",
             TablePrecision::Bf16 => "bf16",
+            TablePrecision::Int8 => "int8",
         }
     }
 }

@@ -785,10 +785,14 @@ fn in_precision(t: &EmbeddingBag, precision: TablePrecision) -> EmbeddingBag {
 
 #[test]
 fn reduced_precision_tables_pool_their_widened_rows_on_every_kernel() {
-    // An fp16 or bf16 table pools exactly what an fp32 table holding its widened rows
-    // pools, on both compilations and several threads; it stores 2 bytes a value.
+    // An fp16, bf16 or int8 table pools exactly what an fp32 table holding its widened
+    // (dequantized) rows pools, on both compilations and several threads.
     let mut rng = StdRng::seed_from_u64(21);
-    for precision in [TablePrecision::Fp16, TablePrecision::Bf16] {
+    for precision in [
+        TablePrecision::Fp16,
+        TablePrecision::Bf16,
+        TablePrecision::Int8,
+    ] {
         for dim in [1, 7, 16, 64, 100] {
             let rows = 300;
             let t32 = EmbeddingBag::new(
@@ -802,11 +806,14 @@ fn reduced_precision_tables_pool_their_widened_rows_on_every_kernel() {
             let half = in_precision(&t32, precision);
             assert_eq!(half.precision(), precision);
             let widened = in_precision(&half, TablePrecision::Fp32);
-            assert_ne!(
-                bits_of(&widened.weights()),
-                bits_of(&t32.weights()),
-                "rounded"
-            );
+            // (A one-value int8 row is its bias: exact.)
+            if precision != TablePrecision::Int8 || dim > 1 {
+                assert_ne!(
+                    bits_of(&widened.weights()),
+                    bits_of(&t32.weights()),
+                    "rounded"
+                );
+            }
             let bags = random_bags(&mut rng, 900, 25, rows);
             let kj = jagged(&bags);
             let stride = dim + 3;
@@ -943,4 +950,61 @@ fn tiny_updates_survive_stochastic_rounding_on_average() {
     }
     let mean: f64 = t.weights().iter().map(|&w| w as f64).sum::<f64>() / dim as f64;
     assert!((mean - 0.998).abs() < 3e-4, "mean {mean}");
+}
+
+#[test]
+fn an_int8_table_is_read_only_and_keeps_its_bytes() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let (rows, dim) = (50, 12);
+    let opt = SparseOptimizer::RowWiseAdagrad {
+        eps: 1e-8,
+        initial_accumulator: 0.0,
+    };
+    let mut t32 = EmbeddingBag::new("t", rows, dim, Pooling::Sum, opt, &mut rng);
+    t32.set_step(7);
+    let mut q = t32.quantized().unwrap();
+    assert_eq!(q.precision(), TablePrecision::Int8);
+    assert_eq!(q.step(), 7);
+    assert!(q.optimizer_state().is_empty(), "no optimizer state");
+    let packed = q.packed_rows().unwrap().to_vec();
+    assert_eq!(packed.len(), rows * TablePrecision::Int8.row_bytes(dim));
+    assert_eq!(TablePrecision::Int8.row_bytes(dim), dim + 8);
+    // The same bytes as building the table in int8 from the fp32 rows.
+    let built = in_precision(&t32, TablePrecision::Int8);
+    assert_eq!(built.packed_rows().unwrap(), &packed[..]);
+    // Every value within half a step of its row's range.
+    let (w32, wq) = (t32.weights().into_owned(), q.weights().into_owned());
+    for r in 0..rows {
+        let row = &w32[r * dim..(r + 1) * dim];
+        let (lo, hi) = row
+            .iter()
+            .fold((f32::MAX, f32::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+        for c in 0..dim {
+            let err = (row[c] - wq[r * dim + c]).abs();
+            assert!(
+                err <= (hi - lo) / 510.0 * 1.001 + 1e-7,
+                "row {r} col {c}: {err}"
+            );
+        }
+    }
+    // Updates are refused and change nothing.
+    let kj = jagged(&[vec![1, 2], vec![3]]);
+    let grad = vec![1.0; 2 * dim];
+    let err = q
+        .backward_update(kj.feature(0), &grad, dim, 0, 0.1)
+        .unwrap_err();
+    assert!(err.to_string().contains("inference only"), "{err}");
+    assert_eq!(q.packed_rows().unwrap(), &packed[..]);
+    // Stored rows load back, and only at their length, only into int8 tables.
+    let mut other = in_precision(&t32, TablePrecision::Int8);
+    other.set_packed_rows(&vec![0u8; packed.len()]).unwrap();
+    other.set_packed_rows(&packed).unwrap();
+    assert_eq!(bits_of(&other.weights()), bits_of(&wq));
+    assert!(other.set_packed_rows(&packed[1..]).is_err());
+    assert!(t32.set_packed_rows(&packed).is_err());
+    // A diverged table is not quantized.
+    let mut bad = t32.weights().into_owned();
+    bad[3] = f32::NAN;
+    t32.set_weights(&bad).unwrap();
+    assert!(t32.quantized().is_err());
 }

@@ -14,7 +14,7 @@ use super::kernels::{self, Isa, Packed, RowOpt, UpdateInput, UpdateTask};
 use super::precision::Elem;
 use super::{with_rows, EmbeddingBag, Scratch, State, Weights, PAR_MIN_WORK, PAR_TASK_WORK};
 use crate::batch::JaggedView;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use rayon::prelude::*;
 
 /// Average keys per bucket of the partition: small enough to sort in L1.
@@ -85,6 +85,14 @@ impl EmbeddingBag {
         (stride, offset, count_step): (usize, usize, bool),
         lr: f32,
     ) -> Result<()> {
+        if !self.precision().trainable() {
+            return Err(Error::Config(format!(
+                "embedding table '{}' is {}: it is for inference only and cannot be updated \
+                 (train the fp32 checkpoint, then quantize it again)",
+                self.name,
+                self.precision()
+            )));
+        }
         let batch = ids.batch_size();
         self.check_layout("backward gradient", batch, grad.len(), stride, offset)?;
         let max_id = self.check_ids(&ids)?;
@@ -144,15 +152,19 @@ impl EmbeddingBag {
             opt,
             rounding: (rounding.0, rounding.1, rounding.2, *step),
         };
-        with_rows!(weights, w => update_in(
-            (isa, grouping),
-            input,
-            ids,
-            max_id,
-            &mut w[..],
-            (s1, s2, width1),
-            scratch,
-        ));
+        with_rows!(
+            weights,
+            w => update_in(
+                (isa, grouping),
+                input,
+                ids,
+                max_id,
+                &mut w[..],
+                (s1, s2, width1),
+                scratch,
+            ),
+            _q => unreachable!("int8 tables are refused above")
+        );
         Ok(())
     }
 }

@@ -123,35 +123,52 @@ fn from_bytes(path: &Path, name: &str, bytes: &[u8], dst: &mut [f32]) -> Result<
     Ok(())
 }
 
+/// One tensor to write: its name, its values' bytes (little-endian) and its shape; f32
+/// unless `int8` (an int8 table's stored rows, U8 in the file).
+struct Tensor {
+    name: String,
+    bytes: Vec<u8>,
+    shape: Vec<usize>,
+    int8: bool,
+}
+
 /// Every tensor of the model's state, named, as owned bytes, and the tables' step
 /// counts; `None` on the ranks of a sharded model other than 0.
-#[allow(clippy::type_complexity)]
-fn collect(model: &mut Model) -> Result<Option<(Vec<(String, Vec<u8>, usize)>, Vec<u64>)>> {
+fn collect(model: &mut Model) -> Result<Option<(Vec<Tensor>, Vec<u64>)>> {
     model.refresh_tower_replicas()?;
     let Some(tables) = model.whole_tables()? else {
         return Ok(None);
     };
+    let f32s = |name: String, v: &[f32]| Tensor {
+        name,
+        bytes: to_bytes(v),
+        shape: vec![v.len()],
+        int8: false,
+    };
     let mut out = Vec::new();
     for p in model.dense_params() {
-        out.push((
-            format!("dense.{}", p.name),
-            to_bytes(p.value),
-            p.value.len(),
-        ));
+        out.push(f32s(format!("dense.{}", p.name), p.value));
     }
     for (name, buf) in model.dense_optimizer_mut().state_mut() {
-        out.push((format!("opt.dense.{name}"), to_bytes(buf), buf.len()));
+        out.push(f32s(format!("opt.dense.{name}"), buf));
     }
     let steps = tables.iter().map(|t| t.step).collect();
-    for t in tables {
+    let descs = model.table_descs();
+    for (t, d) in tables.into_iter().zip(descs) {
         let table = &t.name;
-        out.push((
-            format!("emb.{table}.weight"),
-            to_bytes(&t.weights),
-            t.weights.len(),
-        ));
+        let name = format!("emb.{table}.weight");
+        match t.packed {
+            // FBGEMM's fused 8-bit row-wise layout: `dim` bytes, scale, bias per row.
+            Some(bytes) => out.push(Tensor {
+                name,
+                shape: vec![d.rows, d.precision.row_bytes(d.dim)],
+                bytes,
+                int8: true,
+            }),
+            None => out.push(f32s(name, &t.weights)),
+        }
         for (name, buf) in &t.state {
-            out.push((format!("emb.{table}.opt.{name}"), to_bytes(buf), buf.len()));
+            out.push(f32s(format!("emb.{table}.opt.{name}"), buf));
         }
     }
     Ok(Some((out, steps)))
@@ -159,8 +176,8 @@ fn collect(model: &mut Model) -> Result<Option<(Vec<(String, Vec<u8>, usize)>, V
 
 /// Refuses to save a tensor holding NaN or infinity: the previous checkpoint stays the
 /// last good one.
-fn check_finite(tensors: &[(String, Vec<u8>, usize)], progress: Progress) -> Result<()> {
-    for (name, bytes, _) in tensors {
+fn check_finite(tensors: &[Tensor], progress: Progress) -> Result<()> {
+    for Tensor { name, bytes, .. } in tensors.iter().filter(|t| !t.int8) {
         if let Some((i, x)) = first_non_finite(bytes) {
             return Err(Error::NonFinite {
                 what: "parameter".into(),
@@ -197,15 +214,16 @@ pub fn save(
     };
     let views: Vec<(String, TensorView<'_>)> = tensors
         .iter()
-        .map(|(name, bytes, len)| {
-            let view = TensorView::new(Dtype::F32, vec![*len], bytes)
-                .map_err(|e| bad(format!("tensor '{name}': {e}")))?;
-            Ok((name.clone(), view))
+        .map(|t| {
+            let dtype = if t.int8 { Dtype::U8 } else { Dtype::F32 };
+            let view = TensorView::new(dtype, t.shape.clone(), &t.bytes)
+                .map_err(|e| bad(format!("tensor '{}': {e}", t.name)))?;
+            Ok((t.name.clone(), view))
         })
         .collect::<Result<_>>()?;
     let sums: BTreeMap<&str, String> = tensors
         .iter()
-        .map(|(name, bytes, _)| (name.as_str(), checksum(bytes)))
+        .map(|t| (t.name.as_str(), checksum(&t.bytes)))
         .collect();
     let json = |r: serde_json::Result<String>| r.map_err(|e| bad(e.to_string()));
     let mut meta = HashMap::new();
@@ -390,20 +408,24 @@ impl Checkpoint {
     /// Refuses data files whose content differs from what the run that wrote the
     /// checkpoint read (by size and content hash; see [`towerrec_data::fingerprint`]).
     pub fn check_data(&self, cfg: &Config) -> Result<()> {
-        let then: Vec<DataFile> = self
-            .meta
-            .get(integrity::DATA)
-            .and_then(|s| serde_json::from_str(s).ok())
-            .ok_or_else(|| Error::Checkpoint {
-                path: self.path.clone(),
-                message: format!("metadata '{}' missing or malformed", integrity::DATA),
-            })?;
+        let then = self.data_files()?;
         integrity::check_same_data(
             &self.path,
             &then,
             cfg,
             "use the data the run trained on, or pass --allow-data-change",
         )
+    }
+
+    /// The fingerprints of the data files the run that wrote it read.
+    pub fn data_files(&self) -> Result<Vec<DataFile>> {
+        self.meta
+            .get(integrity::DATA)
+            .and_then(|s| serde_json::from_str(s).ok())
+            .ok_or_else(|| Error::Checkpoint {
+                path: self.path.clone(),
+                message: format!("metadata '{}' missing or malformed", integrity::DATA),
+            })
     }
 
     fn meta_u64(&self, key: &str) -> Result<u64> {
@@ -602,8 +624,19 @@ impl Checkpoint {
         let mut whole = Vec::with_capacity(descs.len());
         for (d, step) in descs.iter().zip(steps) {
             let table = &d.name;
+            let name = format!("emb.{table}.weight");
+            if !d.precision.trainable() {
+                whole.push(WholeTable {
+                    name: table.clone(),
+                    step,
+                    weights: Vec::new(),
+                    state: Vec::new(),
+                    packed: Some(self.int8_rows(&st, &name, d.rows, d.dim)?),
+                });
+                continue;
+            }
             let mut weights = vec![0.0; d.rows * d.dim];
-            load(&format!("emb.{table}.weight"), &mut weights)?;
+            load(&name, &mut weights)?;
             let mut state = Vec::new();
             for (name, per_row) in model.sparse_state_layout() {
                 let mut buf = vec![0.0; if per_row { d.rows } else { d.rows * d.dim }];
@@ -615,9 +648,44 @@ impl Checkpoint {
                 step,
                 weights,
                 state,
+                packed: None,
             });
         }
         model.load_whole_tables(&whole)
+    }
+
+    /// The stored rows of the int8 table tensor `name` (`rows × (dim + 8)` bytes).
+    fn int8_rows(
+        &self,
+        st: &SafeTensors<'_>,
+        name: &str,
+        rows: usize,
+        dim: usize,
+    ) -> Result<Vec<u8>> {
+        let bad = |message: String| Error::Checkpoint {
+            path: self.path.clone(),
+            message,
+        };
+        let t = st.tensor(name).map_err(|_| {
+            bad(format!(
+                "tensor '{name}' missing: the checkpoint is of another model"
+            ))
+        })?;
+        let width = towerrec_core::embedding::TablePrecision::Int8.row_bytes(dim);
+        if t.dtype() != Dtype::U8 {
+            return Err(bad(format!(
+                "tensor '{name}' is {:?}, but the config says the table is int8 (U8 rows of \
+                 {width} bytes): make int8 checkpoints with `towerrec quantize`",
+                t.dtype()
+            )));
+        }
+        if t.shape() != [rows, width] {
+            return Err(bad(format!(
+                "tensor '{name}' has shape {:?}, the model needs [{rows}, {width}]",
+                t.shape()
+            )));
+        }
+        Ok(t.data().to_vec())
     }
 }
 

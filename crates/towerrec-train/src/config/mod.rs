@@ -64,7 +64,8 @@ pub struct ModelConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub towers: Option<TowersConfig>,
     /// How every table stores its rows: `fp32` (default), `fp16` or `bf16` (updates in
-    /// f32, rounded stochastically; docs/CONFIG.md).
+    /// f32, rounded stochastically), or `int8` (row-wise quantized, inference in one
+    /// process only; docs/CONFIG.md).
     #[serde(default, skip_serializing_if = "is_fp32")]
     pub table_precision: TablePrecision,
     /// Per-table exceptions to `table_precision`, by table (feature) name.
@@ -83,6 +84,39 @@ impl ModelConfig {
             .get(name)
             .copied()
             .unwrap_or(self.table_precision)
+    }
+
+    /// The first table (a name from `table_precisions`, or `None` for
+    /// `table_precision` itself) stored as int8, if any.
+    fn first_int8(&self) -> Option<Option<&str>> {
+        if self.table_precision == TablePrecision::Int8 {
+            return Some(None);
+        }
+        (self.table_precisions.iter())
+            .find(|(_, p)| !p.trainable())
+            .map(|(n, _)| Some(n.as_str()))
+    }
+}
+
+impl Config {
+    /// Refuses int8 tables for `what` ("training", "a cluster"): they are read-only
+    /// and kept in one process (docs/CONFIG.md, `model.table_precision`).
+    pub fn refuse_int8(&self, what: &str) -> crate::error::Result<()> {
+        let Some(table) = self.model.first_int8() else {
+            return Ok(());
+        };
+        let which = match table {
+            Some(name) => format!("model.table_precisions: table '{name}' is int8"),
+            None => "model.table_precision is int8".to_string(),
+        };
+        Err(crate::error::Error::Config {
+            file: self.origin.clone(),
+            message: format!(
+                "{which}, but {what} needs fp32, fp16 or bf16 tables: int8 tables are made \
+                 by `towerrec quantize` from a trained checkpoint and are for inference in \
+                 one process (`towerrec eval`, `towerrec bench model --mode infer`)"
+            ),
+        })
     }
 }
 

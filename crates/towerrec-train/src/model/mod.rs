@@ -28,7 +28,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::time::Instant;
 use towerrec_comm::{Comm, HierarchicalAllReduce, Phase, WirePrecision};
-use towerrec_core::embedding::{EmbeddingBag, SparseOptimizer};
+use towerrec_core::embedding::{EmbeddingBag, SparseOptimizer, TablePrecision};
 use towerrec_core::layers::activation::Activation;
 use towerrec_core::layers::crossnet::CrossNet;
 use towerrec_core::layers::interaction::{pairs, DotInteraction};
@@ -79,6 +79,19 @@ pub struct Model {
     /// What this rank found NaN or infinite in the current step so far, for the check
     /// at its end ([`crate::finite`]).
     faults: Faults,
+}
+
+/// One table as [`Model::quantize_tables`] quantized it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Quantized {
+    pub name: String,
+    /// Its precision before.
+    pub from: TablePrecision,
+    /// Bytes of its stored rows before and after (optimizer state not counted).
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    /// The largest absolute difference between a value and its quantized value.
+    pub max_error: f32,
 }
 
 impl Model {
@@ -648,7 +661,11 @@ impl Model {
                     .map(|t| WholeTable {
                         name: t.name().to_string(),
                         step: t.step(),
-                        weights: t.weights().to_vec(),
+                        packed: t.packed_rows().map(<[u8]>::to_vec),
+                        weights: match t.packed_rows() {
+                            Some(_) => Vec::new(),
+                            None => t.weights().to_vec(),
+                        },
                         state: t
                             .optimizer_state()
                             .into_iter()
@@ -665,21 +682,24 @@ impl Model {
     /// [`Model::whole_tables`] gives them.
     pub fn load_whole_tables(&mut self, whole: &[WholeTable]) -> Result<()> {
         for (w, d) in whole.iter().zip(&self.tables) {
-            if w.name != d.name || w.weights.len() != d.rows * d.dim {
+            let values = match &w.packed {
+                Some(p) => p.len() / d.precision.row_bytes(d.dim).max(1) * d.dim,
+                None => w.weights.len(),
+            };
+            if w.name != d.name || values != d.rows * d.dim {
                 return Err(Error::Plan(format!(
                     "table '{}' of {} values does not fit the model's '{}' of {} × {}",
-                    w.name,
-                    w.weights.len(),
-                    d.name,
-                    d.rows,
-                    d.dim
+                    w.name, values, d.name, d.rows, d.dim
                 )));
             }
         }
         match &mut self.embeddings {
             Embeddings::Local(tables) => {
                 for (t, w) in tables.iter_mut().zip(whole) {
-                    t.set_weights(&w.weights)?;
+                    match &w.packed {
+                        Some(bytes) => t.set_packed_rows(bytes)?,
+                        None => t.set_weights(&w.weights)?,
+                    }
                     for ((_, dst), (_, src)) in t.optimizer_state_mut().into_iter().zip(&w.state) {
                         dst.copy_from_slice(src);
                     }
@@ -687,8 +707,50 @@ impl Model {
                 }
                 Ok(())
             }
+            Embeddings::Sharded(_) if whole.iter().any(|w| w.packed.is_some()) => Err(Error::Plan(
+                "int8 tables are for one process: not spread over a cluster".into(),
+            )),
             Embeddings::Sharded(s) => s.load_whole(whole, self.sparse_optimizer),
         }
+    }
+
+    /// Quantizes the tables named in `names` (all where `None`) to int8 row-wise
+    /// (`towerrec quantize`): read-only from then on. Tables already int8 are left as
+    /// they are. Returns what became of each table quantized. Errors on a model spread
+    /// over a cluster, an unknown name, or a table holding NaN or infinity.
+    pub fn quantize_tables(&mut self, names: Option<&[String]>) -> Result<Vec<Quantized>> {
+        let Embeddings::Local(tables) = &mut self.embeddings else {
+            return Err(Error::Plan(
+                "int8 tables are for one process: quantize a model restored in one".into(),
+            ));
+        };
+        if let Some(unknown) = names
+            .into_iter()
+            .flatten()
+            .find(|n| !self.tables.iter().any(|d| &d.name == *n))
+        {
+            return Err(Error::Plan(format!("no table is called '{unknown}'")));
+        }
+        let mut done = Vec::new();
+        for (t, d) in tables.iter_mut().zip(&mut self.tables) {
+            let chosen = names.is_none_or(|n| n.contains(&d.name));
+            if chosen && d.precision.trainable() {
+                let q = t.quantized()?;
+                let max_error = (t.weights().iter())
+                    .zip(q.weights().iter())
+                    .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                done.push(Quantized {
+                    name: d.name.clone(),
+                    from: d.precision,
+                    bytes_before: d.rows as u64 * d.precision.row_bytes(d.dim) as u64,
+                    bytes_after: d.rows as u64 * TablePrecision::Int8.row_bytes(d.dim) as u64,
+                    max_error,
+                });
+                *t = q;
+                d.precision = TablePrecision::Int8;
+            }
+        }
+        Ok(done)
     }
 
     /// The sparse optimizer's state tensors: name and whether per row (else per element).

@@ -15,9 +15,13 @@ use towerrec_plan::Shard;
 pub struct WholeTable {
     pub name: String,
     pub step: u64,
+    /// `rows × dim` values (empty for an int8 table: see `packed`).
     pub weights: Vec<f32>,
     /// `(name, values)`: per-element state is `rows × dim`, per-row state `rows`.
     pub state: Vec<(String, Vec<f32>)>,
+    /// An int8 table's stored rows (`EmbeddingBag::packed_rows`); such tables live in
+    /// one process only.
+    pub packed: Option<Vec<u8>>,
 }
 
 /// An optimizer's state tensors: name, and whether it holds one value per row (rather
@@ -165,6 +169,7 @@ impl Spread {
                 name: d.name.clone(),
                 step: 0,
                 weights: vec![0.0; d.rows * d.dim],
+                packed: None,
                 state: state_layout(optimizer)
                     .into_iter()
                     .map(|(n, per_row)| {

@@ -128,6 +128,7 @@ impl Observer for Silent {}
 
 /// Trains as `cfg` says in this process, writing into `opts.out_dir`.
 pub fn train(cfg: &Config, opts: &TrainOptions, observer: &mut dyn Observer) -> Result<Summary> {
+    cfg.refuse_int8("training")?;
     let data_schema = schema(&cfg.data, &cfg.base_dir)?;
     cfg.validate_against(&data_schema)?;
     let need = MemoryNeed::of_run(cfg, &data_schema, Placement::Single, 0);
