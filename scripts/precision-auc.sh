@@ -19,7 +19,12 @@
 #     qcomms       [cluster.qcomms] forward = "fp16", backward = "bf16" (the DMT
 #                  paper's strong baseline);
 #     fp16-tables  model.table_precision = "fp16" (stochastic rounding);
-#     bf16-tables  model.table_precision = "bf16".
+#     bf16-tables  model.table_precision = "bf16";
+#     int8         (added with int8 tables, beside the others) each seed trained in fp32
+#                  in one process (--threads 2; int8 tables are for one process), then
+#                  `towerrec eval` of its checkpoint ("int8-base") and of the checkpoint
+#                  `towerrec quantize` makes of it ("int8"): the same model, only the
+#                  tables' storage differs.
 # Environment: TOWERREC (binary), SEEDS (default 5), RUNS (run directories).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,8 +51,30 @@ declare -A setting=([fp32]=''
 common=(--threads 1 --hosts 2 --ranks-per-host 2 --quiet --overwrite --set train.eval_every=0)
 echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) | $(git rev-parse --short HEAD) | $($bin --version)" >"$out/machine.txt"
 [ -f "$csv" ] || echo "data,variant,seed,auc,logloss" >"$csv"
+# One eval's AUC and log loss as a CSV row keyed $2.
+eval_row() {
+    "$bin" eval --checkpoint "$1" | python3 -c '
+import json, sys
+s = json.loads(sys.stdin.read())
+print(f"{sys.argv[1]},{s["auc"]:.6f},{s["logloss"]:.6f}")' "$2" >>"$csv"
+}
 for data in criteo avazu movielens; do
     for variant in $variants; do
+        if [ "$variant" = int8 ]; then
+            for seed in $(seq 0 $((seeds - 1))); do
+                grep -q "^$data,int8,$seed," "$csv" && continue
+                dir="$runs/$data-int8-$seed"
+                "$bin" train --config "${cfg[$data]}" --threads 2 --quiet --overwrite \
+                    --set train.eval_every=0 --out "$dir" \
+                    --set "data.split=${split[$data]}" --set train.seed=$seed
+                "$bin" quantize --checkpoint "$dir" --out "$dir/int8.safetensors" >/dev/null
+                sed -i "/^$data,int8-base,$seed,/d" "$csv"
+                eval_row "$dir" "$data,int8-base,$seed"
+                eval_row "$dir/int8.safetensors" "$data,int8,$seed"
+                rm -f "$dir/checkpoint.safetensors" "$dir/int8.safetensors"
+            done
+            continue
+        fi
         [ -n "${setting[$variant]+set}" ] || { echo "unknown variant $variant" >&2; exit 1; }
         extra=()
         [ -n "${setting[$variant]}" ] && extra=(--set "${setting[$variant]}")
