@@ -98,6 +98,57 @@ fn a_towerrec_config_simulates_at_several_sizes() {
     }
 }
 
+#[test]
+fn table_precisions_are_priced_by_the_bytes_of_a_row() {
+    let dir = tmp_dir("precision");
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = std::fs::read_to_string("../../bench/multihot.toml")
+        .or_else(|_| std::fs::read_to_string("bench/multihot.toml"))
+        .unwrap();
+    for (precision, bytes) in [("fp32", 256), ("fp16", 128), ("bf16", 128), ("int8", 72)] {
+        let cfg = dir.join(format!("{precision}.toml"));
+        let toml = base.replace(
+            "[model]\n",
+            &format!("[model]\ntable_precision = \"{precision}\"\n"),
+        );
+        std::fs::write(&cfg, toml).unwrap();
+        let args = |mode| {
+            vec![
+                "simulate".to_string(),
+                "--config".into(),
+                cfg.to_str().unwrap().into(),
+                "--hardware".into(),
+                "dgx-a100".into(),
+                "--gpus".into(),
+                "8".into(),
+                "--mode".into(),
+                mode,
+            ]
+        };
+        let infer = args("infer".into());
+        let out = towerrec(&infer.iter().map(String::as_str).collect::<Vec<_>>());
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stderr}");
+        let want = format!("for random {bytes}-byte rows");
+        assert!(
+            stdout.contains(&want),
+            "{precision}: {want:?} not in {stdout}"
+        );
+        let train = args("train".into());
+        let out = towerrec(&train.iter().map(String::as_str).collect::<Vec<_>>());
+        if precision == "int8" {
+            assert!(!out.status.success());
+            assert!(
+                text(&out).1.contains("training needs fp32"),
+                "{}",
+                text(&out).1
+            );
+        } else {
+            assert!(out.status.success(), "{}", text(&out).1);
+        }
+    }
+}
+
 /// A 2 hosts × 2 ranks CPU cluster, written as `towerrec calibrate` would.
 const TWO_BY_TWO: &str = r#"name = "2 x 2"
 hosts = 2

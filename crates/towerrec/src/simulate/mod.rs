@@ -178,6 +178,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         cluster,
         tower_chunks,
         overlap_halves,
+        not_trainable,
     } = load_model(&a.config)?;
     if let Some(b) = a.batch {
         workload.batch = b;
@@ -189,6 +190,9 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         ModeArg::Train => Mode::Training,
         ModeArg::Infer => Mode::Inference,
     };
+    if let (Mode::Training, Some(why)) = (mode, not_trainable) {
+        bail!("--mode train: {why}");
+    }
     // As towerrec trains the config; the papers' models as the papers do.
     let parts = match (mode, a.parts) {
         (Mode::Inference, _) => 1,

@@ -20,6 +20,8 @@ pub(super) struct SimModel {
     /// The config's `cluster.overlap_halves`: whether towerrec runs its training steps
     /// in halves where the plan allows (false for a preset: the papers' whole steps).
     pub overlap_halves: bool,
+    /// Why the model cannot be trained (int8 tables), if it cannot.
+    pub not_trainable: Option<String>,
 }
 
 /// A model preset, or the model of a towerrec config file.
@@ -31,6 +33,7 @@ pub(super) fn load_model(name: &str) -> Result<SimModel> {
             cluster: None,
             tower_chunks: 1,
             overlap_halves: false,
+            not_trainable: None,
         });
     }
     let path = Path::new(name);
@@ -54,6 +57,7 @@ pub(super) fn load_model(name: &str) -> Result<SimModel> {
         cluster,
         tower_chunks: c.tower_chunks,
         overlap_halves: c.overlap_halves,
+        not_trainable: cfg.refuse_int8("training").err().map(|e| e.to_string()),
     })
 }
 
@@ -83,7 +87,8 @@ fn towers_of(t: &TowersConfig, cfg: &Config, name: &str) -> Result<Towers> {
 }
 
 /// The simulator's view of a towerrec run: its tables and lookups per sample, its
-/// layers, its batch; f32 everywhere but on the wire of `[cluster.qcomms]`, 64-bit ids.
+/// layers, its batch; f32 everywhere but on the wire of `[cluster.qcomms]` and in the
+/// tables of `model.table_precision` (bytes per row read), 64-bit ids.
 /// A DMT model's bottom MLP is given back ending in the embedding width (the model
 /// without towers); [`Towers`] rebuilds the DMT over-arch.
 pub(super) fn workload_of(cfg: &Config, name: &str) -> Result<Workload> {
@@ -146,6 +151,7 @@ pub(super) fn workload_of(cfg: &Config, name: &str) -> Result<Workload> {
         index_bytes: std::mem::size_of::<u64>(),
         bag_bytes: std::mem::size_of::<u64>(),
         wire_bytes: wire_bytes(cfg.cluster.qcomms),
+        table_row_bytes: table_row_bytes(&cfg.model, &schema, &lookups),
         synthetic: synthetic_ids(&cfg.data),
     })
 }
@@ -158,6 +164,28 @@ fn wire_bytes(q: towerrec_train::config::QComms) -> Option<usize> {
     let fp32 = towerrec_comm::WirePrecision::Fp32;
     let quantized = q.forward != fp32 || q.backward != fp32;
     quantized.then(|| (q.forward.bytes() + q.backward.bytes()) / 2)
+}
+
+/// Bytes of a stored row as a lookup reads it, where a table is not fp32
+/// (`model.table_precision`): the mean over a sample's lookups, rounded to a byte.
+fn table_row_bytes(
+    m: &towerrec_train::config::ModelConfig,
+    schema: &towerrec_data::Schema,
+    lookups: &[f64],
+) -> Option<usize> {
+    let fp32 = towerrec_core::embedding::TablePrecision::Fp32;
+    let precisions: Vec<_> = (schema.sparse.iter())
+        .map(|f| m.precision_of(&f.name))
+        .collect();
+    if precisions.iter().all(|&p| p == fp32) {
+        return None;
+    }
+    let weight = |t: usize| lookups.get(t).copied().unwrap_or(1.0);
+    let total: f64 = (0..precisions.len()).map(weight).sum();
+    let bytes: f64 = (precisions.iter().enumerate())
+        .map(|(t, p)| weight(t) * p.row_bytes(m.embedding_dim) as f64)
+        .sum();
+    (total > 0.0).then(|| (bytes / total).round().max(1.0) as usize)
 }
 
 /// The ids one sample of `data` draws, by kind, where towerrec generates it.
