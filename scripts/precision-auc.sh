@@ -53,10 +53,12 @@ echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) | $(git rev-p
 [ -f "$csv" ] || echo "data,variant,seed,auc,logloss" >"$csv"
 # One eval's AUC and log loss as a CSV row keyed $2.
 eval_row() {
-    "$bin" eval --checkpoint "$1" | python3 -c '
+    "$bin" eval --checkpoint "$1" >"$out/eval.json"
+    python3 - "$out/eval.json" "$2" >>"$csv" <<'PY'
 import json, sys
-s = json.loads(sys.stdin.read())
-print(f"{sys.argv[1]},{s["auc"]:.6f},{s["logloss"]:.6f}")' "$2" >>"$csv"
+s = json.load(open(sys.argv[1]))
+print(f"{sys.argv[2]},{s['auc']:.6f},{s['logloss']:.6f}")
+PY
 }
 for data in criteo avazu movielens; do
     for variant in $variants; do
