@@ -7,7 +7,8 @@
 //! - a run is reproducible bit for bit;
 //! - the first step, whose tables see the same gradients on every plan of one
 //!   topology, leaves the same bits in the tables on every plan (the rounding is keyed
-//!   by global row and column, not by where a row lives);
+//!   by global row and column, not by where a row lives; OPER's row-partitioned stores
+//!   included);
 //! - later steps stay within a few units in the last place of one process (the dense
 //!   gradients' sums round differently, as in fp32), and the losses close to fp32's;
 //! - the planner and the memory check count 2 bytes a value;
@@ -116,6 +117,13 @@ fn reduced_precision_tables_train_alike_on_every_placement() {
         ("row-wise", planners::row_wise(&specs, t).unwrap()),
         ("column-wise", planners::column_wise(&specs, t, 2).unwrap()),
         ("data-parallel", planners::data_parallel(&specs, t).unwrap()),
+        ("OPER (row-partitioned stores, replicas)", {
+            let profile = common::training_profile(&fp32);
+            let p = common::oper_params(&fp32, towerrec_plan::oper::Mode::Training);
+            towerrec_plan::oper::plan(&specs, &profile, t, &p)
+                .unwrap()
+                .plan
+        }),
     ];
     let batches = common::uneven_batches(&fp32, 12);
     let (fp32_losses, _) = single(&fp32, &batches);
@@ -218,4 +226,72 @@ fn bytes_per_row_and_exceptions_follow_the_precision() {
     let bad = config("fp16", "table_precisions = { nope = \"fp32\" }");
     let err = bad.validate_against(&s).unwrap_err().to_string();
     assert!(err.contains("model.table_precisions names 'nope'"), "{err}");
+}
+
+#[test]
+fn checkpoints_store_each_table_in_its_precision_and_read_f32_ones() {
+    use towerrec_train::checkpoint::{self, Checkpoint, Progress};
+    let cfg = config("fp16", r#"table_precisions = { C2 = "bf16", C3 = "fp32" }"#);
+    let s = schema(&cfg.data, &cfg.base_dir).unwrap();
+    cfg.validate_against(&s).unwrap();
+    let mut model = common::single(&cfg, &s, cfg.train.seed).unwrap();
+    let batches = common::uneven_batches(&cfg, 5);
+    let (_, tables) = run(&mut model, &cfg, &batches);
+    let want = bits(&tables.unwrap());
+    let progress = Progress {
+        step: 5,
+        epoch: 0,
+        batch_in_epoch: 5,
+        samples: 70,
+    };
+    let dir = std::env::temp_dir().join(format!("towerrec-precision-ckpt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("c.safetensors");
+    checkpoint::save(&path, &mut model, &cfg, progress, &[]).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    for d in model.table_descs() {
+        let t = st.tensor(&format!("emb.{}.weight", d.name)).unwrap();
+        let dtype = match cfg.model.precision_of(&d.name) {
+            TablePrecision::Fp16 => safetensors::Dtype::F16,
+            TablePrecision::Bf16 => safetensors::Dtype::BF16,
+            _ => safetensors::Dtype::F32,
+        };
+        assert_eq!(t.dtype(), dtype, "{}", d.name);
+    }
+    // Read back: the same bits.
+    let back = Checkpoint::read(&path)
+        .unwrap()
+        .restore(&cfg, &s)
+        .unwrap()
+        .whole_tables()
+        .unwrap()
+        .unwrap();
+    assert_eq!(bits(&back), want);
+    // A checkpoint that stores the reduced-precision tables widened to f32, as towerrec
+    // wrote them before, loads to the same bits.
+    let mut as_f32 = cfg.clone();
+    as_f32.model.table_precision = TablePrecision::Fp32;
+    as_f32.model.table_precisions.clear();
+    let s32 = schema(&as_f32.data, &as_f32.base_dir).unwrap();
+    let mut wide = common::single(&as_f32, &s32, as_f32.train.seed).unwrap();
+    wide.load_whole_tables(&model.whole_tables().unwrap().unwrap())
+        .unwrap();
+    let old = dir.join("old.safetensors");
+    checkpoint::save(&old, &mut wide, &cfg, progress, &[]).unwrap();
+    let old_bytes = std::fs::read(&old).unwrap();
+    assert!(bytes.len() < old_bytes.len(), "2 bytes a value are smaller");
+    let st = safetensors::SafeTensors::deserialize(&old_bytes).unwrap();
+    let name = &model.table_descs()[0].name;
+    let t = st.tensor(&format!("emb.{name}.weight")).unwrap();
+    assert_eq!(t.dtype(), safetensors::Dtype::F32);
+    let back = Checkpoint::read(&old)
+        .unwrap()
+        .restore(&cfg, &s)
+        .unwrap()
+        .whole_tables()
+        .unwrap()
+        .unwrap();
+    assert_eq!(bits(&back), want);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -312,6 +312,8 @@ pub(super) struct UpdateInput<'a> {
     /// The stochastic rounding's table key, global indices of row 0 and column 0, and
     /// the step.
     pub rounding: (u64, u64, u64, u64),
+    /// The global index of each row, where they are not the range from the first.
+    pub row_ids: Option<&'a [u64]>,
 }
 
 /// Aggregates each row's gradient over its occurrences (in order), then applies the
@@ -353,6 +355,7 @@ fn update_rows_body<O: Occurrences, E: Elem>(input: UpdateInput<'_>, task: Updat
         offset,
         opt,
         rounding: (key, first_row, first_col, step),
+        row_ids,
     } = input;
     let UpdateTask {
         base,
@@ -408,7 +411,8 @@ fn update_rows_body<O: Occurrences, E: Elem>(input: UpdateInput<'_>, task: Updat
             .zip(stored.iter())
             .for_each(|(d, v)| *d = v.widen());
         apply(opt, &mut wide, &agg, (&mut *s1, &mut *s2), r);
-        let noise = RowNoise::new(key, first_row + row as u64, step);
+        let global = row_ids.map_or(first_row + row as u64, |ids| ids[row]);
+        let noise = RowNoise::new(key, global, step);
         for (c, (d, &v)) in stored.iter_mut().zip(wide.iter()).enumerate() {
             *d = E::narrow_stochastic(v, noise.at(first_col as usize + c));
         }

@@ -240,6 +240,9 @@ pub struct EmbeddingBag {
     /// The stochastic rounding's key of the table (reduced-precision storage), and the
     /// global index of this table's row 0 and column 0 (a shard's first row and column).
     rounding: (u64, u64, u64),
+    /// The global index of each row, where they are not a range from `rounding.1`
+    /// (a store of rows chosen by an address map).
+    row_ids: Option<std::sync::Arc<[u64]>>,
 }
 
 impl std::fmt::Debug for EmbeddingBag {
@@ -409,6 +412,7 @@ impl EmbeddingBag {
             step: 0,
             scratch: Scratch::default(),
             rounding: (Self::rounding_key(&name), 0, 0),
+            row_ids: None,
             name,
         })
     }
@@ -494,6 +498,7 @@ impl EmbeddingBag {
         q.weights.set(dim, &self.weights());
         q.step = self.step;
         q.rounding = self.rounding;
+        q.row_ids = self.row_ids.clone();
         Ok(q)
     }
     /// Replaces the weights (`rows × dim` values; checkpoint loading), rounded to
@@ -531,6 +536,25 @@ impl EmbeddingBag {
     /// rounds it alike.
     pub fn set_rounding(&mut self, table: u64, first_row: u64, first_column: u64) {
         self.rounding = (table, first_row, first_column);
+        self.row_ids = None;
+    }
+
+    /// [`EmbeddingBag::set_rounding`] for a table whose row `r` is the global row
+    /// `rows[r]` (a store of rows an address map chose). [`Error::Shape`] unless
+    /// `rows` has one entry per row.
+    pub fn set_rounding_rows(
+        &mut self,
+        table: u64,
+        rows: std::sync::Arc<[u64]>,
+        first_column: u64,
+    ) -> Result<()> {
+        if rows.len() != self.rows {
+            let what = format!("embedding table '{}' global rows", self.name);
+            return Err(Error::shape(what, self.rows, rows.len()));
+        }
+        self.rounding = (table, 0, first_column);
+        self.row_ids = Some(rows);
+        Ok(())
     }
 
     /// The stochastic rounding's key of the table called `name` (FNV-1a of the name:

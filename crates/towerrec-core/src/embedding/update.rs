@@ -110,6 +110,7 @@ impl EmbeddingBag {
             scratch,
             step,
             rounding,
+            row_ids,
             ..
         } = self;
         let (opt, s1, s2, width1): (RowOpt, &mut [f32], &mut [f32], usize) = match state {
@@ -151,6 +152,7 @@ impl EmbeddingBag {
             offset,
             opt,
             rounding: (rounding.0, rounding.1, rounding.2, *step),
+            row_ids: row_ids.as_deref(),
         };
         with_rows!(
             weights,

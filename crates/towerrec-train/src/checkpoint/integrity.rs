@@ -39,16 +39,6 @@ pub(super) fn meta_checksum(meta: &HashMap<String, String>) -> String {
     format!("{:016x}", h.digest())
 }
 
-/// The first value of a little-endian f32 tensor that is NaN or infinite, with its
-/// index.
-pub(super) fn first_non_finite(bytes: &[u8]) -> Option<(usize, f32)> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .enumerate()
-        .find(|(_, x)| !x.is_finite())
-}
-
 /// A data file the run read, by its role (`train`, `eval`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DataFile {

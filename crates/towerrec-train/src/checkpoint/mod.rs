@@ -18,10 +18,11 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::sharded::WholeTable;
-use integrity::{checksum, first_non_finite, meta_checksum, META_CHECKSUM, TENSOR_CHECKSUMS};
+use integrity::{checksum, meta_checksum, META_CHECKSUM, TENSOR_CHECKSUMS};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use towerrec_core::embedding::TablePrecision;
 
 /// File name of the checkpoint inside a run directory.
 pub const CHECKPOINT_FILE: &str = "checkpoint.safetensors";
@@ -106,30 +107,42 @@ fn to_bytes(v: &[f32]) -> Vec<u8> {
     out
 }
 
-fn from_bytes(path: &Path, name: &str, bytes: &[u8], dst: &mut [f32]) -> Result<()> {
-    if bytes.len() != dst.len() * 4 {
-        return Err(Error::Checkpoint {
-            path: path.to_path_buf(),
-            message: format!(
-                "tensor '{name}' has {} values, the model needs {}",
-                bytes.len() / 4,
-                dst.len()
-            ),
-        });
-    }
-    for (d, c) in dst.iter_mut().zip(bytes.chunks_exact(4)) {
-        *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-    }
-    Ok(())
-}
-
-/// One tensor to write: its name, its values' bytes (little-endian) and its shape; f32
-/// unless `int8` (an int8 table's stored rows, U8 in the file).
+/// One tensor to write: its name, its values' bytes (little-endian), its shape and
+/// their type: F32; F16 or BF16 for the weights of an fp16 or bf16 table (exact: they
+/// hold such values); U8 for an int8 table's stored rows.
 struct Tensor {
     name: String,
     bytes: Vec<u8>,
     shape: Vec<usize>,
-    int8: bool,
+    dtype: Dtype,
+}
+
+/// `values` (each representable in `precision`: a table's widened weights) as the
+/// bytes of `precision`'s tensor type.
+fn table_bytes(values: &[f32], precision: TablePrecision) -> (Dtype, Vec<u8>) {
+    let halves = |f: fn(f32) -> u16| values.iter().flat_map(|&v| f(v).to_le_bytes()).collect();
+    match precision {
+        TablePrecision::Fp16 => (Dtype::F16, halves(|v| half::f16::from_f32(v).to_bits())),
+        TablePrecision::Bf16 => (Dtype::BF16, halves(|v| half::bf16::from_f32(v).to_bits())),
+        _ => (Dtype::F32, to_bytes(values)),
+    }
+}
+
+/// The values of a float tensor (F32, F16 or BF16) as f32; `None` for another type.
+fn decode(dtype: Dtype, bytes: &[u8]) -> Option<Vec<f32>> {
+    let pairs = bytes
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]));
+    match dtype {
+        Dtype::F32 => Some(
+            (bytes.chunks_exact(4))
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ),
+        Dtype::F16 => Some(pairs.map(|h| half::f16::from_bits(h).to_f32()).collect()),
+        Dtype::BF16 => Some(pairs.map(|h| half::bf16::from_bits(h).to_f32()).collect()),
+        _ => None,
+    }
 }
 
 /// Every tensor of the model's state, named, as owned bytes, and the tables' step
@@ -143,7 +156,7 @@ fn collect(model: &mut Model) -> Result<Option<(Vec<Tensor>, Vec<u64>)>> {
         name,
         bytes: to_bytes(v),
         shape: vec![v.len()],
-        int8: false,
+        dtype: Dtype::F32,
     };
     let mut out = Vec::new();
     for p in model.dense_params() {
@@ -163,9 +176,18 @@ fn collect(model: &mut Model) -> Result<Option<(Vec<Tensor>, Vec<u64>)>> {
                 name,
                 shape: vec![d.rows, d.precision.row_bytes(d.dim)],
                 bytes,
-                int8: true,
+                dtype: Dtype::U8,
             }),
-            None => out.push(f32s(name, &t.weights)),
+            None => {
+                let (dtype, bytes) = table_bytes(&t.weights, d.precision);
+                let shape = vec![t.weights.len()];
+                out.push(Tensor {
+                    name,
+                    bytes,
+                    shape,
+                    dtype,
+                })
+            }
         }
         for (name, buf) in &t.state {
             out.push(f32s(format!("emb.{table}.opt.{name}"), buf));
@@ -177,8 +199,13 @@ fn collect(model: &mut Model) -> Result<Option<(Vec<Tensor>, Vec<u64>)>> {
 /// Refuses to save a tensor holding NaN or infinity: the previous checkpoint stays the
 /// last good one.
 fn check_finite(tensors: &[Tensor], progress: Progress) -> Result<()> {
-    for Tensor { name, bytes, .. } in tensors.iter().filter(|t| !t.int8) {
-        if let Some((i, x)) = first_non_finite(bytes) {
+    for Tensor {
+        name, bytes, dtype, ..
+    } in tensors
+    {
+        let values = decode(*dtype, bytes).unwrap_or_default();
+        let bad = values.iter().enumerate().find(|(_, x)| !x.is_finite());
+        if let Some((i, &x)) = bad {
             return Err(Error::NonFinite {
                 what: "parameter".into(),
                 place: format!("the checkpoint of step {}", progress.step),
@@ -215,8 +242,7 @@ pub fn save(
     let views: Vec<(String, TensorView<'_>)> = tensors
         .iter()
         .map(|t| {
-            let dtype = if t.int8 { Dtype::U8 } else { Dtype::F32 };
-            let view = TensorView::new(dtype, t.shape.clone(), &t.bytes)
+            let view = TensorView::new(t.dtype, t.shape.clone(), &t.bytes)
                 .map_err(|e| bad(format!("tensor '{}': {e}", t.name)))?;
             Ok((t.name.clone(), view))
         })
@@ -580,13 +606,14 @@ impl Checkpoint {
                 path: path.clone(),
                 message: format!("tensor '{name}' missing: the checkpoint is of another model"),
             })?;
-            if t.dtype() != Dtype::F32 {
+            // Float tables may be stored as F16 or BF16 (exactly what they held).
+            let Some(values) = decode(t.dtype(), t.data()) else {
                 return Err(Error::Checkpoint {
                     path: path.clone(),
                     message: format!("tensor '{name}' is {:?}, expected F32", t.dtype()),
                 });
-            }
-            if let Some((i, x)) = first_non_finite(t.data()) {
+            };
+            if let Some((i, x)) = values.iter().enumerate().find(|(_, x)| !x.is_finite()) {
                 return Err(Error::Checkpoint {
                     path: path.clone(),
                     message: format!(
@@ -594,7 +621,18 @@ impl Checkpoint {
                     ),
                 });
             }
-            from_bytes(path, name, t.data(), dst)
+            if values.len() != dst.len() {
+                return Err(Error::Checkpoint {
+                    path: path.clone(),
+                    message: format!(
+                        "tensor '{name}' has {} values, the model needs {}",
+                        values.len(),
+                        dst.len()
+                    ),
+                });
+            }
+            dst.copy_from_slice(&values);
+            Ok(())
         };
         for p in model.dense_params() {
             load(&format!("dense.{}", p.name), p.value)?;

@@ -73,9 +73,9 @@ pub(super) fn local_store(
     optimizer: SparseOptimizer,
 ) -> Result<LocalShard> {
     let rows = map.stored_rows(shard.rank);
-    // Its rows are the map's, not a range: their stochastic rounding is keyed by the
-    // store's own row order (docs/CONFIG.md, `model.table_precision`).
-    let bag = EmbeddingBag::try_from_fn_in(
+    // Its rows are the map's, not a range: their stochastic rounding is keyed by each
+    // one's global row, as anywhere else (docs/CONFIG.md, `model.table_precision`).
+    let mut bag = EmbeddingBag::try_from_fn_in(
         precision,
         format!("{name}@{}", shard.rank),
         rows.len(),
@@ -85,6 +85,9 @@ pub(super) fn local_store(
         optimizer,
         |r, row| init.fill_row(rows[r], 0, row),
     )?;
+    let global: Vec<u64> = rows.iter().map(|&r| r as u64).collect();
+    let key = EmbeddingBag::rounding_key(name);
+    bag.set_rounding_rows(key, global.into(), shard.columns.0 as u64)?;
     let shared = map.shared_offsets(shard.rank);
     let store = Store::new(rows, shared);
     Ok(LocalShard::new(t, shard, bag).with_store(store))
