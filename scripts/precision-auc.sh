@@ -20,6 +20,8 @@
 #                  paper's strong baseline);
 #     fp16-tables  model.table_precision = "fp16" (stochastic rounding);
 #     bf16-tables  model.table_precision = "bf16";
+#     bf16-dense   (added with bf16 dense layers, beside the others)
+#                  model.dense_precision = "bf16" (the portable path);
 #     int8         (added with int8 tables, beside the others) each seed trained in fp32
 #                  in one process (--threads 2; int8 tables are for one process), then
 #                  `towerrec eval` of its checkpoint ("int8-base") and of the checkpoint
@@ -47,7 +49,8 @@ declare -A split=([criteo]='{kind="tail",eval_rows=2000}'
 declare -A setting=([fp32]=''
     [qcomms]='cluster.qcomms={forward="fp16",backward="bf16"}'
     [fp16-tables]='model.table_precision="fp16"'
-    [bf16-tables]='model.table_precision="bf16"')
+    [bf16-tables]='model.table_precision="bf16"'
+    [bf16-dense]='model.dense_precision="bf16"')
 common=(--threads 1 --hosts 2 --ranks-per-host 2 --quiet --overwrite --set train.eval_every=0)
 echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) | $(git rev-parse --short HEAD) | $($bin --version)" >"$out/machine.txt"
 [ -f "$csv" ] || echo "data,variant,seed,auc,logloss" >"$csv"

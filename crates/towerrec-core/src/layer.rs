@@ -28,4 +28,8 @@ pub trait Layer<T: Real>: Send {
     fn backward(&mut self, x: &[T], y: &[T], dy: &[T], dx: Option<&mut [T]>, batch: usize);
     /// Parameters with their gradients, always in the same order.
     fn params(&mut self) -> Vec<ParamMut<'_, T>>;
+    /// How its matrix products take their operands from now on
+    /// ([`crate::matmul::DensePrecision`]); a layer without them (the dot interaction,
+    /// an identity) ignores it.
+    fn set_dense_precision(&mut self, _precision: crate::matmul::DensePrecision) {}
 }

@@ -16,6 +16,20 @@ pub fn has_avx512f() -> bool {
     std::arch::is_x86_feature_detected!("avx512f")
 }
 
+/// Whether this CPU has bf16 arithmetic (AVX-512 BF16 or AMX-BF16, as the kernel
+/// reports them in /proc/cpuinfo; false where that cannot be read).
+pub fn has_bf16_instructions() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|info| {
+        info.lines()
+            .filter(|l| l.starts_with("flags"))
+            .take(1)
+            .any(|l| {
+                l.split_whitespace()
+                    .any(|f| f == "avx512_bf16" || f == "amx_bf16")
+            })
+    })
+}
+
 /// Whether this CPU runs AVX2 and FMA instructions: never off x86_64.
 #[cfg(not(target_arch = "x86_64"))]
 #[inline]

@@ -35,6 +35,14 @@ pub(crate) struct ModelTowers {
 }
 
 impl ModelTowers {
+    /// How every module's matrix products take their operands (`model.dense_precision`).
+    pub(crate) fn set_dense_precision(&mut self, p: towerrec_core::matmul::DensePrecision) {
+        use towerrec_core::Layer;
+        self.towers
+            .iter_mut()
+            .for_each(|t| t.module.set_dense_precision(p));
+    }
+
     /// Towers of `assignment` (table indices) over tables `dim` wide, with modules of
     /// `kind` (their linear biases zero when `zero_biases`), after a base part of `base`
     /// columns; module `t` is initialized from `(seed, t)` so that every rank and

@@ -607,6 +607,17 @@ fn setting_notes(cfg: &Config, mpi: bool) -> Result<Vec<String>> {
             ),
         });
     }
+    if cfg.model.dense_precision == towerrec_core::matmul::DensePrecision::Bf16 {
+        let cpu = match towerrec_core::simd::has_bf16_instructions() {
+            true => "this CPU has bf16 instructions, which this build does not use yet",
+            false => "this CPU has no bf16 instructions",
+        };
+        notes.push(format!(
+            "note: model.dense_precision = \"bf16\": the dense layers' products take bf16 \
+             operands and sum in f32 (f32 master weights), computed by the portable path: \
+             rounded copies through the f32 GEMM, slower than fp32 ({cpu}; docs/CONFIG.md)"
+        ));
+    }
     if let Some(listed) = cfg.model.towers.as_ref().and_then(|t| t.features.as_ref()) {
         notes.push(format!(
             "note: model.towers.features (or file) lists the towers, as configs before the \

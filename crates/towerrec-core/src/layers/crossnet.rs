@@ -7,7 +7,7 @@
 
 use super::linear::normal_vec;
 use crate::layer::{Layer, ParamMut};
-use crate::matmul::matmul;
+use crate::matmul::{matmul_in, Bf16Scratch, DensePrecision};
 use crate::real::Real;
 use rand::Rng;
 
@@ -47,6 +47,9 @@ pub struct CrossNet<T> {
     g: Vec<T>,
     dz: Vec<T>,
     dt: Vec<T>,
+    /// How the matrix products take their operands, and their rounded copies.
+    precision: DensePrecision,
+    scratch: Bf16Scratch<T>,
 }
 
 fn grow<T: Real>(buf: &mut Vec<T>, len: usize) {
@@ -94,6 +97,8 @@ impl<T: Real> CrossNet<T> {
             g: Vec::new(),
             dz: Vec::new(),
             dt: Vec::new(),
+            precision: DensePrecision::Fp32,
+            scratch: Bf16Scratch::default(),
         }
     }
 
@@ -130,8 +135,13 @@ impl<T: Real> Layer<T> for CrossNet<T> {
             hidden,
             z,
             t,
+            precision,
+            scratch,
             ..
         } = self;
+        let mut matmul = |m, n, k, a: &[T], ta, b: &[T], tb, c: &mut [T], acc| {
+            matmul_in(*precision, scratch, m, n, k, a, ta, b, tb, c, acc)
+        };
         hidden
             .iter_mut()
             .chain(z.iter_mut())
@@ -183,8 +193,13 @@ impl<T: Real> Layer<T> for CrossNet<T> {
             g,
             dz,
             dt,
+            precision,
+            scratch,
             ..
         } = self;
+        let mut matmul = |m, n, k, a: &[T], ta, b: &[T], tb, c: &mut [T], acc| {
+            matmul_in(*precision, scratch, m, n, k, a, ta, b, tb, c, acc)
+        };
         grow(g, n);
         grow(dz, n);
         grow(dt, batch * r);
@@ -231,6 +246,10 @@ impl<T: Real> Layer<T> for CrossNet<T> {
         if let Some(dx) = dx {
             dx.iter_mut().zip(g.iter()).for_each(|(a, &b)| *a += b);
         }
+    }
+
+    fn set_dense_precision(&mut self, precision: DensePrecision) {
+        self.precision = precision;
     }
 
     fn params(&mut self) -> Vec<ParamMut<'_, T>> {

@@ -6,7 +6,7 @@
 
 use super::activation::Activation;
 use crate::layer::{Layer, ParamMut};
-use crate::matmul::matmul;
+use crate::matmul::{matmul_in, Bf16Scratch, DensePrecision};
 use crate::real::Real;
 use rand::Rng;
 use rand_distr::{Distribution, Normal};
@@ -33,6 +33,9 @@ pub struct Linear<T> {
     dz: Vec<T>,
     /// Per-block partial sums of the bias gradient (`blocks × out`), reduced in order.
     bias_partials: Vec<T>,
+    /// How the matrix products take their operands, and their rounded copies.
+    precision: DensePrecision,
+    scratch: Box<Bf16Scratch<T>>,
 }
 
 /// Rows per block of the element-wise passes. Fixed, so that the bias gradient's
@@ -67,6 +70,8 @@ impl<T: Real> Linear<T> {
             grad_bias: vec![T::zero(); out_dim],
             dz: Vec::new(),
             bias_partials: Vec::new(),
+            precision: DensePrecision::Fp32,
+            scratch: Box::default(),
         }
     }
 
@@ -97,7 +102,20 @@ impl<T: Real> Layer<T> for Linear<T> {
         let (n_in, n_out) = (self.in_dim, self.out_dim);
         assert_eq!(x.len(), batch * n_in, "Linear::forward: x");
         assert_eq!(y.len(), batch * n_out, "Linear::forward: y");
-        matmul(batch, n_out, n_in, x, false, &self.weight, true, y, false);
+        let (p, s) = (self.precision, &mut self.scratch);
+        matmul_in(
+            p,
+            s,
+            batch,
+            n_out,
+            n_in,
+            x,
+            false,
+            &self.weight,
+            true,
+            y,
+            false,
+        );
         // Bias and activation in one parallel pass over the GEMM's output.
         let (bias, act) = (&self.bias, self.activation);
         y.par_chunks_mut(BLOCK_ROWS * n_out).for_each(|block| {
@@ -141,8 +159,11 @@ impl<T: Real> Layer<T> for Linear<T> {
                 });
         }
         let dz: &[T] = if identity { dy } else { &self.dz[..n] };
+        let (p, s) = (self.precision, &mut self.scratch);
         // dW (out×in) = dzᵀ (out×batch) · x (batch×in)
-        matmul(
+        matmul_in(
+            p,
+            s,
             n_out,
             n_in,
             batch,
@@ -156,7 +177,9 @@ impl<T: Real> Layer<T> for Linear<T> {
         if let Some(dx) = dx {
             assert_eq!(dx.len(), batch * n_in, "Linear::backward: dx");
             // dx (batch×in) = dz (batch×out) · W (out×in)
-            matmul(
+            matmul_in(
+                p,
+                s,
                 batch,
                 n_in,
                 n_out,
@@ -174,6 +197,10 @@ impl<T: Real> Layer<T> for Linear<T> {
                 *g += p;
             }
         }
+    }
+
+    fn set_dense_precision(&mut self, precision: DensePrecision) {
+        self.precision = precision;
     }
 
     fn params(&mut self) -> Vec<ParamMut<'_, T>> {
@@ -392,5 +419,45 @@ mod tests {
         let want_b = (1.0 / no as f64).sqrt();
         assert!((std(layer.weight()) / want_w - 1.0).abs() < 0.02);
         assert!((std(layer.bias()) / want_b - 1.0).abs() < 0.15);
+    }
+
+    #[test]
+    fn bf16_products_take_rounded_operands_and_keep_f32_weights() {
+        use crate::matmul::round_bf16;
+        use rand::Rng;
+        let mut rng = StdRng::seed_from_u64(8);
+        let (batch, ni, no) = (70, 40, 30);
+        let mut bf = Linear::<f32>::new(ni, no, Activation::Identity, &mut rng);
+        bf.set_dense_precision(DensePrecision::Bf16);
+        let weight = bf.weight().to_vec();
+        // The same layer in fp32 with its weights rounded, fed rounded inputs.
+        let mut reference = bf.clone();
+        reference.set_dense_precision(DensePrecision::Fp32);
+        reference.params()[0]
+            .value
+            .iter_mut()
+            .for_each(|w| *w = round_bf16(*w));
+        let x: Vec<f32> = (0..batch * ni)
+            .map(|_| rng.random_range(-2.0..2.0))
+            .collect();
+        let dy: Vec<f32> = (0..batch * no)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        let rx: Vec<f32> = x.iter().map(|&v| round_bf16(v)).collect();
+        let rdy: Vec<f32> = dy.iter().map(|&v| round_bf16(v)).collect();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let (mut y, mut want) = (vec![0.0; batch * no], vec![0.0; batch * no]);
+        bf.forward(&x, &mut y, batch);
+        reference.forward(&rx, &mut want, batch);
+        assert_eq!(bits(&y), bits(&want), "forward");
+        let (mut dx, mut want_dx) = (vec![0.0; batch * ni], vec![0.0; batch * ni]);
+        bf.backward(&x, &y, &dy, Some(&mut dx), batch);
+        reference.backward(&rx, &want, &rdy, Some(&mut want_dx), batch);
+        assert_eq!(bits(&dx), bits(&want_dx), "dx");
+        let gw = bits(bf.params()[0].grad);
+        assert_eq!(gw, bits(reference.params()[0].grad), "dW");
+        // The master weights stay f32: unrounded, untouched.
+        assert_eq!(bits(bf.weight()), bits(&weight));
+        assert!(weight.iter().any(|w| w.to_bits() & 0xffff != 0));
     }
 }

@@ -141,6 +141,12 @@ impl<T: Real> Layer<T> for Mlp<T> {
         }
     }
 
+    fn set_dense_precision(&mut self, precision: crate::matmul::DensePrecision) {
+        self.layers
+            .iter_mut()
+            .for_each(|l| l.set_dense_precision(precision));
+    }
+
     fn params(&mut self) -> Vec<ParamMut<'_, T>> {
         let mut out = Vec::with_capacity(2 * self.layers.len());
         for (i, layer) in self.layers.iter_mut().enumerate() {

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use towerrec_comm::WirePrecision;
 use towerrec_core::embedding::{Pooling, SparseOptimizer, TablePrecision};
+use towerrec_core::matmul::DensePrecision;
 use towerrec_core::optim::{DenseOptimizerKind, LrSchedule};
 use towerrec_data::{BadRows, DataConfig};
 
@@ -71,6 +72,14 @@ pub struct ModelConfig {
     /// Per-table exceptions to `table_precision`, by table (feature) name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub table_precisions: BTreeMap<String, TablePrecision>,
+    /// How the dense layers' matrix products take their operands: `fp32` (default) or
+    /// `bf16` (rounded operands, f32 sums and master weights; docs/CONFIG.md).
+    #[serde(default, skip_serializing_if = "is_dense_fp32")]
+    pub dense_precision: DensePrecision,
+}
+
+fn is_dense_fp32(p: &DensePrecision) -> bool {
+    *p == DensePrecision::Fp32
 }
 
 fn is_fp32(p: &TablePrecision) -> bool {

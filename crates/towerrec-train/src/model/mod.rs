@@ -212,7 +212,9 @@ impl Model {
             (Some(t), Some(assignment)) => {
                 crate::towers::check_widths(&slots)?;
                 let init = (t.kind(), t.bias_init() == BiasInit::Zero);
-                Some(ModelTowers::new(assignment, init, dim, base, seed)?)
+                let mut t = ModelTowers::new(assignment, init, dim, base, seed)?;
+                t.set_dense_precision(cfg.dense_precision);
+                Some(t)
             }
             (Some(_), None) | (None, Some(_)) => {
                 unreachable!("a model's towers come with [model.towers] (run_towers)")
@@ -242,8 +244,10 @@ impl Model {
                 let bottom = has_bottom.then(|| {
                     let mut dims = vec![num_dense];
                     dims.extend(&cfg.bottom_mlp);
+                    let mut mlp = Mlp::new(&dims, Activation::Relu, Activation::Relu, &mut rng);
+                    mlp.set_dense_precision(cfg.dense_precision);
                     Bottom {
-                        mlp: Mlp::new(&dims, Activation::Relu, Activation::Relu, &mut rng),
+                        mlp,
                         out: Vec::new(),
                         grad: Vec::new(),
                     }
@@ -285,7 +289,12 @@ impl Model {
         };
         let mut top_dims = vec![interaction.out_dim()];
         top_dims.extend(&cfg.top_mlp);
-        let top = Mlp::new(&top_dims, Activation::Relu, Activation::Identity, &mut rng);
+        let mut top = Mlp::new(&top_dims, Activation::Relu, Activation::Identity, &mut rng);
+        // The dense layers' precision (docs/CONFIG.md, `model.dense_precision`); the dot
+        // interaction's products stay f32.
+        let mut interaction = interaction;
+        interaction.set_dense_precision(cfg.dense_precision);
+        top.set_dense_precision(cfg.dense_precision);
         let mut model = Model {
             kind: cfg.kind,
             num_dense,

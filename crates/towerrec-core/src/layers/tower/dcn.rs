@@ -183,6 +183,11 @@ impl<T: Real> Layer<T> for DcnTower<T> {
         self.cross.backward(x, crossed, d_crossed, dx, batch);
     }
 
+    fn set_dense_precision(&mut self, precision: crate::matmul::DensePrecision) {
+        self.cross.set_dense_precision(precision);
+        self.proj.set_dense_precision(precision);
+    }
+
     fn params(&mut self) -> Vec<ParamMut<'_, T>> {
         let mut out = prefixed("cross", self.cross.params());
         out.extend(prefixed("proj", self.proj.params()));

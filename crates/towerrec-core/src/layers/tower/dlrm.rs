@@ -265,6 +265,16 @@ impl<T: Real> Layer<T> for DlrmTower<T> {
         }
     }
 
+    fn set_dense_precision(&mut self, precision: crate::matmul::DensePrecision) {
+        match &mut self.parts {
+            Parts::Flat(l) | Parts::PerFeature(l) => l.set_dense_precision(precision),
+            Parts::Both { flat, per_feature } => {
+                flat.set_dense_precision(precision);
+                per_feature.set_dense_precision(precision);
+            }
+        }
+    }
+
     fn params(&mut self) -> Vec<ParamMut<'_, T>> {
         match &mut self.parts {
             Parts::Flat(flat) => prefixed("flat", flat.params()),

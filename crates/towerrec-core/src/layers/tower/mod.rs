@@ -281,6 +281,10 @@ impl<T: Real> Layer<T> for TowerModule<T> {
     fn params(&mut self) -> Vec<ParamMut<'_, T>> {
         self.layer_mut().params()
     }
+
+    fn set_dense_precision(&mut self, precision: crate::matmul::DensePrecision) {
+        self.layer_mut().set_dense_precision(precision);
+    }
 }
 
 #[cfg(test)]
