@@ -38,14 +38,7 @@ seeds=${SEEDS:-5}
 variants=${VARIANTS:-fp32 qcomms}
 [ -x "$bin" ] || { echo "no $bin: cargo build --release first" >&2; exit 1; }
 mkdir -p "$runs" "$out"
-if [ ! -f target/data/ml100k.csv ]; then
-    python3 scripts/movielens_to_csv.py ../shared/data/ml-100k target/data/ml100k.csv
-fi
-declare -A cfg=([criteo]=examples/criteo.toml [avazu]=examples/avazu.toml
-    [movielens]=examples/movielens.toml)
-declare -A split=([criteo]='{kind="tail",eval_rows=2000}'
-    [avazu]='{kind="tail",eval_fraction=0.2}'
-    [movielens]='{kind="column",column="timestamp",eval_from=889237269}')
+source scripts/auc-data.sh
 declare -A setting=([fp32]=''
     [qcomms]='cluster.qcomms={forward="fp16",backward="bf16"}'
     [fp16-tables]='model.table_precision="fp16"'

@@ -31,14 +31,7 @@ bin=${TOWERREC:-${CARGO_TARGET_DIR:-target}/release/towerrec}
 seeds=${SEEDS:-5}
 [ -x "$bin" ] || { echo "no $bin: cargo build --release first" >&2; exit 1; }
 mkdir -p "$runs" "$out"
-if [ ! -f target/data/ml100k.csv ]; then
-    python3 scripts/movielens_to_csv.py ../shared/data/ml-100k target/data/ml100k.csv
-fi
-declare -A cfg=([criteo]=examples/criteo.toml [avazu]=examples/avazu.toml
-    [movielens]=examples/movielens.toml)
-declare -A split=([criteo]='{kind="tail",eval_rows=2000}'
-    [avazu]='{kind="tail",eval_fraction=0.2}'
-    [movielens]='{kind="column",column="timestamp",eval_from=889237269}')
+source scripts/auc-data.sh
 common=(--threads 1 --hosts 1 --ranks-per-host 1 --quiet --overwrite --set train.eval_every=0)
 echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) | $(git rev-parse --short HEAD) | $($bin --version)" >"$out/machine.txt"
 [ -f "$csv" ] || echo "data,encoding,shuffle,seed,auc,logloss,embedding_params" >"$csv"
