@@ -8,6 +8,8 @@
 #   bench/precision-speed.sh [CONFIG=bench/multihot.toml] [MODE=train] [ROUNDS=3]
 # BIN (environment) names the binary (default target/release/towerrec); THREADS
 # (default 2).
+# int8 (row-wise quantized tables) is for inference only: PRECISIONS="fp16 int8" with
+# MODE=infer (docs/PERFORMANCE.md, "int8 inference tables").
 set -euo pipefail
 cfg=${1:-bench/multihot.toml}
 mode=${2:-train}
