@@ -128,21 +128,34 @@ fn table_bytes(values: &[f32], precision: TablePrecision) -> (Dtype, Vec<u8>) {
     }
 }
 
-/// The values of a float tensor (F32, F16 or BF16) as f32; `None` for another type.
-fn decode(dtype: Dtype, bytes: &[u8]) -> Option<Vec<f32>> {
+/// The values of a float tensor (F32, F16 or BF16) as f32, read from its bytes in
+/// place, and how many there are; `None` for another type.
+#[allow(clippy::type_complexity)]
+fn decode(dtype: Dtype, bytes: &[u8]) -> Option<(usize, Box<dyn Iterator<Item = f32> + '_>)> {
     let pairs = bytes
         .chunks_exact(2)
         .map(|c| u16::from_le_bytes([c[0], c[1]]));
-    match dtype {
-        Dtype::F32 => Some(
-            (bytes.chunks_exact(4))
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
+    Some(match dtype {
+        Dtype::F32 => (
+            bytes.len() / 4,
+            Box::new((bytes.chunks_exact(4)).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
         ),
-        Dtype::F16 => Some(pairs.map(|h| half::f16::from_bits(h).to_f32()).collect()),
-        Dtype::BF16 => Some(pairs.map(|h| half::bf16::from_bits(h).to_f32()).collect()),
-        _ => None,
-    }
+        Dtype::F16 => (
+            bytes.len() / 2,
+            Box::new(pairs.map(|h| half::f16::from_bits(h).to_f32())),
+        ),
+        Dtype::BF16 => (
+            bytes.len() / 2,
+            Box::new(pairs.map(|h| half::bf16::from_bits(h).to_f32())),
+        ),
+        _ => return None,
+    })
+}
+
+/// The first value of a float tensor that is NaN or infinite, with its index.
+fn first_non_finite(dtype: Dtype, bytes: &[u8]) -> Option<(usize, f32)> {
+    let (_, mut values) = decode(dtype, bytes)?;
+    values.by_ref().enumerate().find(|(_, x)| !x.is_finite())
 }
 
 /// Every tensor of the model's state, named, as owned bytes, and the tables' step
@@ -203,9 +216,7 @@ fn check_finite(tensors: &[Tensor], progress: Progress) -> Result<()> {
         name, bytes, dtype, ..
     } in tensors
     {
-        let values = decode(*dtype, bytes).unwrap_or_default();
-        let bad = values.iter().enumerate().find(|(_, x)| !x.is_finite());
-        if let Some((i, &x)) = bad {
+        if let Some((i, x)) = first_non_finite(*dtype, bytes) {
             return Err(Error::NonFinite {
                 what: "parameter".into(),
                 place: format!("the checkpoint of step {}", progress.step),
@@ -607,13 +618,13 @@ impl Checkpoint {
                 message: format!("tensor '{name}' missing: the checkpoint is of another model"),
             })?;
             // Float tables may be stored as F16 or BF16 (exactly what they held).
-            let Some(values) = decode(t.dtype(), t.data()) else {
+            let Some((len, values)) = decode(t.dtype(), t.data()) else {
                 return Err(Error::Checkpoint {
                     path: path.clone(),
                     message: format!("tensor '{name}' is {:?}, expected F32", t.dtype()),
                 });
             };
-            if let Some((i, x)) = values.iter().enumerate().find(|(_, x)| !x.is_finite()) {
+            if let Some((i, x)) = first_non_finite(t.dtype(), t.data()) {
                 return Err(Error::Checkpoint {
                     path: path.clone(),
                     message: format!(
@@ -621,17 +632,16 @@ impl Checkpoint {
                     ),
                 });
             }
-            if values.len() != dst.len() {
+            if len != dst.len() {
                 return Err(Error::Checkpoint {
                     path: path.clone(),
                     message: format!(
-                        "tensor '{name}' has {} values, the model needs {}",
-                        values.len(),
+                        "tensor '{name}' has {len} values, the model needs {}",
                         dst.len()
                     ),
                 });
             }
-            dst.copy_from_slice(&values);
+            dst.iter_mut().zip(values).for_each(|(d, v)| *d = v);
             Ok(())
         };
         for p in model.dense_params() {
