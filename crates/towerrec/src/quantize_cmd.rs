@@ -2,7 +2,7 @@
 //! row-wise quantized (docs/CONFIG.md, `model.table_precision = "int8"`), from a
 //! trained one. `towerrec eval` scores it as any checkpoint; it cannot be trained on.
 
-use crate::commands::{clean, recover_run_dir, set_threads};
+use crate::commands::{clean, recover_run_dir};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::PathBuf;
@@ -24,7 +24,6 @@ pub struct QuantizeArgs {
 }
 
 pub fn run(a: QuantizeArgs) -> Result<()> {
-    set_threads(0)?;
     recover_run_dir(&a.checkpoint)?;
     let input = checkpoint::resolve(&a.checkpoint);
     let ckpt = Checkpoint::read(&input)?;
