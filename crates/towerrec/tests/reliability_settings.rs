@@ -114,6 +114,17 @@ fn drift_in_one_process_and_towers_on_one_side_only_are_said() {
         "{}",
         describe(&o)
     );
+    // bf16 dense layers: the portable path, said.
+    let bf16 = ["--set", "model.dense_precision=\"bf16\"", "--overwrite"];
+    let o = towerrec(&[&args[..], &bf16].concat());
+    assert!(o.status.success(), "{}", describe(&o));
+    assert!(
+        text(&o).1.contains(
+            "note: model.dense_precision = \"bf16\": the dense layers' products take bf16 operands and sum in f32 (f32 master weights), computed by the portable path"
+        ),
+        "{}",
+        describe(&o)
+    );
     // A DMT model on a plan without towers, and a tower plan for a model without.
     let towers = [
         "--set",
