@@ -16,13 +16,10 @@
 
 use super::Pooling;
 use crate::batch::JaggedView;
-use crate::simd::{prefetch, prefetch_for_write, ROWS_APART_AHEAD};
+use crate::simd::prefetch;
 
 /// Bytes after a row's values: its scale and bias.
 pub(super) const TAIL: usize = 8;
-
-/// How many ids ahead the lookup prefetches rows (as `kernels::LOOKUP_PREFETCH`).
-const LOOKUP_PREFETCH: usize = 12;
 
 /// Bytes a stored row of `dim` values takes.
 pub(super) fn row_bytes(dim: usize) -> usize {
@@ -131,27 +128,8 @@ fn pool_samples_body(
     stride: usize,
     offset: usize,
 ) {
-    let values = ids.values;
-    let n = out.len().div_ceil(stride);
-    let limit = ids.start(first + n);
-    for i in 0..n {
-        if stride > dim && i + ROWS_APART_AHEAD < n {
-            prefetch_for_write(out, (i + ROWS_APART_AHEAD) * stride + offset, dim);
-        }
-        let end = ((i + 1) * stride).min(out.len());
-        let slot = &mut out[i * stride..end];
-        let (s, e) = (ids.start(first + i), ids.start(first + i + 1));
-        let bag = &values[s..e];
-        let ahead = &values[(s + LOOKUP_PREFETCH).min(limit)..(e + LOOKUP_PREFETCH).min(limit)];
-        let dst = &mut slot[offset..offset + dim];
-        pool_bag(rows, dim, bag, ahead, dst);
-        if pooling == Pooling::Mean && bag.len() > 1 {
-            let scale = 1.0 / bag.len() as f32;
-            for d in dst.iter_mut() {
-                *d *= scale;
-            }
-        }
-    }
+    let pool = |bag: &[u64], ahead: &[u64], dst: &mut [f32]| pool_bag(rows, dim, bag, ahead, dst);
+    super::kernels::for_each_bag(dim, pooling, ids, first, out, stride, offset, pool);
 }
 
 /// Sums the rows of `bag` into `dst`, column block by column block.

@@ -106,6 +106,28 @@ fn pool_samples_body<E: Elem, const F16C: bool>(
     stride: usize,
     offset: usize,
 ) {
+    let pool = |bag: &[u64], ahead: &[u64], dst: &mut [f32]| {
+        pool_bag::<E, F16C>(weights, dim, bag, ahead, dst)
+    };
+    for_each_bag(dim, pooling, ids, first, out, stride, offset, pool);
+}
+
+/// The loop over samples every pooling kernel shares (float and int8 rows): for each
+/// sample from `first`, `pool(bag, ahead, dst)` sums its bag's rows into its slot of
+/// `out` (`ahead`: the ids `LOOKUP_PREFETCH` positions on, to prefetch), then a mean
+/// pooling divides by the bag's length.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn for_each_bag(
+    dim: usize,
+    pooling: Pooling,
+    ids: JaggedView<'_>,
+    first: usize,
+    out: &mut [f32],
+    stride: usize,
+    offset: usize,
+    mut pool: impl FnMut(&[u64], &[u64], &mut [f32]),
+) {
     let values = ids.values;
     let n = out.len().div_ceil(stride);
     // Prefetch no further than this task's last id: the next task's ids are another
@@ -121,7 +143,7 @@ fn pool_samples_body<E: Elem, const F16C: bool>(
         let bag = &values[s..e];
         let ahead = &values[(s + LOOKUP_PREFETCH).min(limit)..(e + LOOKUP_PREFETCH).min(limit)];
         let dst = &mut slot[offset..offset + dim];
-        pool_bag::<E, F16C>(weights, dim, bag, ahead, dst);
+        pool(bag, ahead, dst);
         if pooling == Pooling::Mean && bag.len() > 1 {
             let scale = 1.0 / bag.len() as f32;
             for d in dst.iter_mut() {
