@@ -81,9 +81,10 @@ def ensure_torch():
         sys.exit("torch still cannot be imported after pip install torch")
 
 
-def build():
-    log("building towerrec: cargo build --release")
-    subprocess.run(["cargo", "build", "--release"], cwd=ROOT, check=True)
+def build(features=""):
+    cmd = ["cargo", "build", "--release"] + (["--features", features] if features else [])
+    log("building towerrec: " + " ".join(cmd))
+    subprocess.run(cmd, cwd=ROOT, check=True)
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
     exe = os.path.join(target, "release", "towerrec")
     if not os.path.exists(exe):
@@ -131,6 +132,12 @@ def main():
     ap.add_argument("--quick", action="store_true",
                     help="smoke test: 1 round, 1 warm-up step, 2 steps, 1 repetition")
     ap.add_argument("--no-build", action="store_true", help="use the existing release binary")
+    ap.add_argument("--features", default="",
+                    help="cargo features of the towerrec build (onednn: bf16 dense layers "
+                         "through oneDNN)")
+    ap.add_argument("--towerrec-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for every towerrec run (e.g. "
+                         "'model.dense_precision=\"bf16\"'); repeatable, printed")
     ap.add_argument("--baselines", type=csv_list(BASELINES), default=["pytorch"],
                     help="what towerrec is timed against: pytorch (default), torchrec, "
                          "torchrec-bf16, dlrm-ref (the last three need bench/torchrec/setup.sh's "
@@ -147,6 +154,9 @@ def main():
     timing = ["--warmup", str(warmup), "--steps", str(steps), "--reps", str(reps),
               "--threads", str(a.threads)]
     tr_batch = ["--set", f"train.batch_size={a.batch}"] if a.batch else []
+    for kv in a.towerrec_set:
+        log(f"towerrec runs with --set {kv}")
+        tr_batch += ["--set", kv]
     pt_batch = ["--batch", str(a.batch)] if a.batch else []
 
     if "pytorch" in a.baselines:
@@ -155,7 +165,7 @@ def main():
         exe = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")),
                            "release", "towerrec")
     else:
-        exe = build()
+        exe = build(a.features)
     # Keep PyTorch's OpenMP/MKL pools at the same size as its intra-op setting.
     torch_env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))
     versions = {}

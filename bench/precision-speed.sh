@@ -10,6 +10,8 @@
 # (default 2).
 # int8 (row-wise quantized tables) is for inference only: PRECISIONS="fp16 int8" with
 # MODE=infer (docs/PERFORMANCE.md, "int8 inference tables").
+# KEY (default model.table_precision) names the key set: KEY=model.dense_precision
+# PRECISIONS=bf16 times bf16 dense layers (docs/PERFORMANCE.md, "bf16 dense layers").
 set -euo pipefail
 cfg=${1:-bench/multihot.toml}
 mode=${2:-train}
@@ -17,14 +19,15 @@ rounds=${3:-3}
 bin=${BIN:-target/release/towerrec}
 threads=${THREADS:-2}
 precisions=${PRECISIONS:-fp16 bf16}
+key=${KEY:-model.table_precision}
 [ -x "$bin" ] || { echo "no $bin: cargo build --release first" >&2; exit 1; }
-echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs; $($bin --version); $cfg $mode, $threads threads, $rounds rounds"
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs; $($bin --version); $cfg $mode, $threads threads, $rounds rounds, $key"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for r in $(seq "$rounds"); do
     for p in fp32 $precisions; do
         sps=$("$bin" bench model --config "$cfg" --mode "$mode" --threads "$threads" --json \
-            --set "model.table_precision=\"$p\"" | tail -1 |
+            --set "$key=\"$p\"" | tail -1 |
             python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["median_samples_per_sec"])')
         printf '%s\t%s\t%s\n' "$r" "$p" "$sps" >>"$out"
         printf 'round %s %-5s %10.0f samples/s\n' "$r" "$p" "$sps"

@@ -16,6 +16,7 @@
 //! [`HugePageBuf`] is the 2 MiB-aligned, `MADV_HUGEPAGE`-advised allocation the probes
 //! use; it is written to be usable for embedding-table storage too.
 
+use crate::matmul::DensePrecision;
 use rayon::prelude::*;
 use std::alloc::Layout;
 use std::fmt;
@@ -591,13 +592,27 @@ fn prefetch_row(table: &[f32], start: usize, dim: usize) {
 /// rayon pool of `threads` workers (0: one per core). Returns the repetitions' `rate`
 /// within `budget` (the first, warm-up, repetition included).
 pub fn gemm_gflops(n: usize, threads: usize, budget: Duration, rate: Rate) -> f64 {
+    gemm_gflops_in(DensePrecision::Fp32, n, threads, budget, rate)
+}
+
+/// [`gemm_gflops`] with the operands in `precision` ([`crate::matmul::matmul_in`]: for
+/// bf16, this build's bf16 kernel, rounding included).
+pub fn gemm_gflops_in(
+    precision: DensePrecision,
+    n: usize,
+    threads: usize,
+    budget: Duration,
+    rate: Rate,
+) -> f64 {
     let n = n.max(1);
     let a: Vec<f32> = (0..n * n).map(|i| (i % 7) as f32 * 0.25 - 0.75).collect();
     let b: Vec<f32> = (0..n * n).map(|i| (i % 5) as f32 * 0.5 - 1.0).collect();
     let mut c = vec![0.0f32; n * n];
+    let mut scratch = crate::matmul::Bf16Scratch::default();
     let times = pool(threads).install(|| {
         timed_reps(budget, MIN_REPS, || {
-            crate::matmul::matmul(n, n, n, &a, false, &b, false, &mut c, false);
+            let s = &mut scratch;
+            crate::matmul::matmul_in(precision, s, n, n, n, &a, false, &b, false, &mut c, false);
             std::hint::black_box(&mut c);
         })
     });

@@ -27,6 +27,12 @@ pub struct Compute {
     /// below the GEMM rate; without points the interaction runs at `efficiency`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub interaction: Vec<[f64; 2]>,
+    /// Peak dense FLOP/s with bf16 operands and f32 sums (a workload with
+    /// `dense_bf16`), in TFLOP/s: `towerrec calibrate` measures the GEMM through the
+    /// build's bf16 kernel (oneDNN, or the portable path: slower than f32). The
+    /// `efficiency` applies to it as to `peak_tflops`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bf16_peak_tflops: Option<f64>,
 }
 
 fn one() -> f64 {
@@ -249,6 +255,9 @@ impl Hardware {
             Ceiling::Tflops,
         )?;
         check_efficiency("compute.efficiency", self.compute.efficiency)?;
+        if let Some(peak) = self.compute.bf16_peak_tflops {
+            check_positive("compute.bf16_peak_tflops", peak, Ceiling::Tflops)?;
+        }
         for (i, &[w, r]) in self.compute.interaction.iter().enumerate() {
             check_positive(
                 &format!("compute.interaction[{i}] width"),
@@ -340,6 +349,23 @@ impl Hardware {
         flops / (self.compute.peak_tflops * 1e12 * self.compute.efficiency)
     }
 
+    /// Seconds for `flops` of the dense layers' products on one chip: at
+    /// `compute.bf16_peak_tflops` when `bf16` (an error without it), else as
+    /// [`Hardware::compute_time`].
+    pub fn dense_time(&self, flops: f64, bf16: bool) -> Result<f64> {
+        if !bf16 {
+            return Ok(self.compute_time(flops));
+        }
+        let peak = self.compute.bf16_peak_tflops.ok_or_else(|| {
+            Error::invalid(
+                "compute.bf16_peak_tflops",
+                "the workload's dense layers are bf16 (model.dense_precision) but the \
+                 hardware gives no bf16 rate: `towerrec calibrate` measures it, or set it",
+            )
+        })?;
+        Ok(flops / (peak * 1e12 * self.compute.efficiency))
+    }
+
     /// Seconds for `flops` of the dot interaction of vectors `width` wide on one chip:
     /// at the measured rate for that width (linear between measured widths, the end
     /// points' rates beyond them), else as any dense compute.
@@ -400,6 +426,21 @@ mod tests {
         let e = load_err(&bad, "x.toml");
         assert!(e.contains("x.toml") && e.contains("warp_drive"), "{e}");
         assert!(Hardware::load("no-such-preset-or-file").is_err());
+    }
+
+    #[test]
+    fn bf16_dense_layers_run_at_the_bf16_rate_or_are_refused_without_one() {
+        let mut hw = Hardware::preset("h100-cluster").unwrap();
+        let flops = 1e12;
+        assert_eq!(hw.dense_time(flops, false).unwrap(), hw.compute_time(flops));
+        let e = hw.dense_time(flops, true).unwrap_err().to_string();
+        assert!(e.contains("compute.bf16_peak_tflops"), "{e}");
+        hw.compute.bf16_peak_tflops = Some(2.0 * hw.compute.peak_tflops);
+        hw.validate().unwrap();
+        let (f32_secs, bf16_secs) = (hw.compute_time(flops), hw.dense_time(flops, true).unwrap());
+        assert!((bf16_secs * 2.0 / f32_secs - 1.0).abs() < 1e-12);
+        hw.compute.bf16_peak_tflops = Some(-1.0);
+        assert!(hw.validate().is_err());
     }
 
     #[test]

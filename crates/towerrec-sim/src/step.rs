@@ -338,7 +338,14 @@ pub fn simulate_parts(
         }
         _ => 1.0,
     } * load.lookups;
-    let compute = |flops_per_sample: f64| hw.compute_time(flops_per_sample * b);
+    // The dense layers' products in the workload's precision (checked here, once).
+    hw.dense_time(0.0, workload.dense_bf16)?;
+    let compute = |flops_per_sample: f64| {
+        hw.dense_time(flops_per_sample * b, workload.dense_bf16)
+            .unwrap_or(f64::NAN)
+    };
+    // Pooling sums rows in f32 whatever the dense layers' precision.
+    let f32_compute = |flops_per_sample: f64| hw.compute_time(flops_per_sample * b);
     let training = scenario.mode == Mode::Training;
 
     let mut t = Timeline { phases: Vec::new() };
@@ -408,7 +415,7 @@ pub fn simulate_parts(
     t.push(
         "pooling",
         Resource::Compute,
-        compute(workload.pooling_flops() * lookup_share),
+        f32_compute(workload.pooling_flops() * lookup_share),
     );
     // A pipelined exchange ran its maps inside it.
     let unpipelined = |tc: &TowerCosts| tc.has_modules() && tc.chunks == 1 && !split;
@@ -532,7 +539,7 @@ pub fn simulate_parts(
             Resource::Memory,
             update_passes * update
                 + bags * hw.system.update_overhead_ns * 1e-9
-                + compute(workload.pooling_flops() * lookup_share),
+                + f32_compute(workload.pooling_flops() * lookup_share),
         );
         let allreduce =
             net.hierarchical_all_reduce(dense.params * workload.grad_bytes as f64, world);

@@ -109,6 +109,12 @@ pub fn train_rank(
     plan: &Plan,
     observer: &mut dyn Observer,
 ) -> Result<Summary> {
+    // Named first: "auto" resolves on each rank's own build and CPU.
+    comm.check_same(
+        "model.dense_precision (\"auto\" resolves by each rank's build and CPU: set \
+         \"fp32\" or \"bf16\" for hosts that differ)",
+        cfg.model.dense_precision as u64,
+    )?;
     comm.check_same("the config", fingerprint(&cfg.to_toml()))?;
     comm.check_same("the plan", fingerprint(&plan.to_json_pretty()))?;
     cfg.refuse_int8("training")?;

@@ -100,3 +100,22 @@ fn bf16_dense_layers_train_close_to_fp32_everywhere() {
         }
     }
 }
+
+/// `auto` is resolved when the config is read: to bf16 exactly where the bf16 kernel
+/// runs on bf16 instructions; the config written beside a run (and into checkpoints)
+/// holds the choice, and reading that back keeps it.
+#[test]
+fn auto_is_resolved_when_read_and_recorded_as_chosen() {
+    let auto = config(common::DLRM, "auto");
+    let chosen = DensePrecision::Auto.resolve();
+    assert_ne!(chosen, DensePrecision::Auto);
+    assert_eq!(auto.model.dense_precision, chosen);
+    assert!(auto.model.dense_precision_auto);
+    let text = auto.to_toml();
+    assert!(!text.contains("auto"), "{text}");
+    let again = Config::from_toml(&text, "again", Path::new(".")).unwrap();
+    assert_eq!(again.model.dense_precision, chosen);
+    assert!(!again.model.dense_precision_auto);
+    let fast = towerrec_core::matmul::bf16_kernel().is_fast();
+    assert_eq!(chosen == DensePrecision::Bf16, fast);
+}

@@ -607,17 +607,7 @@ fn setting_notes(cfg: &Config, mpi: bool) -> Result<Vec<String>> {
             ),
         });
     }
-    if cfg.model.dense_precision == towerrec_core::matmul::DensePrecision::Bf16 {
-        let cpu = match towerrec_core::simd::has_bf16_instructions() {
-            true => "this CPU has bf16 instructions, which this build does not use yet",
-            false => "this CPU has no bf16 instructions",
-        };
-        notes.push(format!(
-            "note: model.dense_precision = \"bf16\": the dense layers' products take bf16 \
-             operands and sum in f32 (f32 master weights), computed by the portable path: \
-             rounded copies through the f32 GEMM, slower than fp32 ({cpu}; docs/CONFIG.md)"
-        ));
-    }
+    notes.extend(dense_precision_note(&cfg.model));
     if let Some(listed) = cfg.model.towers.as_ref().and_then(|t| t.features.as_ref()) {
         notes.push(format!(
             "note: model.towers.features (or file) lists the towers, as configs before the \
@@ -689,5 +679,25 @@ fn human_bytes(b: f64) -> String {
         format!("{:.1} kB", b / 1e3)
     } else {
         format!("{b:.0} B")
+    }
+}
+
+/// What computes the dense layers' products, when they are not plain fp32
+/// (docs/CONFIG.md, `model.dense_precision`).
+fn dense_precision_note(model: &towerrec_train::config::ModelConfig) -> Option<String> {
+    use towerrec_core::matmul::{bf16_kernel, DensePrecision};
+    let kernel = bf16_kernel();
+    match (model.dense_precision, model.dense_precision_auto) {
+        (DensePrecision::Bf16, auto) => Some(format!(
+            "note: model.dense_precision = \"{}\": the dense layers' products take bf16 \
+             operands and sum in f32 (f32 master weights), computed by {kernel} \
+             (docs/CONFIG.md)",
+            if auto { "auto\" chose \"bf16" } else { "bf16" }
+        )),
+        (DensePrecision::Fp32, true) => Some(format!(
+            "note: model.dense_precision = \"auto\" chose \"fp32\": bf16 would be \
+             computed by {kernel} (docs/CONFIG.md)"
+        )),
+        _ => None,
     }
 }

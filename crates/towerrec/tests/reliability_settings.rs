@@ -125,6 +125,26 @@ fn drift_in_one_process_and_towers_on_one_side_only_are_said() {
         "{}",
         describe(&o)
     );
+    // "auto": on a build without oneDNN (the README's test command) fp32, and why,
+    // said; with the feature, what it chose on this CPU.
+    let auto = ["--set", "model.dense_precision=\"auto\"", "--overwrite"];
+    let o = towerrec(&[&args[..], &auto].concat());
+    assert!(o.status.success(), "{}", describe(&o));
+    let said = text(&o).1;
+    match cfg!(feature = "onednn") {
+        false => assert!(
+            said.contains(
+                "note: model.dense_precision = \"auto\" chose \"fp32\": bf16 would be computed by the portable path"
+            ) && said.contains("this build has no oneDNN: build with --features onednn"),
+            "{}",
+            describe(&o)
+        ),
+        true => assert!(
+            said.contains("note: model.dense_precision = \"auto\" chose"),
+            "{}",
+            describe(&o)
+        ),
+    }
     // A DMT model on a plan without towers, and a tower plan for a model without.
     let towers = [
         "--set",

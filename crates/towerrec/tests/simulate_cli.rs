@@ -149,6 +149,58 @@ fn table_precisions_are_priced_by_the_bytes_of_a_row() {
     }
 }
 
+/// `model.dense_precision = "bf16"` prices the dense layers at the hardware's
+/// `compute.bf16_peak_tflops` (calibrate measures it), and is refused on hardware that
+/// gives none; an fp32 model ignores that figure.
+#[test]
+fn bf16_dense_layers_are_priced_at_the_bf16_rate() {
+    let dir = tmp_dir("dense-bf16");
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = std::fs::read_to_string("../../bench/kaggle.toml")
+        .or_else(|_| std::fs::read_to_string("bench/kaggle.toml"))
+        .unwrap();
+    let (fp32, bf16) = (dir.join("fp32.toml"), dir.join("bf16.toml"));
+    std::fs::write(&fp32, &base).unwrap();
+    let with_bf16 = base.replace("[model]\n", "[model]\ndense_precision = \"bf16\"\n");
+    assert_ne!(with_bf16, base);
+    std::fs::write(&bf16, with_bf16).unwrap();
+    let (plain, fast) = (dir.join("plain.toml"), dir.join("fast.toml"));
+    std::fs::write(&plain, TWO_BY_TWO).unwrap();
+    let doubled = TWO_BY_TWO.replace(
+        "efficiency = 0.5",
+        "efficiency = 0.5\nbf16_peak_tflops = 0.1",
+    );
+    std::fs::write(&fast, doubled).unwrap();
+    let simulate = |cfg: &std::path::Path, hw: &std::path::Path| {
+        towerrec(&[
+            "simulate",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--hardware",
+            hw.to_str().unwrap(),
+            "--json",
+        ])
+    };
+    let step = |cfg, hw| {
+        let out = simulate(cfg, hw);
+        assert!(out.status.success(), "{}", text(&out).1);
+        let line = text(&out).0.lines().next().unwrap().to_string();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        v["step_seconds"].as_f64().unwrap()
+    };
+    let refused = simulate(&bf16, &plain);
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused).1.contains("compute.bf16_peak_tflops"),
+        "{}",
+        text(&refused).1
+    );
+    let f32_step = step(&fp32, &plain);
+    assert_eq!(step(&fp32, &fast), f32_step, "fp32 ignores the bf16 rate");
+    let bf16_step = step(&bf16, &fast);
+    assert!(bf16_step < f32_step, "{bf16_step} vs {f32_step}");
+}
+
 /// A 2 hosts × 2 ranks CPU cluster, written as `towerrec calibrate` would.
 const TWO_BY_TWO: &str = r#"name = "2 x 2"
 hosts = 2

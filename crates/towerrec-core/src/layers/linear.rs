@@ -446,16 +446,28 @@ mod tests {
         let rx: Vec<f32> = x.iter().map(|&v| round_bf16(v)).collect();
         let rdy: Vec<f32> = dy.iter().map(|&v| round_bf16(v)).collect();
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        // The portable path gives the f32 GEMM's bits on the rounded operands; oneDNN
+        // (a build with `onednn` on a bf16 CPU) the same products summed in its order.
+        let portable = !crate::matmul::bf16_kernel().is_fast();
+        let same = |got: &[f32], want: &[f32], what: &str| match portable {
+            true => assert_eq!(bits(got), bits(want), "{what}"),
+            false => got.iter().zip(want).for_each(|(g, w)| {
+                assert!(
+                    (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                    "{what}: {g} vs {w}"
+                )
+            }),
+        };
         let (mut y, mut want) = (vec![0.0; batch * no], vec![0.0; batch * no]);
         bf.forward(&x, &mut y, batch);
         reference.forward(&rx, &mut want, batch);
-        assert_eq!(bits(&y), bits(&want), "forward");
+        same(&y, &want, "forward");
         let (mut dx, mut want_dx) = (vec![0.0; batch * ni], vec![0.0; batch * ni]);
         bf.backward(&x, &y, &dy, Some(&mut dx), batch);
         reference.backward(&rx, &want, &rdy, Some(&mut want_dx), batch);
-        assert_eq!(bits(&dx), bits(&want_dx), "dx");
-        let gw = bits(bf.params()[0].grad);
-        assert_eq!(gw, bits(reference.params()[0].grad), "dW");
+        same(&dx, &want_dx, "dx");
+        let gw = bf.params()[0].grad.to_vec();
+        same(&gw, reference.params()[0].grad, "dW");
         // The master weights stay f32: unrounded, untouched.
         assert_eq!(bits(bf.weight()), bits(&weight));
         assert!(weight.iter().any(|w| w.to_bits() & 0xffff != 0));

@@ -72,10 +72,15 @@ pub struct ModelConfig {
     /// Per-table exceptions to `table_precision`, by table (feature) name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub table_precisions: BTreeMap<String, TablePrecision>,
-    /// How the dense layers' matrix products take their operands: `fp32` (default) or
-    /// `bf16` (rounded operands, f32 sums and master weights; docs/CONFIG.md).
+    /// How the dense layers' matrix products take their operands: `fp32` (default),
+    /// `bf16` (rounded operands, f32 sums and master weights), or `auto` (bf16 where
+    /// this build and CPU run it on bf16 instructions, else fp32), which reading the
+    /// config resolves, so that a checkpoint's config records the choice (docs/CONFIG.md).
     #[serde(default, skip_serializing_if = "is_dense_fp32")]
     pub dense_precision: DensePrecision,
+    /// Whether `dense_precision` was `auto` in the text read (for the run's note).
+    #[serde(skip)]
+    pub dense_precision_auto: bool,
 }
 
 fn is_dense_fp32(p: &DensePrecision) -> bool {
@@ -483,6 +488,10 @@ impl Config {
             file: origin.to_string(),
             message,
         })?;
+        if cfg.model.dense_precision == DensePrecision::Auto {
+            cfg.model.dense_precision = DensePrecision::Auto.resolve();
+            cfg.model.dense_precision_auto = true;
+        }
         Ok(cfg)
     }
 

@@ -4,7 +4,7 @@
 use super::*;
 
 /// Number of compute and memory measurements (progress steps).
-pub(super) const PROBES: usize = 6 + ROW_BYTES.len();
+pub(super) const PROBES: usize = 7 + ROW_BYTES.len();
 
 /// The compute and memory probes of one process.
 #[derive(Debug, Clone)]
@@ -13,6 +13,9 @@ pub(super) struct Machine {
     /// How the GEMM, MLP, copy and gather rates were taken from their repetitions.
     pub(super) rate: Rate,
     pub(super) gemm_gflops: f64,
+    /// The same GEMM with bf16 operands through this build's bf16 kernel
+    /// (`towerrec_core::matmul::bf16_kernel`).
+    pub(super) bf16_gemm_gflops: f64,
     /// towerrec's MLP layers, forward and backward (GFLOP/s).
     pub(super) mlp_gflops: f64,
     /// `(vector width, GFLOP/s)` of towerrec's dot interaction of
@@ -38,6 +41,7 @@ impl Machine {
         let f = ranks.max(1) as f64;
         Machine {
             gemm_gflops: self.gemm_gflops / f,
+            bf16_gemm_gflops: self.bf16_gemm_gflops / f,
             mlp_gflops: self.mlp_gflops / f,
             copy_gbs: self.copy_gbs / f,
             gather: self.gather.iter().map(|&(r, g)| (r, g / f)).collect(),
@@ -62,6 +66,7 @@ impl Machine {
             self.reader.sample,
             self.reader.zipf_id,
             self.reader.uniform_id,
+            self.bf16_gemm_gflops,
         ];
         v.extend(self.gather.iter().map(|g| g.1));
         v.extend(self.interaction.iter().map(|g| g.1));
@@ -82,16 +87,17 @@ impl Machine {
                 zipf_id: v[6],
                 uniform_id: v[7],
             },
+            bf16_gemm_gflops: v[8],
             gather: self
                 .gather
                 .iter()
-                .zip(&v[8..])
+                .zip(&v[9..])
                 .map(|(&(r, _), &g)| (r, g))
                 .collect(),
             interaction: self
                 .interaction
                 .iter()
-                .zip(&v[8 + self.gather.len()..])
+                .zip(&v[9 + self.gather.len()..])
                 .map(|(&(w, _), &g)| (w, g))
                 .collect(),
             ..self.clone()
@@ -118,7 +124,7 @@ impl Machine {
             .map(|(w, g)| format!("{w} {}", sig(*g)))
             .collect();
         format!(
-            "# {what}: GEMM f32 {GEMM_N}³ {} GFLOP/s ({}); MLP {} forward + backward \
+            "# {what}: GEMM f32 {GEMM_N}³ {} GFLOP/s ({}); bf16 {} GFLOP/s ({});\n#   MLP {} forward + backward \
              at batch {MLP_BATCH} {} GFLOP/s ({});\n#   dot interaction of {INTERACTION_VECTORS} vectors \
              forward + backward at batch {MLP_BATCH}, GFLOP/s by vector width ({}): {};\n#   embedding kernels, one 64 B row per bag: \
              lookup {} ns and update {} ns per bag beyond the gather;\n#   {} ({}): {} ns a sample, \
@@ -126,6 +132,8 @@ impl Machine {
              (read + write);\n#   random gathers from a {} table ({}, prefetch), GB/s: {}.\n",
             sig(self.gemm_gflops),
             self.rate_label("best repetition"),
+            sig(self.bf16_gemm_gflops),
+            towerrec_core::matmul::bf16_kernel(),
             dims_label(),
             sig(self.mlp_gflops),
             self.rate_label("median"),
@@ -162,6 +170,11 @@ pub(super) fn measure_machine(
     sync()?;
     progress.start(format!("GEMM f32 {GEMM_N}³"));
     let gemm_gflops = probe::gemm_gflops(GEMM_N, threads, s.budget, s.rate);
+    progress.done();
+    sync()?;
+    progress.start(format!("GEMM bf16 {GEMM_N}³"));
+    let bf16 = towerrec_core::matmul::DensePrecision::Bf16;
+    let bf16_gemm_gflops = probe::gemm_gflops_in(bf16, GEMM_N, threads, s.budget, s.rate);
     progress.done();
     sync()?;
     progress.start(format!("MLP {} forward + backward", dims_label()));
@@ -207,6 +220,7 @@ pub(super) fn measure_machine(
         update_bag_ns,
         reader,
         gemm_gflops,
+        bf16_gemm_gflops,
         mlp_gflops,
         interaction,
         copy_gbs,

@@ -25,6 +25,7 @@ pub(super) fn hardware(
                 .iter()
                 .map(|&(w, g)| [w as f64, sig(g)])
                 .collect(),
+            bf16_peak_tflops: Some(sig(per_chip.bf16_gemm_gflops / 1000.0)),
         },
         memory: MemorySystem::Measured {
             stream_gbs: sig(per_chip.copy_gbs),

@@ -38,6 +38,7 @@ fn machine() -> Machine {
         threads: 2,
         rate: Rate::Best,
         gemm_gflops: 180.0,
+        bf16_gemm_gflops: 60.0,
         mlp_gflops: 150.0,
         interaction: vec![(8, 4.0), (64, 20.0)],
         copy_gbs: 24.0,
@@ -59,6 +60,7 @@ fn machine() -> Machine {
 fn ranks_sharing_the_machine_split_it() {
     let m = machine().shared_by(4);
     assert_eq!((m.gemm_gflops, m.mlp_gflops, m.copy_gbs), (45.0, 37.5, 6.0));
+    assert_eq!(m.bf16_gemm_gflops, 15.0);
     assert_eq!(m.gather, vec![(64, 2.5), (256, 3.25)]);
     assert_eq!(m.interaction, vec![(8, 1.0), (64, 5.0)]);
     assert_eq!((m.lookup_bag_ns, m.update_bag_ns), (60.0, 160.0));
@@ -84,6 +86,8 @@ fn the_file_describes_a_cpu_step() {
     hw.validate().unwrap();
     assert_eq!(hw.chips(), 4);
     assert!((hw.compute.efficiency - 150.0 / 180.0).abs() < 1e-3);
+    // The bf16 GEMM's own rate, for bf16 dense layers.
+    assert_eq!(hw.compute.bf16_peak_tflops, Some(0.06));
     assert!(!hw.system.on_chip_buffers);
     assert_eq!(hw.system.allreduce_overlap, 0.0);
     assert_eq!(hw.system.lookup_comm_overlap, 0.0);

@@ -152,6 +152,8 @@ pub(super) fn workload_of(cfg: &Config, name: &str) -> Result<Workload> {
         bag_bytes: std::mem::size_of::<u64>(),
         wire_bytes: wire_bytes(cfg.cluster.qcomms),
         table_row_bytes: table_row_bytes(&cfg.model, &schema, &lookups),
+        // "auto" was resolved when the config was read, for this machine.
+        dense_bf16: cfg.model.dense_precision == towerrec_core::matmul::DensePrecision::Bf16,
         synthetic: synthetic_ids(&cfg.data),
     })
 }
