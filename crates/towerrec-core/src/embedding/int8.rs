@@ -18,8 +18,7 @@ use super::Pooling;
 use crate::batch::JaggedView;
 use crate::simd::prefetch;
 
-/// Bytes after a row's values: its scale and bias.
-pub(super) const TAIL: usize = 8;
+use super::precision::INT8_TAIL as TAIL;
 
 /// Bytes a stored row of `dim` values takes.
 pub(super) fn row_bytes(dim: usize) -> usize {

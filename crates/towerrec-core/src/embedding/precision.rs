@@ -10,6 +10,9 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Bytes after an int8 row's values: its scale and bias as f32 (FBGEMM's fused layout).
+pub(super) const INT8_TAIL: usize = 8;
+
 /// How a table stores its rows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -40,7 +43,7 @@ impl TablePrecision {
     /// Bytes a stored row of `dim` values takes.
     pub fn row_bytes(self, dim: usize) -> usize {
         let tail = if self == TablePrecision::Int8 {
-            super::int8::TAIL
+            INT8_TAIL
         } else {
             0
         };

@@ -182,17 +182,9 @@ pub fn matmul_in<T: Real>(
     #[cfg(feature = "onednn")]
     if bf16_kernel().is_fast() && m * n * k > 0 {
         if let (Some(a), Some(b), Some(c)) = (as_f32(a), as_f32(b), as_f32_mut(c)) {
-            fn bits(dst: &mut Vec<u16>, src: &[f32]) {
-                use rayon::prelude::*;
-                dst.clear();
-                dst.par_extend(
-                    src.par_iter()
-                        .with_min_len(1 << 14)
-                        .map(|&v| half::bf16::from_f32(v).to_bits()),
-                );
-            }
-            bits(&mut scratch.a16, &a[..m * k]);
-            bits(&mut scratch.b16, &b[..k * n]);
+            let bits = |v: &f32| half::bf16::from_f32(*v).to_bits();
+            convert(&mut scratch.a16, &a[..m * k], bits);
+            convert(&mut scratch.b16, &b[..k * n], bits);
             let threads = match m * n * k >= PARALLEL_MIN_FLOPS {
                 true => rayon::current_num_threads(),
                 false => 1,
@@ -219,16 +211,18 @@ fn portable_bf16<T: Real>(
     c: &mut [T],
     accumulate: bool,
 ) {
-    fn rounded<T: Real>(dst: &mut Vec<T>, src: &[T]) {
-        use rayon::prelude::*;
-        dst.clear();
-        dst.par_extend(src.par_iter().with_min_len(1 << 14).map(|&v| round_bf16(v)));
-    }
-    rounded(&mut scratch.a, &a[..m * k]);
-    rounded(&mut scratch.b, &b[..k * n]);
+    convert(&mut scratch.a, &a[..m * k], |&v| round_bf16(v));
+    convert(&mut scratch.b, &b[..k * n], |&v| round_bf16(v));
     matmul(
         m, n, k, &scratch.a, trans_a, &scratch.b, trans_b, c, accumulate,
     );
+}
+
+/// `dst` made `src` mapped by `f`, in parallel for large operands.
+fn convert<S: Sync, D: Send>(dst: &mut Vec<D>, src: &[S], f: impl Fn(&S) -> D + Sync + Send) {
+    use rayon::prelude::*;
+    dst.clear();
+    dst.par_extend(src.par_iter().with_min_len(1 << 14).map(f));
 }
 
 /// `s` as `&[f32]` when `T` is `f32`.

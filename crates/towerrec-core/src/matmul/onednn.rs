@@ -117,52 +117,28 @@ pub(crate) fn matmul_bf16(
     accumulate: bool,
     threads: usize,
 ) {
-    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
     let shape = (m, n, k, trans_a, trans_b, accumulate, true);
-    run(shape, a.as_ptr().cast(), b.as_ptr().cast(), c, threads);
+    run(shape, a, b, c, threads);
 }
 
-/// [`matmul_bf16`]'s calls with f32 operands: oneDNN's plumbing (strides, transposes,
-/// the sum post-op, threads) checked on CPUs that have no bf16 matmul.
-#[cfg(test)]
-#[allow(clippy::too_many_arguments)]
-fn matmul_f32(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: &[f32],
-    trans_a: bool,
-    b: &[f32],
-    trans_b: bool,
-    c: &mut [f32],
-    accumulate: bool,
-    threads: usize,
-) {
+/// Runs the cached primitive of `shape` (made on first use): bf16 operands as bits
+/// (`E = u16`), or f32 ones (`E = f32`: the same calls on CPUs without a bf16 matmul,
+/// for tests), as `shape` says.
+fn run<E>(shape: Shape, a: &[E], b: &[E], c: &mut [f32], threads: usize) {
+    let (m, n, k, .., bf16) = shape;
+    assert_eq!(std::mem::size_of::<E>(), if bf16 { 2 } else { 4 });
     assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
-    let shape = (m, n, k, trans_a, trans_b, accumulate, false);
-    run(shape, a.as_ptr().cast(), b.as_ptr().cast(), c, threads);
-}
-
-/// Runs the cached primitive of `shape` (made on first use) on operands the callers
-/// checked against it.
-fn run(
-    shape: Shape,
-    a: *const std::ffi::c_void,
-    b: *const std::ffi::c_void,
-    c: &mut [f32],
-    threads: usize,
-) {
     PRIMITIVES.with_borrow_mut(|cache| {
         let primitive = cache
             .entry(shape)
             .or_insert_with(|| Primitive::new(shape).unwrap_or_else(|e| panic!("{e}")));
-        // SAFETY: the callers' asserts bound every element the primitive's descriptors
+        // SAFETY: the asserts above bound every element the primitive's descriptors
         // (these dims and row-major strides) reach; c is borrowed mutably and alone.
         let status = unsafe {
             towerrec_dnnl_matmul_run(
                 primitive.0.as_ptr(),
-                a,
-                b,
+                a.as_ptr().cast(),
+                b.as_ptr().cast(),
                 c.as_mut_ptr(),
                 threads.max(1) as c_int,
             )
@@ -267,7 +243,7 @@ mod tests {
         assert!(!found.version.is_empty(), "{found:?}");
         cases(|a, b, shape @ (m, n, k, ta, tb, acc, _), threads, c| {
             let mut want = c.to_vec();
-            matmul_f32(m, n, k, a, ta, b, tb, c, acc, threads);
+            run((m, n, k, ta, tb, acc, false), a, b, c, threads);
             matmul(m, n, k, a, ta, b, tb, &mut want, acc);
             close(c, &want, shape);
         });
