@@ -252,11 +252,85 @@ impl Batch {
             labels: self.labels[start..end].to_vec(),
         }
     }
+
+    /// The samples of `parts`, in order, as one batch ([`Batch::slice`]'s inverse: a
+    /// server's micro-batch of requests). The parts must have the same features.
+    pub fn concat(parts: &[Batch]) -> Result<Batch> {
+        let Some(first) = parts.first() else {
+            return Ok(Batch::default());
+        };
+        let (nd, keys) = (first.num_dense, first.sparse.keys());
+        if let Some(p) = parts
+            .iter()
+            .find(|p| p.num_dense != nd || p.sparse.keys() != keys)
+        {
+            return Err(Error::shape(
+                "Batch::concat features",
+                format!("{nd} dense, sparse {keys:?}"),
+                format!("{} dense, sparse {:?}", p.num_dense, p.sparse.keys()),
+            ));
+        }
+        let b: usize = parts.iter().map(Batch::batch_size).sum();
+        let mut offsets = Vec::with_capacity(keys.len() * b + 1);
+        let mut values = Vec::with_capacity(parts.iter().map(|p| p.sparse.values.len()).sum());
+        offsets.push(0);
+        for f in 0..keys.len() {
+            for p in parts {
+                let view = p.sparse.feature(f);
+                let base = values.len();
+                values.extend_from_slice(view.values);
+                offsets.extend(
+                    view.offsets[1..]
+                        .iter()
+                        .map(|&o| base + o - view.offsets[0]),
+                );
+            }
+        }
+        Ok(Batch {
+            dense: parts.iter().flat_map(|p| p.dense.iter().copied()).collect(),
+            num_dense: nd,
+            sparse: KeyedJagged {
+                keys: keys.to_vec(),
+                batch_size: b,
+                offsets,
+                values,
+            },
+            labels: parts
+                .iter()
+                .flat_map(|p| p.labels.iter().copied())
+                .collect(),
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn concat_undoes_slice() {
+        let kj = KeyedJagged::from_lengths(
+            vec!["a".into(), "b".into()],
+            4,
+            &[1, 2, 0, 1, 3, 0, 2, 1],
+            (0..10).collect(),
+        )
+        .unwrap();
+        let batch = Batch::new(
+            (0..8).map(|x| x as f32).collect(),
+            2,
+            kj,
+            vec![0., 1., 1., 0.],
+        )
+        .unwrap();
+        let parts = [batch.slice(0, 1), batch.slice(1, 0), batch.slice(1, 3)];
+        assert_eq!(Batch::concat(&parts).unwrap(), batch);
+        assert_eq!(Batch::concat(&[]).unwrap().batch_size(), 0);
+        let mut other = batch.slice(0, 2);
+        other.num_dense = 1;
+        other.dense.truncate(2);
+        assert!(Batch::concat(&[batch.clone(), other]).is_err());
+    }
 
     #[test]
     fn feature_views_slice_values_per_sample() {

@@ -13,6 +13,7 @@ mod plan_summary;
 mod profile_cmd;
 mod progress;
 mod quantize_cmd;
+mod serve_cmd;
 mod simulate;
 mod train_cmd;
 mod vocab_cmd;
@@ -38,6 +39,8 @@ enum Command {
     Train(train_cmd::TrainArgs),
     /// Score a data file with a saved model and print AUC, log loss and NE.
     Eval(commands::EvalArgs),
+    /// Serve a trained model over HTTP: POST /score, GET /health, GET /metrics (docs/SERVING.md).
+    Serve(serve_cmd::ServeArgs),
     /// Write an inference checkpoint with int8 row-wise quantized tables from a trained one.
     Quantize(quantize_cmd::QuantizeArgs),
     /// Generate a synthetic data set into the preprocessed binary format.
@@ -76,6 +79,7 @@ fn main() {
     let result = match cli.command {
         Some(Command::Train(a)) => train_cmd::train(a),
         Some(Command::Eval(a)) => commands::eval(a),
+        Some(Command::Serve(a)) => serve_cmd::run(a),
         Some(Command::Quantize(a)) => quantize_cmd::run(a),
         Some(Command::Simulate(a)) => simulate::run(a),
         Some(Command::Datagen(a)) => data_cmds::datagen(a),
