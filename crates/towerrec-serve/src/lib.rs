@@ -5,7 +5,8 @@
 //!   training file's format) into a batch, encoded as the training data were.
 //! - [`batcher`]: dynamic micro-batching onto one scoring thread that owns the
 //!   [`batcher::Scorer`].
-//! - [`scorer`]: the scorers: one process's model.
+//! - [`scorer`]: one process's model; [`sharded`]: the ranks of an in-process cluster
+//!   scoring together under a sharding plan.
 //! - [`http`]: the routes (`/score`, `/health`, `/metrics`), limits, the bearer token,
 //!   and graceful shutdown.
 //! - [`metrics`]: the Prometheus metrics.
@@ -19,12 +20,14 @@ pub mod http;
 pub mod metrics;
 pub mod request;
 pub mod scorer;
+pub mod sharded;
 
 pub use batcher::{BatchLimits, Batcher, Scorer};
 pub use error::{Error, Result};
 pub use http::Limits;
 pub use request::RequestParser;
 pub use scorer::ModelScorer;
+pub use sharded::{BatchBytes, ShardedScorer};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -17,6 +17,10 @@ pub const REQUEST_ROWS: &str = "towerrec_serve_request_rows";
 pub const BATCH_ROWS: &str = "towerrec_serve_batch_rows";
 /// Requests per scored micro-batch.
 pub const BATCH_REQUESTS: &str = "towerrec_serve_batch_requests";
+/// Sharded serving: bytes a micro-batch's embedding exchange moved, by `link`.
+pub const BATCH_LOOKUP_BYTES: &str = "towerrec_serve_batch_lookup_bytes";
+/// Sharded serving: bytes moved between ranks, by `link` and `what` (lookup, gather).
+pub const BATCH_BYTES: &str = "towerrec_serve_bytes_total";
 /// `/score` requests being handled now.
 pub const IN_FLIGHT: &str = "towerrec_serve_in_flight_requests";
 
@@ -28,6 +32,21 @@ const LATENCY_BUCKETS: &[f64] = &[
 const ROW_BUCKETS: &[f64] = &[
     1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0,
     16384.0, 32768.0, 65536.0,
+];
+
+/// Byte buckets: powers of four from 1 KiB to 1 GiB.
+const BYTE_BUCKETS: &[f64] = &[
+    1024.0,
+    4096.0,
+    16384.0,
+    65536.0,
+    262144.0,
+    1048576.0,
+    4194304.0,
+    16777216.0,
+    67108864.0,
+    268435456.0,
+    1073741824.0,
 ];
 
 /// The process's Prometheus recorder, installed on first use (the `metrics` facade has
@@ -42,6 +61,9 @@ pub fn handle() -> Result<PrometheusHandle> {
                 .and_then(|b| b.set_buckets_for_metric(rows, ROW_BUCKETS))
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Full(BATCH_REQUESTS.into()), ROW_BUCKETS)
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(BATCH_LOOKUP_BYTES.into()), BYTE_BUCKETS)
                 })
                 .map_err(|e| e.to_string())?
                 .install_recorder()

@@ -6,10 +6,16 @@ use clap::Args;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+use towerrec_comm::Topology;
 use towerrec_data::RowEncoder;
-use towerrec_serve::{BatchLimits, Limits, ModelScorer, Options, RequestParser};
+use towerrec_plan::Plan;
+use towerrec_serve::{
+    BatchLimits, Limits, ModelScorer, Options, RequestParser, Scorer, ShardedScorer,
+};
 use towerrec_train::checkpoint::Checkpoint;
+use towerrec_train::cluster::resolve_plan;
 
 /// The environment variable a bearer token may come from (never a flag: command lines
 /// are visible to every user of the machine).
@@ -58,6 +64,17 @@ pub struct ServeArgs {
     /// Threads that read and parse requests.
     #[arg(long, default_value_t = 1)]
     http_threads: usize,
+    /// Sharded serving: hosts of an in-process cluster (with --ranks-per-host; default
+    /// 1: one process's model).
+    #[arg(long)]
+    hosts: Option<usize>,
+    /// Sharded serving: ranks per host.
+    #[arg(long)]
+    ranks_per_host: Option<usize>,
+    /// Sharded serving: the sharding plan (JSON from `towerrec plan`, OPER's inference
+    /// plans included) [default: the run's towers on the default planner, else greedy].
+    #[arg(long)]
+    plan: Option<PathBuf>,
 }
 
 /// The token from `--token-file` or the environment.
@@ -103,8 +120,43 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let cfg = ckpt.config()?;
     let encoder = RowEncoder::new(&cfg.data, &cfg.base_dir)
         .with_context(|| format!("serving {}", ckpt_path.display()))?;
-    let model = ckpt.restore(&cfg, encoder.schema())?;
-    let kind = model.kind();
+    let threads = match a.threads {
+        Some(t) if t > 0 => t,
+        _ => crate::commands::num_cores(),
+    };
+    let (scorer, kind): (Box<dyn Scorer>, String) = match (a.hosts, a.ranks_per_host) {
+        (None, None) if a.plan.is_none() => {
+            let model = ckpt.restore(&cfg, encoder.schema())?;
+            let kind = format!("{:?}", model.kind());
+            (Box::new(ModelScorer::new(model)), kind)
+        }
+        (hosts, ranks) => {
+            let topology = Topology::new(hosts.unwrap_or(1), ranks.unwrap_or(1))?;
+            cfg.refuse_int8("sharded serving")?;
+            let plan = a
+                .plan
+                .as_ref()
+                .map(|p| Plan::load(p).with_context(|| format!("--plan {}", p.display())))
+                .transpose()?;
+            let recorded = ckpt.towers()?;
+            let schema = encoder.schema().clone();
+            let plan = resolve_plan(&cfg, &schema, topology, plan, recorded.as_deref())?;
+            let kind = format!(
+                "{:?} on {} hosts × {} ranks",
+                cfg.model.kind, topology.hosts, topology.ranks_per_host
+            );
+            let per_rank = (threads / topology.world_size()).max(1);
+            let scorer = ShardedScorer::start(
+                cfg.clone(),
+                Arc::new(ckpt),
+                schema,
+                topology,
+                plan,
+                per_rank,
+            )?;
+            (Box::new(scorer), kind)
+        }
+    };
     let listener =
         std::net::TcpListener::bind(a.listen).with_context(|| format!("--listen {}", a.listen))?;
     let addr = listener.local_addr().context("the listening address")?;
@@ -132,7 +184,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     };
     let columns = encoder.columns().len();
     println!(
-        "towerrec serve: {kind:?} from {} ({columns} columns; micro-batches of up to {} rows, \
+        "towerrec serve: {kind} from {} ({columns} columns; micro-batches of up to {} rows, \
          {} ms wait); listening on http://{addr}",
         ckpt_path.display(),
         a.max_batch_rows,
@@ -140,13 +192,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     );
     std::io::stdout().flush().ok();
     let parser = RequestParser::new(encoder);
-    let summary = towerrec_serve::serve(
-        listener,
-        parser,
-        Box::new(ModelScorer::new(model)),
-        &opts,
-        None,
-    )?;
+    let summary = towerrec_serve::serve(listener, parser, scorer, &opts, None)?;
     println!(
         "towerrec serve: stopped after scoring {} requests ({} rows)",
         summary.requests, summary.rows

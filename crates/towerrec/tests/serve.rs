@@ -47,6 +47,7 @@ fn s(p: &Path) -> &str {
 /// A trained Criteo run (hashing), its quantized checkpoint and a vocabulary run, made
 /// once per test binary: (run dir, int8 checkpoint, vocab run dir, rows file).
 struct Trained {
+    dir: PathBuf,
     run: PathBuf,
     int8: PathBuf,
     vocab_run: PathBuf,
@@ -106,6 +107,7 @@ fn trained() -> &'static Trained {
         ]);
         assert!(o.status.success(), "{}", describe(&o));
         Trained {
+            dir: dir.clone(),
             run,
             int8,
             vocab_run,
@@ -379,6 +381,82 @@ fn scores_equal_evals_for_the_same_rows() {
         assert_eq!(code, Some(0), "{out}\n{err}");
         assert!(out.contains("stopped after scoring"), "{out}");
     }
+}
+
+#[test]
+fn sharded_serving_scores_as_eval_on_table_wise_and_oper_inference_plans() {
+    let t = trained();
+    let rows = std::fs::read_to_string(&t.rows).unwrap();
+    let want = eval_probs(&t.run, &t.rows);
+    let config = t.dir.join("hash.toml");
+    let profile = t.dir.join("p.safetensors");
+    let o = towerrec(&["profile", "--config", s(&config), "--out", s(&profile)]);
+    assert!(o.status.success(), "{}", describe(&o));
+    let topo = ["--hosts", "2", "--ranks-per-host", "2"];
+    let plans = [
+        ("table-wise", vec!["--strategy", "table-wise"]),
+        (
+            "oper",
+            vec![
+                "--strategy",
+                "oper",
+                "--profile",
+                s(&profile),
+                "--mode",
+                "inference",
+            ],
+        ),
+    ];
+    let mut lookup = Vec::new();
+    for (name, args) in plans {
+        let plan = t.dir.join(format!("{name}.json"));
+        let mut cmd = vec!["plan", "--config", s(&config), "--output", s(&plan)];
+        cmd.extend(topo);
+        cmd.extend(args);
+        let o = towerrec(&cmd);
+        assert!(o.status.success(), "{}", describe(&o));
+        let mut extra = vec!["--plan", s(&plan)];
+        extra.extend(topo);
+        let server = Server::start(&t.run, &extra, None);
+        // 1e-5: the ranks score slices of each batch (the tolerance of sharded runs).
+        let got = scores(&server.score("text/plain", rows.as_bytes()));
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-5 * w.abs(),
+                "{name}: row {i}: served {g}, eval {w}"
+            );
+        }
+        // A request smaller than the cluster: some ranks score no rows.
+        let one = format!("{}\n", rows.lines().next().unwrap());
+        let got = scores(&server.score("text/plain", one.as_bytes()));
+        assert!(
+            (got[0] - want[0]).abs() <= 1e-5 * want[0].abs(),
+            "{name}: {got:?}"
+        );
+        let m = server.request("GET", "/metrics", &[], b"");
+        let bytes = |link: &str| -> f64 {
+            let key = format!("towerrec_serve_bytes_total{{link=\"{link}\",what=\"lookup\"}} ");
+            m.body
+                .lines()
+                .find_map(|l| l.strip_prefix(&key))
+                .unwrap_or_else(|| panic!("{key} not in\n{}", m.body))
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        let (intra, cross) = (bytes("intra_host"), bytes("cross_host"));
+        assert!(cross > 0.0, "{name}: 2 hosts and no cross-host bytes");
+        lookup.push((name, intra, cross));
+        let (code, out, err) = server.terminate();
+        assert_eq!(code, Some(0), "{out}\n{err}");
+    }
+    // Both plans served the same rows; their bytes differ (OPER places by access).
+    assert_ne!(
+        lookup[0].1 + lookup[0].2,
+        lookup[1].1 + lookup[1].2,
+        "{lookup:?}"
+    );
 }
 
 #[test]
