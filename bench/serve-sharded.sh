@@ -24,7 +24,7 @@ loadgen=${LOADGEN:-target/release/examples/loadgen}
 [ -s "$data/run/checkpoint.safetensors" ] || { echo "run bench/serve-load.sh first" >&2; exit 1; }
 lscpu | grep -E 'Model name|^CPU\(s\)' | tee "$out/cpu.txt"
 echo "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo ' (dirty)'); rate $rate/s of 256 rows" | tee -a "$out/cpu.txt"
-cfg=(--config bench/serve.toml --data "$data/train.tsv")
+cfg=(--config bench/serve.toml --set "data.path=\"$data/train.tsv\"")
 [ -s "$data/profile.safetensors" ] || "$bin" profile "${cfg[@]}" --out "$data/profile.safetensors" > /dev/null
 topo=(--hosts 2 --ranks-per-host 2)
 "$bin" plan "${cfg[@]}" "${topo[@]}" --strategy table-wise --output "$out/table-wise.json" > "$out/plan-table-wise.txt"
