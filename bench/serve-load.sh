@@ -48,10 +48,10 @@ fi
 echo "== eval (same rows from a file)"
 for i in 1 2 3; do
     for f in rows rows256; do
-        s=$(date +%s.%N)
+        s=$(date +%s%N)
         "$bin" eval --checkpoint "$data/run" --data "$data/$f.tsv" > /dev/null
-        e=$(date +%s.%N)
-        echo "$f $(echo "$e - $s" | bc)" | tee -a "$out/eval.txt"
+        ns=$(($(date +%s%N) - s))
+        printf '%s %d.%09d\n' "$f" $((ns / 1000000000)) $((ns % 1000000000)) | tee -a "$out/eval.txt"
     done
 done
 python3 - "$out/eval.txt" <<'PY' | tee "$out/eval-rate.txt"

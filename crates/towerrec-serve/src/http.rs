@@ -109,13 +109,7 @@ impl App {
             .to_bytes();
         let batch = self
             .parser
-            .parse(kind, &body, self.limits.max_request_rows)
-            .map_err(|e| match e {
-                Error::Data(towerrec_data::Error::Config(m)) if m.contains("rows") => {
-                    Error::TooLarge(m)
-                }
-                e => e,
-            })?;
+            .parse(kind, &body, self.limits.max_request_rows)?;
         let n = batch.batch_size();
         let logits = self.batcher.score(batch).await?;
         metrics::histogram!(REQUEST_ROWS).record(n as f64);

@@ -70,7 +70,15 @@ impl RequestParser {
     /// `body` as a batch of 1 to `max_rows` rows.
     pub fn parse(&self, kind: BodyKind, body: &[u8], max_rows: usize) -> Result<Batch> {
         let batch = match kind {
-            BodyKind::Lines => self.encoder.lines(body.to_vec(), max_rows)?,
+            BodyKind::Lines => {
+                let batch = self
+                    .encoder
+                    .lines(body.to_vec(), max_rows.saturating_add(1))?;
+                if batch.batch_size() > max_rows {
+                    return Err(too_many(max_rows, None));
+                }
+                batch
+            }
             BodyKind::Json => {
                 let rows = self.json_rows(body, max_rows)?;
                 self.encoder.values(&rows)?
@@ -103,10 +111,7 @@ impl RequestParser {
             ));
         };
         if rows.len() > max_rows {
-            return Err(Error::TooLarge(format!(
-                "the request has {} rows, more than {max_rows} (the most one request may score)",
-                rows.len()
-            )));
+            return Err(too_many(max_rows, Some(rows.len())));
         }
         rows.into_iter()
             .enumerate()
@@ -157,6 +162,14 @@ impl RequestParser {
             .collect();
         names.join(", ")
     }
+}
+
+/// 413: more rows than one request may score (`count`, where known).
+fn too_many(max_rows: usize, count: Option<usize>) -> Error {
+    Error::TooLarge(match count {
+        Some(n) => format!("the request has {n} rows, more than {max_rows} (--max-request-rows)"),
+        None => format!("the request has more than {max_rows} rows (--max-request-rows)"),
+    })
 }
 
 /// One JSON value as a field's value: null is empty, a string or number its text, an
