@@ -8,5 +8,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 git rev-parse --short HEAD
 PARQUET_SPEED_ROWS="${1:-500000}" cargo test --release -p towerrec-data \
-  --test parquet_reader parquet_speed -- --ignored --nocapture 2>&1 \
+  --test suite parquet_reader::parquet_speed -- --ignored --nocapture 2>&1 \
   | grep -E "rows|round"

@@ -32,7 +32,7 @@ old, fresh, t = float('$(traffic "$out/old.log")'), float('$(traffic "$out/fresh
 print(f'| $k | {old:.3f} | {fresh:.3f} | {old / fresh:.2f} | {\"yes\" if old > t * fresh else \"no\"} |')"
 done
 # Moving rows is a checkpoint and a resume with the new plan (checkpoints hold whole
-# tables, loaded into any plan bit for bit: cargo test -p towerrec-train --test distributed).
+# tables, loaded into any plan bit for bit: cargo test -p towerrec-train --test suite distributed::).
 steps=$((window / 4096))
 "$bin" train --config "$cfg" "${data[@]}" "${topo[@]}" --plan "$out/p0.json" --set train.max_steps=$((2 * steps)) \
     --stop-after "$steps" --quiet --out "$out/run" >/dev/null

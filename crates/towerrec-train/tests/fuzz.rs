@@ -12,6 +12,7 @@
 //! applied to a fresh model, which it fills or refuses, naming why. Run long with
 //! `PROPTEST_CASES=1000000 cargo test -p towerrec-train --test fuzz`.
 
+#[path = "suite/common/mod.rs"]
 mod common;
 
 use proptest::prelude::*;

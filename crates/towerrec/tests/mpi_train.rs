@@ -7,7 +7,9 @@
 //! The tests run one at a time (each takes the whole two-core machine), every MPI
 //! launch under `timeout` so that a hang fails the test instead of the CI job.
 
+#[path = "suite/common/mod.rs"]
 mod common;
+#[path = "suite/diverging/mod.rs"]
 mod diverging;
 
 use common::describe;

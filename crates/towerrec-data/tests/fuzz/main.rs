@@ -6,7 +6,7 @@
 //! beyond the guard's limits. Run long with
 //! `PROPTEST_CASES=1000000 cargo test --release -p towerrec-data --test fuzz`.
 
-#[path = "../common/mod.rs"]
+#[path = "../suite/common/mod.rs"]
 mod common;
 
 mod binary;

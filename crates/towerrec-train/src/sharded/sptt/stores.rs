@@ -10,7 +10,7 @@
 //! gets one row per bag it served, which is what its fused update reads.
 //!
 //! The sums skip only zeros that the flat path also skips, in the same order, so SPTT
-//! stays bit for bit the flat path (crates/towerrec-train/tests/sptt.rs).
+//! stays bit for bit the flat path (crates/towerrec-train/tests/suite/sptt.rs).
 
 use crate::sharded::lookup::LocalShard;
 
