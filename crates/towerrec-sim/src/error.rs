@@ -32,6 +32,9 @@ pub enum Error {
     /// A plot that could not be drawn.
     #[error("plot {}: {reason}", path.display())]
     Plot { path: PathBuf, reason: String },
+    /// A chart that could not be drawn (into a string, before any file).
+    #[error("chart '{title}': {reason}")]
+    Chart { title: String, reason: String },
     /// A sharding plan its cost model could not price.
     #[error("{0}")]
     Plan(towerrec_plan::Error),

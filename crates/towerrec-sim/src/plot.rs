@@ -1,5 +1,6 @@
 //! SVG plots of simulations: line charts (QPS against collective latency and
-//! bandwidth, speedup against scale) and stacked time breakdowns. SVG only, so no
+//! bandwidth, speedup against scale) and stacked time breakdowns; the same charts as
+//! SVG text for pages that inline them (run reports, docs/REPORT.md). SVG only, so no
 //! fonts or image libraries are needed; text is left to the viewer.
 
 use crate::error::{Error, Result};
@@ -24,8 +25,8 @@ pub struct LineChart {
     pub log_x: bool,
 }
 
-/// The colours of series, in order (matplotlib's first eight).
-pub const PALETTE: [RGBColor; 8] = [
+/// The colours of series, in order (matplotlib's ten).
+pub const PALETTE: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -34,6 +35,8 @@ pub const PALETTE: [RGBColor; 8] = [
     RGBColor(140, 86, 75),
     RGBColor(227, 119, 194),
     RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
 ];
 
 fn plot_err(path: &Path, e: impl std::fmt::Display) -> Error {
@@ -45,20 +48,35 @@ fn plot_err(path: &Path, e: impl std::fmt::Display) -> Error {
 
 /// Draws `charts` side by side in a grid of `columns` columns into `path`.
 pub fn line_charts(path: &Path, charts: &[LineChart], columns: usize) -> Result<()> {
+    let svg = line_charts_svg(charts, columns).map_err(|e| plot_err(path, e))?;
+    write_svg(path, &svg)
+}
+
+/// [`line_charts`], as SVG text.
+pub fn line_charts_svg(charts: &[LineChart], columns: usize) -> Result<String> {
     let columns = columns.clamp(1, charts.len().max(1));
     let rows = charts.len().div_ceil(columns);
     let size = (480 * columns as u32, 360 * rows as u32);
+    let title = charts.first().map_or("", |c| c.title.as_str());
+    let err = |e: Box<dyn std::error::Error>| chart_err(title, e);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| plot_err(path, e))?;
+        root.fill(&WHITE).map_err(|e| err(e.into()))?;
         let areas = root.split_evenly((rows, columns));
         for (chart, area) in charts.iter().zip(areas.iter()) {
-            draw_lines(chart, area).map_err(|e| plot_err(path, e))?;
+            draw_lines(chart, area).map_err(err)?;
         }
-        root.present().map_err(|e| plot_err(path, e))?;
+        root.present().map_err(|e| err(e.into()))?;
     }
-    write_svg(path, &svg)
+    Ok(svg)
+}
+
+fn chart_err(title: &str, e: impl std::fmt::Display) -> Error {
+    Error::Chart {
+        title: title.to_string(),
+        reason: e.to_string(),
+    }
 }
 
 /// Writes a drawn SVG atomically (a temporary file renamed into place).
@@ -157,18 +175,41 @@ pub struct Bar {
 /// Stacked bars of shares (each bar's parts are normalised to 1), `parts` naming the
 /// segments: the paper's "relative duration of training phases".
 pub fn stacked_shares(path: &Path, title: &str, parts: &[&str], bars: &[Bar]) -> Result<()> {
-    let width = 300 + 70 * bars.len() as u32;
+    let svg = stacked_bars_svg(title, "share of step time", parts, bars, true)
+        .map_err(|e| plot_err(path, e))?;
+    write_svg(path, &svg)
+}
+
+/// Stacked bars as SVG text: each bar's parts as they are (`shares` false, the y axis
+/// labelled `y_label`) or normalised to 1 (`shares`).
+pub fn stacked_bars_svg(
+    title: &str,
+    y_label: &str,
+    parts: &[&str],
+    bars: &[Bar],
+    shares: bool,
+) -> Result<String> {
+    let width = 340 + 70 * bars.len() as u32;
+    let err = |e: Box<dyn std::error::Error>| chart_err(title, e);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (width, 380)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| plot_err(path, e))?;
+        root.fill(&WHITE).map_err(|e| err(e.into()))?;
         // The legend gets its own column so that it never hides a bar.
-        let (chart, legend) = root.split_horizontally(width - 150);
-        draw_stacked(&chart, title, parts, bars).map_err(|e| plot_err(path, e))?;
-        draw_legend(&legend, parts).map_err(|e| plot_err(path, e))?;
-        root.present().map_err(|e| plot_err(path, e))?;
+        let (chart, legend) = root.split_horizontally(width - 190);
+        let style = Stacking { y_label, shares };
+        draw_stacked(&chart, title, parts, bars, style).map_err(err)?;
+        draw_legend(&legend, parts).map_err(err)?;
+        root.present().map_err(|e| err(e.into()))?;
     }
-    write_svg(path, &svg)
+    Ok(svg)
+}
+
+/// How stacked bars are scaled and labelled.
+#[derive(Clone, Copy)]
+struct Stacking<'a> {
+    y_label: &'a str,
+    shares: bool,
 }
 
 fn draw_stacked(
@@ -176,28 +217,51 @@ fn draw_stacked(
     title: &str,
     parts: &[&str],
     bars: &[Bar],
+    style: Stacking,
 ) -> DrawResult {
     let n = bars.len().max(2);
+    let top = if style.shares {
+        1.0
+    } else {
+        let tallest = bars.iter().map(|b| b.parts.iter().sum::<f64>());
+        let tallest = tallest.fold(0.0f64, f64::max);
+        if tallest > 0.0 {
+            tallest * 1.08
+        } else {
+            1.0
+        }
+    };
     let mut c = ChartBuilder::on(root)
         .caption(title, ("sans-serif", 16))
         .margin(12)
         .x_label_area_size(40)
-        .y_label_area_size(48)
-        .build_cartesian_2d((0..n - 1).into_segmented(), 0.0..1.0)?;
+        .y_label_area_size(56)
+        .build_cartesian_2d((0..n - 1).into_segmented(), 0.0..top)?;
     let labels: Vec<String> = bars.iter().map(|b| b.label.clone()).collect();
+    let y_format = |y: &f64| {
+        if style.shares {
+            format!("{:.0}%", y * 100.0)
+        } else {
+            short(*y)
+        }
+    };
     c.configure_mesh()
         .disable_x_mesh()
-        .y_desc("share of step time")
+        .y_desc(style.y_label)
         .x_label_formatter(&|x| match x {
             SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
             _ => String::new(),
         })
-        .y_label_formatter(&|y| format!("{:.0}%", y * 100.0))
+        .y_label_formatter(&y_format)
         .draw()?;
     for k in 0..parts.len() {
         let color = PALETTE[k % PALETTE.len()];
         let rects = bars.iter().enumerate().map(|(i, b)| {
-            let total: f64 = b.parts.iter().sum::<f64>().max(f64::MIN_POSITIVE);
+            let total = if style.shares {
+                b.parts.iter().sum::<f64>().max(f64::MIN_POSITIVE)
+            } else {
+                1.0
+            };
             let below: f64 = b.parts[..k].iter().sum::<f64>() / total;
             let top = below + b.parts[k] / total;
             let mut r = Rectangle::new(
@@ -265,6 +329,17 @@ mod tests {
         stacked_shares(&path, "breakdown", &["x", "y"], &bars).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
         assert!(svg.contains("<rect") && svg.contains("breakdown"));
+        // Absolute bars: the axis reaches past the tallest bar (4), labelled as asked.
+        let svg = stacked_bars_svg("ms", "ms per step", &["x", "y"], &bars, false).unwrap();
+        assert!(
+            svg.contains("ms per step") && svg.contains("\n4.00\n"),
+            "{svg}"
+        );
+        // Text is escaped: a run named with markup stays text.
+        let mut named = chart(false);
+        named.series[0].label = "a<b & c".into();
+        let svg = line_charts_svg(&[named], 1).unwrap();
+        assert!(svg.contains("a&lt;b &amp; c") && !svg.contains("a<b"));
         assert_eq!(short(1_234_567.0), "1.23M");
     }
 }

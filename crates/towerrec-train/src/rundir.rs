@@ -33,6 +33,8 @@ pub const METRICS_FILE: &str = "metrics.jsonl";
 pub const SUMMARY_FILE: &str = "summary.json";
 /// The resolved config a run writes.
 pub const CONFIG_FILE: &str = "config.toml";
+/// The run's report (`towerrec report`, which `train` also runs at its end).
+pub const REPORT_FILE: &str = "report.html";
 /// Where a run started with `--overwrite` keeps the files of the run it replaces until
 /// it has finished.
 pub const REPLACED_DIR: &str = ".towerrec-replaced";
@@ -58,6 +60,8 @@ pub fn owner(name: &str) -> Option<&'static str> {
         Some("train")
     } else if PARTITION_FILES.contains(&name) {
         Some("partition")
+    } else if name == REPORT_FILE {
+        Some("report")
     } else {
         None
     }
@@ -75,9 +79,16 @@ pub fn new_run_replaces(name: &str) -> bool {
 }
 
 /// Whether a resumed run rewrites the file `name` of its directory: its checkpoint,
-/// metrics, summary and lock (its plans and config stay).
+/// metrics, summary, report and lock (its plans and config stay).
 pub fn resume_rewrites(name: &str) -> bool {
-    [CHECKPOINT_FILE, METRICS_FILE, SUMMARY_FILE, LOCK_FILE].contains(&name)
+    [
+        CHECKPOINT_FILE,
+        METRICS_FILE,
+        SUMMARY_FILE,
+        REPORT_FILE,
+        LOCK_FILE,
+    ]
+    .contains(&name)
 }
 
 /// The files that make a directory a run's.

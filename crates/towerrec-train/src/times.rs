@@ -33,6 +33,23 @@ impl PhaseTimes {
             ("dense_update", self.dense_update),
         ]
     }
+
+    /// The time spent in each phase since `earlier` (a reading of the same clock).
+    pub fn since(&self, earlier: &PhaseTimes) -> PhaseTimes {
+        PhaseTimes {
+            embedding_forward: self.embedding_forward - earlier.embedding_forward,
+            bottom_forward: self.bottom_forward - earlier.bottom_forward,
+            interaction_forward: self.interaction_forward - earlier.interaction_forward,
+            top_forward: self.top_forward - earlier.top_forward,
+            top_backward: self.top_backward - earlier.top_backward,
+            interaction_backward: self.interaction_backward - earlier.interaction_backward,
+            bottom_backward: self.bottom_backward - earlier.bottom_backward,
+            embedding_backward_update: self.embedding_backward_update
+                - earlier.embedding_backward_update,
+            dense_grad_sync: self.dense_grad_sync - earlier.dense_grad_sync,
+            dense_update: self.dense_update - earlier.dense_update,
+        }
+    }
 }
 
 /// Adds the time since `*mark` to `slot` and moves the mark.

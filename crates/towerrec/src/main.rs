@@ -13,6 +13,7 @@ mod plan_summary;
 mod profile_cmd;
 mod progress;
 mod quantize_cmd;
+mod report;
 mod serve_cmd;
 mod simulate;
 mod train_cmd;
@@ -41,6 +42,8 @@ enum Command {
     Eval(commands::EvalArgs),
     /// Serve a trained model over HTTP: POST /score, GET /health, GET /metrics (docs/SERVING.md).
     Serve(serve_cmd::ServeArgs),
+    /// One HTML page of training runs: loss, AUC, samples/s, time and bytes per phase, per-rank times (docs/REPORT.md).
+    Report(report::ReportArgs),
     /// Write an inference checkpoint with int8 row-wise quantized tables from a trained one.
     Quantize(quantize_cmd::QuantizeArgs),
     /// Generate a synthetic data set into the preprocessed binary format.
@@ -80,6 +83,7 @@ fn main() {
         Some(Command::Train(a)) => train_cmd::train(a),
         Some(Command::Eval(a)) => commands::eval(a),
         Some(Command::Serve(a)) => serve_cmd::run(a),
+        Some(Command::Report(a)) => report::run(a),
         Some(Command::Quantize(a)) => quantize_cmd::run(a),
         Some(Command::Simulate(a)) => simulate::run(a),
         Some(Command::Datagen(a)) => data_cmds::datagen(a),

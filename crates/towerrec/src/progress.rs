@@ -10,6 +10,8 @@ pub struct Bar {
     quiet: bool,
     last_auc: Option<f64>,
     last_step: Option<StepReport>,
+    /// Whether the run got past start-up (its directory is the run's).
+    began: bool,
 }
 
 impl Bar {
@@ -19,7 +21,13 @@ impl Bar {
             quiet,
             last_auc: None,
             last_step: None,
+            began: false,
         }
+    }
+
+    /// Whether the run got past start-up: its directory then holds its metrics.
+    pub fn began(&self) -> bool {
+        self.began
     }
 
     fn message(&self, r: &StepReport) -> String {
@@ -41,6 +49,7 @@ impl Bar {
 
 impl Observer for Bar {
     fn on_start(&mut self, params: usize, total_steps: Option<u64>, resumed_at: u64) {
+        self.began = true;
         if self.quiet {
             return;
         }

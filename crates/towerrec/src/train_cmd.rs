@@ -379,14 +379,33 @@ fn train_on(
     } else {
         threads
     };
-    let summary = match mpi {
-        Some(session) => mpi::train(session, &cfg, &opts, &mut bar)?,
-        None => towerrec_train::cluster::train_configured(&cfg, &opts, threads, &mut bar)?,
+    let replacing = a.overwrite && !resume && !rundir::run_files(out).is_empty();
+    let outcome = match mpi {
+        Some(session) => mpi::train(session, &cfg, &opts, &mut bar),
+        None => towerrec_train::cluster::train_configured(&cfg, &opts, threads, &mut bar)
+            .map_err(anyhow::Error::from),
     };
     bar.finish();
     if !root {
-        return Ok(());
+        return outcome.map(|_| ());
     }
+    // The run's report, a failed run's too, once the directory is the run's (not after a
+    // failure at start-up, which leaves it untouched, nor where a failed --overwrite
+    // run has put the run it replaced back).
+    let report = match &outcome {
+        _ if !bar.began() => None,
+        Err(_) if replacing => None,
+        Err(e) => Some(crate::report::write_for_run(out, Some(format!("{e:#}")))),
+        Ok(_) => Some(crate::report::write_for_run(out, None)),
+    };
+    match report {
+        Some(Err(e)) => eprintln!("warning: the run's report was not written: {e:#}"),
+        Some(Ok(path)) if outcome.is_err() => {
+            eprintln!("report of the failed run: {}", path.display())
+        }
+        _ => {}
+    }
+    let summary = outcome?;
     let auc = summary
         .auc
         .map_or_else(|| "n/a (one class only)".into(), |v| format!("{v:.4}"));
@@ -421,6 +440,7 @@ fn train_on(
         started.elapsed().as_secs_f64(),
         out.display()
     );
+    println!("report: {}", out.join(rundir::REPORT_FILE).display());
     Ok(())
 }
 

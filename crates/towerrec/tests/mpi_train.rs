@@ -125,7 +125,8 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// metrics.jsonl without its timings (`samples_per_sec`), one value per record.
+/// metrics.jsonl without its timings (`samples_per_sec`, `phase_ms_by_rank`), one value
+/// per record (bytes per step stay: both backends count the same).
 fn metrics(run: &Path) -> Vec<Value> {
     let path = run.join("metrics.jsonl");
     std::fs::read_to_string(&path)
@@ -135,6 +136,7 @@ fn metrics(run: &Path) -> Vec<Value> {
             let mut v: Value = serde_json::from_str(l).unwrap();
             if let Some(o) = v.as_object_mut() {
                 o.remove("samples_per_sec");
+                o.remove("phase_ms_by_rank");
             }
             v
         })

@@ -22,7 +22,7 @@ use crate::finite::Fault;
 use crate::memory::{MemoryNeed, Placement};
 use crate::model::Model;
 use crate::ranks::rank_slice;
-use crate::report::ClusterReport;
+use crate::report::{ClusterReport, PhaseBytes};
 use checks::non_finite_culprit;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -49,7 +49,8 @@ pub struct TrainOptions {
     pub watchdog: towerrec_comm::Watchdog,
 }
 
-/// One logged training step.
+/// One logged training step: what the steps since the last report did (run reports
+/// plot these lines: docs/REPORT.md).
 #[derive(Debug, Clone, Serialize)]
 pub struct StepReport {
     pub step: u64,
@@ -57,6 +58,13 @@ pub struct StepReport {
     pub loss: f64,
     pub samples_per_sec: f64,
     pub lr: f64,
+    /// Each phase's wall time per step since the last report, in milliseconds, by rank
+    /// (one rank in one process), evaluations left out.
+    pub phase_ms_by_rank: Vec<(String, Vec<f64>)>,
+    /// On a cluster: bytes sent per step since the last report by all ranks together,
+    /// by phase, intra-host and cross-host (evaluations left out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_per_step: Option<Vec<PhaseBytes>>,
 }
 
 /// One evaluation.

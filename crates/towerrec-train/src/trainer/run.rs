@@ -17,8 +17,9 @@ use crate::model::Model;
 use crate::prefetch::{Prefetcher, ReadCounts, Share};
 use crate::ranks::global_sum;
 use crate::read_check::check_read;
-use crate::report::ClusterReport;
+use crate::report::{gather_bytes, gather_phase_ms, ClusterReport};
 use crate::rundir::{self, METRICS_FILE, SUMMARY_FILE};
+use crate::times::PhaseTimes;
 use std::path::PathBuf;
 use std::time::Instant;
 use towerrec_comm::RankTraffic;
@@ -76,21 +77,31 @@ fn check_has_samples(cfg: &Config, part: Part) -> Result<()> {
     check_read(name, read, true, cfg.train.max_bad_fraction, &source)
 }
 
-/// Loss, steps and samples since the last report, and when the window started.
+/// Loss, steps and samples since the last report, when the window started, and the
+/// phase times and traffic (and evaluations' traffic) as they stood then.
 struct Window {
     loss: f64,
     steps: u64,
     samples: u64,
     start: Instant,
+    times: PhaseTimes,
+    traffic: Option<(RankTraffic, RankTraffic)>,
 }
 
 impl Window {
-    fn new() -> Self {
+    /// A window starting now, on `model` whose evaluations have sent `eval_traffic`.
+    fn new(model: &Model, eval_traffic: Option<&RankTraffic>) -> Self {
+        let traffic = model
+            .comm()
+            .zip(eval_traffic)
+            .map(|(c, e)| (c.traffic(), e.clone()));
         Self {
             loss: 0.0,
             steps: 0,
             samples: 0,
             start: Instant::now(),
+            times: model.phase_times().clone(),
+            traffic,
         }
     }
 }
@@ -191,6 +202,7 @@ pub fn train_model(
         let t = c.traffic();
         t.since(&t)
     });
+    let window = Window::new(&model, None);
     let mut run = Run {
         cfg,
         opts,
@@ -201,7 +213,7 @@ pub fn train_model(
         log: MetricsLog::open(out.join(METRICS_FILE), false)?,
         ckpt_path,
         data_files,
-        window: Window::new(),
+        window,
         train_time: 0.0,
         samples_run: 0,
         first_steps: (0.0, 0),
@@ -286,6 +298,7 @@ impl Run<'_> {
         let first_step = self.progress.step;
         let traffic_start = self.model.comm().map(|c| c.traffic());
         self.model.reset_times();
+        self.window = Window::new(&self.model, self.eval_traffic.as_ref());
         let params = self.model.param_count();
         self.observer
             .on_start(params, total_steps(self.cfg), self.progress.step);
@@ -498,19 +511,35 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Logs the mean loss and speed since the last line.
+    /// Logs the mean loss and speed since the last line, and each rank's time and the
+    /// bytes per phase (collectives: every rank calls it).
     fn log_window(&mut self, lr: f64) -> Result<()> {
         let w = &self.window;
+        let samples_per_sec = w.samples as f64 / w.start.elapsed().as_secs_f64().max(1e-9);
         let loss = global_sum(&self.model, w.loss)? / w.steps as f64;
+        let times = self.model.phase_times().since(&w.times);
+        let phase_ms_by_rank = gather_phase_ms(&self.model, &times, w.steps)?;
+        let bytes_per_step = match (self.model.comm(), &w.traffic, &self.eval_traffic) {
+            (Some(comm), Some((start, eval_start)), Some(eval_now)) => {
+                let mine = comm
+                    .traffic()
+                    .since(start)
+                    .since(&eval_now.since(eval_start));
+                Some(gather_bytes(comm, &mine, w.steps)?.1)
+            }
+            _ => None,
+        };
         let report = StepReport {
             step: self.progress.step,
             loss,
-            samples_per_sec: w.samples as f64 / w.start.elapsed().as_secs_f64().max(1e-9),
+            samples_per_sec,
             lr,
+            phase_ms_by_rank,
+            bytes_per_step,
         };
         self.log.write(&report)?;
         self.observer.on_step(&report);
-        self.window = Window::new();
+        self.window = Window::new(&self.model, self.eval_traffic.as_ref());
         Ok(())
     }
 

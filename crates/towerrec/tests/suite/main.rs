@@ -19,6 +19,7 @@ mod reliability_outputs;
 mod reliability_resume;
 mod reliability_rundir;
 mod reliability_settings;
+mod report;
 mod serve;
 mod simulate_cli;
 mod towers_source;
