@@ -16,13 +16,15 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
-/// A chart: title, axis labels, lines; `log_x` for a base-2 logarithmic x axis.
+/// A chart: title, axis labels, lines; `log_x` for a base-2 logarithmic x axis; the y
+/// axis from 0 (`y_from_zero`) or fitted to the points' range (a loss that moves little).
 pub struct LineChart {
     pub title: String,
     pub x_label: String,
     pub y_label: String,
     pub series: Vec<Series>,
     pub log_x: bool,
+    pub y_from_zero: bool,
 }
 
 /// The colours of series, in order (matplotlib's ten).
@@ -84,27 +86,40 @@ fn write_svg(path: &Path, svg: &str) -> Result<()> {
     towerrec_core::fsio::write_atomic(path, svg.as_bytes()).map_err(|e| plot_err(path, e))
 }
 
-fn bounds(chart: &LineChart) -> ((f64, f64), f64) {
+fn bounds(chart: &LineChart) -> ((f64, f64), (f64, f64)) {
     let pts = chart.series.iter().flat_map(|s| s.points.iter());
-    let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
+    let (mut x0, mut x1) = (f64::INFINITY, f64::NEG_INFINITY);
+    let (mut y0, mut y1) = (f64::INFINITY, f64::NEG_INFINITY);
     for &(x, y) in pts {
         x0 = x0.min(x);
         x1 = x1.max(x);
+        y0 = y0.min(y);
         y1 = y1.max(y);
     }
     if !x0.is_finite() {
-        return ((1.0, 2.0), 1.0);
+        return ((1.0, 2.0), (0.0, 1.0));
     }
     if x1 <= x0 {
         x1 = x0 * 2.0 + 1.0;
     }
-    ((x0, x1), if y1 > 0.0 { y1 * 1.08 } else { 1.0 })
+    let y = if chart.y_from_zero {
+        (0.0, if y1 > 0.0 { y1 * 1.08 } else { 1.0 })
+    } else {
+        // The points' range with a margin; a flat line gets one around its value.
+        let pad = if y1 > y0 {
+            (y1 - y0) * 0.08
+        } else {
+            y0.abs().max(1.0) * 0.05
+        };
+        (y0 - pad, y1 + pad)
+    };
+    ((x0, x1), y)
 }
 
 type DrawResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
 fn draw_lines(chart: &LineChart, area: &DrawingArea<SVGBackend, Shift>) -> DrawResult {
-    let ((x0, x1), y1) = bounds(chart);
+    let ((x0, x1), (y0, y1)) = bounds(chart);
     let mut builder = ChartBuilder::on(area);
     builder
         .caption(&chart.title, ("sans-serif", 16))
@@ -112,10 +127,10 @@ fn draw_lines(chart: &LineChart, area: &DrawingArea<SVGBackend, Shift>) -> DrawR
         .x_label_area_size(36)
         .y_label_area_size(56);
     if chart.log_x {
-        let mut c = builder.build_cartesian_2d((x0..x1).log_scale().base(2.0), 0.0..y1)?;
+        let mut c = builder.build_cartesian_2d((x0..x1).log_scale().base(2.0), y0..y1)?;
         draw_series(&mut c, chart)
     } else {
-        let mut c = builder.build_cartesian_2d(x0..x1, 0.0..y1)?;
+        let mut c = builder.build_cartesian_2d(x0..x1, y0..y1)?;
         draw_series(&mut c, chart)
     }
 }
@@ -311,6 +326,7 @@ mod tests {
                 points: vec![(1.0, 10.0), (2.0, 5.0), (8.0, 1.0)],
             }],
             log_x,
+            y_from_zero: true,
         };
         line_charts(&path, &[chart(false), chart(true)], 2).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
@@ -341,5 +357,11 @@ mod tests {
         let svg = line_charts_svg(&[named], 1).unwrap();
         assert!(svg.contains("a&lt;b &amp; c") && !svg.contains("a<b"));
         assert_eq!(short(1_234_567.0), "1.23M");
+        // From zero, or fitted to the points with a margin.
+        let mut fitted = chart(false);
+        assert_eq!(bounds(&fitted).1, (0.0, 10.0 * 1.08));
+        fitted.y_from_zero = false;
+        let (y0, y1) = bounds(&fitted).1;
+        assert!((y0 - (1.0 - 0.72)).abs() < 1e-12 && (y1 - (10.0 + 0.72)).abs() < 1e-12);
     }
 }

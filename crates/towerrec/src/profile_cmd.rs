@@ -179,6 +179,7 @@ fn cdf_plot(p: &AccessProfile, path: &Path) -> Result<()> {
         y_label: "share of reads".into(),
         series,
         log_x: true,
+        y_from_zero: true,
     };
     line_charts(path, &[chart], 1).with_context(|| format!("drawing {}", path.display()))
 }

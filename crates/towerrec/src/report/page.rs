@@ -28,19 +28,24 @@ pub fn page(runs: &[Run]) -> Result<String> {
     summary_table(&mut html, runs);
     html.push_str("<h2>Training</h2>\n");
     let charts = [
-        overlay(runs, "loss (mean since the line before)", "loss", |r| {
-            r.steps
-                .iter()
-                .filter_map(|s| Some((s.step as f64, s.loss?)))
-                .collect()
-        }),
-        overlay(runs, "AUC (evaluations)", "AUC", |r| {
+        overlay(
+            runs,
+            ("loss (mean since the line before)", "loss"),
+            false,
+            |r| {
+                r.steps
+                    .iter()
+                    .filter_map(|s| Some((s.step as f64, s.loss?)))
+                    .collect()
+            },
+        ),
+        overlay(runs, ("AUC (evaluations)", "AUC"), false, |r| {
             r.evals
                 .iter()
                 .filter_map(|e| Some((e.step as f64, e.auc?)))
                 .collect()
         }),
-        overlay(runs, "train samples/s", "samples/s", |r| {
+        overlay(runs, ("train samples/s", "samples/s"), true, |r| {
             r.steps
                 .iter()
                 .map(|s| (s.step as f64, s.samples_per_sec))
@@ -155,8 +160,8 @@ fn per_run(
 /// One line per run of what `points` takes from it.
 fn overlay(
     runs: &[Run],
-    title: &str,
-    y_label: &str,
+    (title, y_label): (&str, &str),
+    y_from_zero: bool,
     points: impl Fn(&Run) -> Vec<(f64, f64)>,
 ) -> LineChart {
     LineChart {
@@ -171,6 +176,7 @@ fn overlay(
             })
             .collect(),
         log_x: false,
+        y_from_zero,
     }
 }
 
@@ -213,6 +219,7 @@ fn phase_lines(run: &Run) -> Option<LineChart> {
         y_label: "ms per step".to_string(),
         series,
         log_x: false,
+        y_from_zero: true,
     })
 }
 
@@ -333,6 +340,7 @@ fn byte_lines(run: &Run) -> Option<LineChart> {
             },
         ],
         log_x: false,
+        y_from_zero: true,
     })
 }
 

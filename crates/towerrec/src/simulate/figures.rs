@@ -27,6 +27,7 @@ pub(super) fn qps_chart(
             })
             .collect(),
         log_x: false,
+        y_from_zero: true,
     })
 }
 
@@ -118,6 +119,7 @@ pub(super) fn speedup_chart(points: &[ScalePoint], name: &str) -> LineChart {
             })
             .collect(),
         log_x: true,
+        y_from_zero: true,
     }
 }
 
@@ -245,6 +247,7 @@ pub(super) fn memory_chart() -> Result<LineChart> {
         y_label: "GB/s".into(),
         series,
         log_x: true,
+        y_from_zero: true,
     })
 }
 
