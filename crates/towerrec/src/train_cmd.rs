@@ -276,7 +276,12 @@ pub fn train(a: TrainArgs) -> Result<()> {
         None
     };
     let replacing = a.overwrite && !rundir::run_files(&out).is_empty();
-    let result = match train_on(&a, cfg, &out, resume.is_some(), mpi.as_ref(), &files) {
+    let run = RunPlace {
+        out: &out,
+        resume: resume.is_some(),
+        replacing,
+    };
+    let result = match train_on(&a, cfg, run, mpi.as_ref(), &files) {
         Err(e)
             if replacing
                 && mpi.as_ref().is_none_or(|s| s.rank() == 0)
@@ -314,11 +319,22 @@ pub fn train(a: TrainArgs) -> Result<()> {
 }
 
 /// The rest of `train`, once MPI (if asked for) is up.
+/// Where a run goes: its directory, whether it resumes there, and whether it replaces
+/// another run there (`--overwrite`).
+struct RunPlace<'a> {
+    out: &'a Path,
+    resume: bool,
+    replacing: bool,
+}
+
 fn train_on(
     a: &TrainArgs,
     mut cfg: Config,
-    out: &Path,
-    resume: bool,
+    RunPlace {
+        out,
+        resume,
+        replacing,
+    }: RunPlace,
     mpi: Option<&mpi::Session>,
     files: &Files,
 ) -> Result<()> {
@@ -379,7 +395,6 @@ fn train_on(
     } else {
         threads
     };
-    let replacing = a.overwrite && !resume && !rundir::run_files(out).is_empty();
     let outcome = match mpi {
         Some(session) => mpi::train(session, &cfg, &opts, &mut bar),
         None => towerrec_train::cluster::train_configured(&cfg, &opts, threads, &mut bar)

@@ -256,20 +256,16 @@ fn mean_phase_ms(run: &Run) -> Option<Vec<(String, Vec<f64>)>> {
         .iter()
         .map(|(n, ms)| (n.clone(), vec![0.0; ms.len()]))
         .collect();
-    let (mut previous, mut total) = (0u64, 0.0);
-    for s in &run.steps {
-        let weight = s.step.saturating_sub(previous).max(1) as f64;
-        previous = s.step;
-        if s.phase_ms_by_rank.len() != sum.len() {
-            continue;
+    let lines = run.steps.iter().map(|s| (s.step, &s.phase_ms_by_rank));
+    let total = weighted(lines, |weight, by_rank| {
+        if by_rank.len() != sum.len() {
+            return false;
         }
-        total += weight;
-        for ((_, acc), (_, ms)) in sum.iter_mut().zip(&s.phase_ms_by_rank) {
-            for (a, m) in acc.iter_mut().zip(ms) {
-                *a += m * weight;
-            }
+        for ((_, acc), (_, ms)) in sum.iter_mut().zip(by_rank) {
+            acc.iter_mut().zip(ms).for_each(|(a, m)| *a += m * weight);
         }
-    }
+        true
+    });
     for (_, acc) in &mut sum {
         acc.iter_mut().for_each(|a| *a /= total.max(1.0));
     }
@@ -281,29 +277,38 @@ fn bytes_of(run: &Run) -> Option<Vec<PhaseBytes>> {
     if let Some(c) = run.summary.as_ref().and_then(|s| s.cluster.as_ref()) {
         return Some(c.bytes_per_step.clone());
     }
-    let lines: Vec<(u64, &Vec<PhaseBytes>)> = run
-        .steps
-        .iter()
-        .filter_map(|s| Some((s.step, s.bytes_per_step.as_ref()?)))
-        .collect();
-    let mut sum: Vec<PhaseBytes> = lines.first()?.1.clone();
+    let template = run.steps.iter().find_map(|s| s.bytes_per_step.as_ref())?;
+    let mut sum = template.clone();
     sum.iter_mut()
         .for_each(|b| (b.intra_host, b.cross_host) = (0.0, 0.0));
-    let (mut previous, mut total) = (0u64, 0.0);
-    for (step, bytes) in &lines {
-        let weight = step.saturating_sub(previous).max(1) as f64;
-        previous = *step;
-        total += weight;
-        for (acc, b) in sum.iter_mut().zip(bytes.iter()) {
+    let lines = run.steps.iter().map(|s| (s.step, &s.bytes_per_step));
+    let total = weighted(lines, |weight, bytes| {
+        let Some(bytes) = bytes else { return false };
+        for (acc, b) in sum.iter_mut().zip(bytes) {
             acc.intra_host += b.intra_host * weight;
             acc.cross_host += b.cross_host * weight;
         }
-    }
+        true
+    });
     for b in &mut sum {
         b.intra_host /= total.max(1.0);
         b.cross_host /= total.max(1.0);
     }
     Some(sum)
+}
+
+/// Hands `add` each logged line with the steps it covers (since the line before; the
+/// first since step 0); returns the steps of the lines `add` took.
+fn weighted<T>(lines: impl Iterator<Item = (u64, T)>, mut add: impl FnMut(f64, T) -> bool) -> f64 {
+    let (mut previous, mut total) = (0u64, 0.0);
+    for (step, line) in lines {
+        let weight = step.saturating_sub(previous).max(1) as f64;
+        previous = step;
+        if add(weight, line) {
+            total += weight;
+        }
+    }
+    total
 }
 
 /// Intra-host and cross-host bytes per step, all phases, over the logged steps.
