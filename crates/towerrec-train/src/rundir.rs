@@ -403,6 +403,36 @@ pub fn begin(dir: &Path, cfg: &Config, resumed_at: Option<u64>) -> Result<()> {
     }
 }
 
+/// Appends a failure record, `{"failed": why}`, to the metrics log in `dir`, so that the
+/// run's files say why it stopped (`towerrec report` shows it; docs/REPORT.md). It has
+/// no `step`, so a resumed run's [`cut_metrics`] drops it.
+pub fn log_failure(dir: &Path, why: &str) -> Result<()> {
+    let path = dir.join(METRICS_FILE);
+    let line = serde_json::json!({ "failed": why }).to_string();
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .read(true)
+        .open(&path)
+        .map_err(|e| Error::io(&path, e))?;
+    // A torn last line (a killed writer) must not swallow the record.
+    let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+    let mut sep = "";
+    if len > 0 {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut last = [0u8; 1];
+        file.seek(SeekFrom::Start(len - 1))
+            .and_then(|_| file.read_exact(&mut last))
+            .map_err(|e| Error::io(&path, e))?;
+        if last[0] != b'\n' {
+            sep = "\n";
+        }
+    }
+    writeln!(file, "{sep}{line}")
+        .and_then(|_| file.sync_data())
+        .map_err(|e| Error::io(&path, e))
+}
+
 /// Keeps the lines of a metrics log whose `step` is at most `step` (what the checkpoint
 /// of that step had seen); drops the rest, and a torn last line, atomically.
 pub fn cut_metrics(path: &Path, step: u64) -> Result<()> {
@@ -556,6 +586,25 @@ mod tests {
         assert_eq!(
             kept,
             "{\"step\":10,\"loss\":1}\n{\"step\":20,\"loss\":1}\n{\"step\":20,\"split\":\"eval\"}\n"
+        );
+        std::fs::remove_dir_all(d).ok();
+    }
+
+    #[test]
+    fn a_failure_is_logged_after_a_torn_line_and_a_resume_drops_it() {
+        let d = scratch("failure");
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join(METRICS_FILE);
+        std::fs::write(&p, "{\"step\":10,\"loss\":1}\n{\"step\":2").unwrap();
+        log_failure(&d, "step 12: \"loss\" is NaN").unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        assert_eq!(last["failed"], "step 12: \"loss\" is NaN");
+        assert_eq!(text.lines().count(), 3, "{text}");
+        cut_metrics(&p, 10).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            "{\"step\":10,\"loss\":1}\n"
         );
         std::fs::remove_dir_all(d).ok();
     }

@@ -410,7 +410,14 @@ fn train_on(
     let report = match &outcome {
         _ if !bar.began() => None,
         Err(_) if replacing => None,
-        Err(e) => Some(crate::report::write_for_run(out, Some(format!("{e:#}")))),
+        Err(e) => {
+            // The reason goes into the run's log too, for a later `towerrec report`.
+            let why = format!("{e:#}");
+            if let Err(log) = rundir::log_failure(out, &why) {
+                eprintln!("warning: the failure was not logged in the run directory: {log}");
+            }
+            Some(crate::report::write_for_run(out, Some(why)))
+        }
         Ok(_) => Some(crate::report::write_for_run(out, None)),
     };
     match report {

@@ -57,10 +57,12 @@ pub fn run(a: ReportArgs) -> Result<()> {
 }
 
 /// Writes the report of the run in `dir` into `dir/report.html` (`train` at its end;
-/// `failure`: why the run failed, shown at the top).
+/// `failure`: why the run failed, shown at the top, where the log could not say it).
 pub fn write_for_run(dir: &Path, failure: Option<String>) -> Result<PathBuf> {
     let mut run = run::read(dir)?;
-    run.failure = failure;
+    if failure.is_some() {
+        run.failure = failure;
+    }
     let out = dir.join(REPORT_FILE);
     write(&out, &[run])?;
     Ok(out)

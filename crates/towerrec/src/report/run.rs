@@ -77,7 +77,7 @@ pub struct Run {
     pub config: Option<String>,
     /// Lines of the metrics log that did not parse (a torn last line of a killed run).
     pub unreadable_lines: usize,
-    /// Why the run did not finish, where the caller knows (`train` after a failure).
+    /// Why the run failed: the log's failure record, or what `train` passes.
     pub failure: Option<String>,
 }
 
@@ -106,7 +106,7 @@ pub fn read(dir: &Path) -> Result<Run> {
         }
         Err(e) => return Err(e).with_context(|| format!("reading {}", metrics.display())),
     };
-    let (steps, evals, unreadable_lines) = parse_metrics(&text);
+    let metrics = parse_metrics(&text);
     let summary = read_optional(&dir.join(SUMMARY_FILE))?
         .map(|t| serde_json::from_str::<Summary>(&t))
         .transpose()
@@ -122,16 +122,19 @@ pub fn read(dir: &Path) -> Result<Run> {
         .and_then(|s| s.cluster.as_ref())
         .map(|c| (c.hosts, c.ranks_per_host))
         .or_else(|| config.as_deref().and_then(config_topology));
+    // A failure record is the last attempt's (a resume drops it, a new run empties
+    // the log); a summary beside it would be a later run's, so it wins.
+    let failure = metrics.failed.filter(|_| summary.is_none());
     Ok(Run {
         dir: dir.to_path_buf(),
         label: dir_name(dir),
-        steps,
-        evals,
+        steps: metrics.steps,
+        evals: metrics.evals,
         summary,
         topology,
         config,
-        unreadable_lines,
-        failure: None,
+        unreadable_lines: metrics.unreadable,
+        failure,
     })
 }
 
@@ -143,16 +146,36 @@ fn read_optional(path: &Path) -> Result<Option<String>> {
     }
 }
 
-/// The step and evaluation lines of a metrics log, and how many lines did not parse
-/// (other records, such as drift checks, are neither and are skipped).
-pub fn parse_metrics(text: &str) -> (Vec<StepLine>, Vec<EvalLine>, usize) {
-    let (mut steps, mut evals, mut bad) = (Vec::new(), Vec::new(), 0);
+/// A metrics log, parsed.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub steps: Vec<StepLine>,
+    pub evals: Vec<EvalLine>,
+    /// The last failure record's reason (`train` appends one when a run fails).
+    pub failed: Option<String>,
+    /// Lines that did not parse.
+    pub unreadable: usize,
+}
+
+/// The step and evaluation lines of a metrics log, its last failure record, and how
+/// many lines did not parse (other records, such as drift checks, are skipped).
+pub fn parse_metrics(text: &str) -> Metrics {
+    let mut m = Metrics::default();
+    let Metrics {
+        steps,
+        evals,
+        failed,
+        unreadable: bad,
+    } = &mut m;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else {
-            bad += 1;
+            *bad += 1;
             continue;
         };
-        let parsed = if value.get("split").is_some() {
+        let parsed = if let Some(why) = value.get("failed") {
+            *failed = Some(why.as_str().map_or_else(|| why.to_string(), str::to_string));
+            Ok(())
+        } else if value.get("split").is_some() {
             serde_json::from_value(value).map(|e| evals.push(e))
         } else if value.get("loss").is_some() {
             serde_json::from_value(value).map(|s| steps.push(s))
@@ -160,10 +183,10 @@ pub fn parse_metrics(text: &str) -> (Vec<StepLine>, Vec<EvalLine>, usize) {
             Ok(())
         };
         if parsed.is_err() {
-            bad += 1;
+            *bad += 1;
         }
     }
-    (steps, evals, bad)
+    m
 }
 
 /// `[cluster] hosts` and `ranks_per_host` of a config's text (1 × 1 where absent).
@@ -223,8 +246,15 @@ mod tests {
 {"step":10,"split":"eval","auc":0.7,"logloss":0.6,"ne":0.9,"samples":50,"samples_per_sec":1000.0}
 {"step":20,"loss":null,"samples_per_sec":90.0,"lr":0.1}
 {"step":20,"check":"drift","moved":false}
+{"failed":"step 25: loss is NaN"}
 {"step":30,"loss":0.4,"samp"#;
-        let (steps, evals, bad) = parse_metrics(text);
+        let Metrics {
+            steps,
+            evals,
+            failed,
+            unreadable: bad,
+        } = parse_metrics(text);
+        assert_eq!(failed.as_deref(), Some("step 25: loss is NaN"));
         assert_eq!(steps.len(), 2);
         assert_eq!(steps[0].phase_ms_by_rank[0].1, vec![1.0, 2.0]);
         assert_eq!(steps[0].bytes_per_step.as_ref().unwrap()[0].cross_host, 4.0);

@@ -130,9 +130,18 @@ fn resume_after_a_crash_keeps_one_line_per_step_and_a_finished_run_is_left_alone
         .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
     assert_eq!(loss_steps(&out), vec![2, 4, 6]);
+    let failed = |dir: &Path| {
+        std::fs::read_to_string(dir.join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("{\"failed\""))
+            .count()
+    };
+    assert_eq!(failed(&out), 1, "the failure is logged");
     let resume = ["train", "-q", "--resume", out.to_str().unwrap()];
     let o = towerrec(&resume);
     assert!(o.status.success(), "{}", describe(&o));
+    assert_eq!(failed(&out), 0, "the resumed run drops the failure record");
     let steps = loss_steps(&out);
     let mut unique = steps.clone();
     unique.dedup();

@@ -122,6 +122,19 @@ fn a_failed_run_writes_its_report_and_a_start_up_failure_none() {
     assert!(page.contains("injected failure on rank 0 at step 5"));
     // Its two logged windows are plotted: the single process's phase times by rank.
     assert!(page.contains("ms per step by phase (rank 0)") && page.contains("rank 0"));
+    // The reason is in the run's log as well, so a later report still says it.
+    let last = lines(&out).pop().unwrap();
+    assert!(
+        last["failed"]
+            .as_str()
+            .is_some_and(|w| w.contains("injected failure on rank 0 at step 5")),
+        "{last}"
+    );
+    std::fs::remove_file(out.join("report.html")).unwrap();
+    let o = towerrec(&["report", out_s]);
+    assert!(o.status.success(), "{}", describe(&o));
+    let later = report_of(&out);
+    assert!(later.contains("failed</span>: ") && later.contains("at step 5"));
     // A run that fails at start-up leaves its directory untouched: no report.
     let fresh = dir.join("fresh");
     let o = towerrec(&train_args(
