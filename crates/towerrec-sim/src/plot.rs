@@ -126,12 +126,13 @@ fn draw_lines(chart: &LineChart, area: &DrawingArea<SVGBackend, Shift>) -> DrawR
         .margin(12)
         .x_label_area_size(36)
         .y_label_area_size(56);
+    let span = y1 - y0;
     if chart.log_x {
         let mut c = builder.build_cartesian_2d((x0..x1).log_scale().base(2.0), y0..y1)?;
-        draw_series(&mut c, chart)
+        draw_series(&mut c, chart, span)
     } else {
         let mut c = builder.build_cartesian_2d(x0..x1, y0..y1)?;
-        draw_series(&mut c, chart)
+        draw_series(&mut c, chart, span)
     }
 }
 
@@ -139,6 +140,7 @@ fn draw_lines(chart: &LineChart, area: &DrawingArea<SVGBackend, Shift>) -> DrawR
 fn draw_series<'a, X>(
     c: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, RangedCoordf64>>,
     chart: &LineChart,
+    y_span: f64,
 ) -> DrawResult
 where
     X: Ranged<ValueType = f64> + ValueFormatter<f64>,
@@ -147,7 +149,7 @@ where
         .x_desc(chart.x_label.as_str())
         .y_desc(chart.y_label.as_str())
         .x_label_formatter(&|x| format!("{x}"))
-        .y_label_formatter(&|y| short(*y))
+        .y_label_formatter(&|y| tick(*y, y_span))
         .draw()?;
     for (i, s) in chart.series.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
@@ -163,6 +165,20 @@ where
         .border_style(BLACK)
         .draw()?;
     Ok(())
+}
+
+/// A tick label on an axis spanning `span`: as [`short`], with as many decimals as the
+/// ticks' step needs below 1,000 (plotters puts at most about 10 ticks on an axis, so
+/// the step is at least a tenth of the span), so that a narrow fitted axis, an AUC
+/// from 0.785 to 0.795, does not repeat a label.
+fn tick(v: f64, span: f64) -> String {
+    let a = v.abs();
+    if a >= 1e3 || a == 0.0 || span.is_nan() || span <= 0.0 {
+        return short(v);
+    }
+    let needed = (-(span / 10.0).log10()).ceil().clamp(0.0, 6.0) as usize;
+    let decimals = needed.max(if a >= 10.0 { 0 } else { 2 });
+    format!("{v:.decimals$}")
 }
 
 /// 1234567 → "1.23M".
@@ -357,6 +373,24 @@ mod tests {
         let svg = line_charts_svg(&[named], 1).unwrap();
         assert!(svg.contains("a&lt;b &amp; c") && !svg.contains("a<b"));
         assert_eq!(short(1_234_567.0), "1.23M");
+        // A narrow axis gets the decimals its ticks need; a wide one keeps the short form.
+        assert_eq!(tick(0.787, 0.01), "0.787");
+        assert_eq!(tick(0.7875, 0.004), "0.7875");
+        assert_eq!(tick(0.5, 1.0), "0.50");
+        assert_eq!(tick(25.0, 100.0), "25");
+        assert_eq!(tick(25.5, 5.0), "25.5");
+        assert_eq!(tick(2500.0, 0.1), "2.5K");
+        let mut narrow = chart(false);
+        narrow.y_from_zero = false;
+        narrow.series[0].points = vec![(1.0, 0.7851), (2.0, 0.7893), (3.0, 0.7948)];
+        let svg = line_charts_svg(&[narrow], 1).unwrap();
+        let labels: Vec<&str> = svg
+            .lines()
+            .filter(|l| l.starts_with("0.7") && l.len() <= 6)
+            .collect();
+        let mut unique = labels.clone();
+        unique.dedup();
+        assert!(labels.len() >= 3 && labels == unique, "{labels:?}");
         // From zero, or fitted to the points with a margin.
         let mut fitted = chart(false);
         assert_eq!(bounds(&fitted).1, (0.0, 10.0 * 1.08));
