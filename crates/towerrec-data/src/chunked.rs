@@ -114,6 +114,9 @@ struct Consumer {
     rx: Receiver<Parsed>,
     cur: Option<Parsed>,
     producer: Option<JoinHandle<()>>,
+    /// Chunks read out go back to the producer to be filled again (fresh buffers cost
+    /// the kernel's zeroing of their pages every time).
+    spent: SyncSender<Parsed>,
 }
 
 enum State {
@@ -209,6 +212,7 @@ impl<P: RowParser> TextRows<P> {
             return Ok(());
         }
         let (tx, rx) = sync_channel(QUEUE);
+        let (spent, spent_rx) = sync_channel(QUEUE);
         let name: Arc<str> = Arc::from(lines.name.as_str());
         let producer = Producer {
             name: Arc::clone(&name),
@@ -220,6 +224,7 @@ impl<P: RowParser> TextRows<P> {
             next_row: 0,
             done: false,
             spare: None,
+            spent: spent_rx,
         };
         let handle = std::thread::Builder::new()
             .name("towerrec-text".into())
@@ -229,6 +234,7 @@ impl<P: RowParser> TextRows<P> {
             rx,
             cur: None,
             producer: Some(handle),
+            spent,
         });
         Ok(())
     }
@@ -240,7 +246,12 @@ impl<P: RowParser> TextRows<P> {
                 return c.cur.as_mut();
             }
             match c.rx.recv() {
-                Ok(p) => c.cur = Some(p),
+                Ok(p) => {
+                    if let Some(done) = c.cur.replace(p) {
+                        // Full or gone: the producer allocates instead.
+                        let _ = c.spent.try_send(done);
+                    }
+                }
                 Err(_) => {
                     // The producer has ended; a panic there is a bug, not an end of data.
                     if let Some(h) = c.producer.take() {
@@ -350,9 +361,12 @@ struct Producer<P> {
     next_row: u64,
     done: bool,
     name: Arc<str>,
-    /// The text buffer of a block already parsed, reused for the next one: a fresh
-    /// 4 MiB buffer per block costs the kernel's zeroing of its pages every time.
-    spare: Option<Vec<u8>>,
+    /// The text buffer and line list of a block already parsed, reused for the next
+    /// one: a fresh 4 MiB buffer per block costs the kernel's zeroing of its pages
+    /// every time.
+    spare: Option<(Vec<u8>, Vec<Pending>)>,
+    /// Chunks the reader is done with, to parse into again (the same reason).
+    spent: Receiver<Parsed>,
 }
 
 /// Lines of one block: their bytes and what each selected row is.
@@ -376,8 +390,11 @@ impl<P: RowParser> Producer<P> {
                 let parser = Arc::clone(&self.parser);
                 let shape = self.shape;
                 let cur = &mut block;
-                let (parsed, next) =
-                    rayon::join(|| parse_block(&*parser, shape, cur), || self.read_block());
+                let spares: Vec<Parsed> = self.spent.try_iter().collect();
+                let (parsed, next) = rayon::join(
+                    || parse_block(&*parser, shape, cur, spares),
+                    || self.read_block(),
+                );
                 (parsed, Some(next))
             };
             for p in parsed {
@@ -385,7 +402,10 @@ impl<P: RowParser> Producer<P> {
                     return;
                 }
             }
-            self.spare = Some(std::mem::take(&mut block.text));
+            self.spare = Some((
+                std::mem::take(&mut block.text),
+                std::mem::take(&mut block.pending),
+            ));
             if let Some(e) = block.terminal.take() {
                 let _ = tx.send(Parsed {
                     block: RecordBlock::new(self.shape.0, self.shape.1),
@@ -404,19 +424,21 @@ impl<P: RowParser> Producer<P> {
 
     fn parse(&self, block: &mut Block) -> Vec<Parsed> {
         let (parser, shape) = (&*self.parser, self.shape);
-        in_pool(|| parse_block(parser, shape, block))
+        let spares: Vec<Parsed> = self.spent.try_iter().collect();
+        in_pool(|| parse_block(parser, shape, block, spares))
     }
 
     /// Reads the next block of selected lines; sets `done` at the end of the rows.
     fn read_block(&mut self) -> Block {
-        let mut text = self
-            .spare
-            .take()
-            .unwrap_or_else(|| Vec::with_capacity(self.block_bytes.min(BLOCK_BYTES) + 4096));
+        let (mut text, mut pending) = self.spare.take().unwrap_or_else(|| {
+            let bytes = Vec::with_capacity(self.block_bytes.min(BLOCK_BYTES) + 4096);
+            (bytes, Vec::new())
+        });
         text.clear();
+        pending.clear();
         let mut block = Block {
             text,
-            pending: Vec::new(),
+            pending,
             terminal: None,
             name: Arc::clone(&self.name),
         };
@@ -476,39 +498,59 @@ fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     }
 }
 
-/// Parses a block's lines in chunks on rayon's pool, keeping their order.
-fn parse_block<P: RowParser>(parser: &P, shape: (usize, usize), block: &mut Block) -> Vec<Parsed> {
+/// Parses a block's lines in chunks on rayon's pool, keeping their order; `spares`:
+/// chunks read out, whose buffers are filled again.
+fn parse_block<P: RowParser>(
+    parser: &P,
+    shape: (usize, usize),
+    block: &mut Block,
+    spares: Vec<Parsed>,
+) -> Vec<Parsed> {
     let n = block.pending.len();
     if n == 0 {
         return Vec::new();
     }
     let per = n.div_ceil(4 * rayon::current_num_threads()).max(1);
+    let mut spares: Vec<Option<Parsed>> = spares.into_iter().map(Some).collect();
+    spares.resize_with(n.div_ceil(per), || None);
     let text = &block.text;
     let name = &*block.name;
     block
         .pending
         .par_chunks_mut(per)
-        .map(|chunk| {
-            let mut out = RecordBlock::with_capacity(shape.0, shape.1, chunk.len());
+        .zip(spares.par_iter_mut())
+        .map(|(chunk, spare)| {
+            let (mut out, mut outcomes) = match spare.take() {
+                Some(Parsed {
+                    mut block,
+                    mut outcomes,
+                    ..
+                }) if block.num_dense == shape.0 && block.num_sparse == shape.1 => {
+                    block.clear();
+                    outcomes.clear();
+                    (block, outcomes)
+                }
+                _ => (
+                    RecordBlock::with_capacity(shape.0, shape.1, chunk.len()),
+                    Vec::with_capacity(chunk.len()),
+                ),
+            };
             let mut scratch = P::Scratch::default();
-            let outcomes = chunk
-                .iter_mut()
-                .map(|p| match p {
-                    Pending::Bad(e) => e.take(),
-                    Pending::Line {
-                        line_no,
-                        start,
-                        end,
-                    } => {
-                        let line = Line {
-                            name,
-                            line_no: *line_no,
-                            buf: &text[*start..*end],
-                        };
-                        parse_row(parser, &line, &mut scratch, &mut out).err()
-                    }
-                })
-                .collect();
+            outcomes.extend(chunk.iter_mut().map(|p| match p {
+                Pending::Bad(e) => e.take(),
+                Pending::Line {
+                    line_no,
+                    start,
+                    end,
+                } => {
+                    let line = Line {
+                        name,
+                        line_no: *line_no,
+                        buf: &text[*start..*end],
+                    };
+                    parse_row(parser, &line, &mut scratch, &mut out).err()
+                }
+            }));
             Parsed {
                 block: out,
                 outcomes,

@@ -46,6 +46,17 @@ struct FeatureSpool {
     id_bytes: u8,
     /// Every row so far had exactly one id (so no offsets are written yet).
     single: bool,
+    /// A block's bytes before they are appended (`write_block`).
+    scratch: BlockIds,
+}
+
+/// One feature's ids of a block, encoded, and its state after them.
+#[derive(Default)]
+struct BlockIds {
+    values: Vec<u8>,
+    offsets: Vec<u8>,
+    single: bool,
+    nnz: u64,
 }
 
 /// Writes records into the binary format in one pass.
@@ -64,6 +75,8 @@ pub struct BinaryWriter {
     broken: bool,
     /// The checksum of the vocabulary the ids come from (none: hashed).
     vocab: Option<String>,
+    /// A block's labels or dense values as bytes, reused (`write_block`).
+    block_bytes: Vec<u8>,
 }
 
 impl BinaryWriter {
@@ -90,6 +103,7 @@ impl BinaryWriter {
                 values: spool(format!(".spool.{f}.values"))?,
                 id_bytes: FeatureLayout::id_bytes_for(feature.rows),
                 single: true,
+                scratch: BlockIds::default(),
             });
         }
         let tmp = temporary(path);
@@ -106,6 +120,7 @@ impl BinaryWriter {
             temps,
             broken: false,
             vocab: None,
+            block_bytes: Vec::new(),
         })
     }
 
@@ -123,14 +138,25 @@ impl BinaryWriter {
     /// Appends every row of `block`, checked as [`BinaryWriter::write`] checks a record
     /// (nothing is written when one fails).
     pub fn write_block(&mut self, block: &RecordBlock) -> Result<()> {
-        for i in 0..block.len() {
-            self.check(
-                block.labels[i],
-                block.dense_of(i),
-                |f| block.ids_of(i, f),
-                block.num_sparse,
-                i as u64,
-            )?;
+        // One pass encodes the block and checks it as it goes; only a block that fails
+        // is checked again row by row, for the error `write` would give (its first bad
+        // row's, in the same order of checks).
+        let fits = block.num_dense == self.schema.dense.len()
+            && block.num_sparse == self.schema.sparse.len()
+            && block.labels.iter().all(|&l| l == 0.0 || l == 1.0)
+            && block.dense.iter().all(|x| x.is_finite())
+            && self.encode_ids(block);
+        if !fits {
+            for i in 0..block.len() {
+                self.check(
+                    block.labels[i],
+                    block.dense_of(i),
+                    |f| block.ids_of(i, f),
+                    block.num_sparse,
+                    i as u64,
+                )?;
+            }
+            unreachable!("a bug: write_block's pass and the row checks disagree");
         }
         if self.broken {
             return Err(self.broken_error());
@@ -140,40 +166,67 @@ impl BinaryWriter {
         appended
     }
 
-    /// Appends a validated block to the spools, section by section.
-    fn append_block(&mut self, b: &RecordBlock) -> Result<()> {
-        let labels: Vec<u8> = b.labels.iter().map(|&l| u8::from(l == 1.0)).collect();
-        self.labels.put(&labels)?;
-        let mut buf: Vec<u8> = b.dense.iter().flat_map(|x| x.to_le_bytes()).collect();
-        self.dense.put(&buf)?;
-        let mut offsets: Vec<u8> = Vec::new();
-        for (f, s) in self.sparse.iter_mut().enumerate() {
-            buf.clear();
-            offsets.clear();
-            for r in 0..b.len() {
-                let ids = b.ids_of(r, f);
+    /// Encodes the block's ids into each feature's scratch (values, and offsets where
+    /// the feature has them), row by row in the block's order; false if an id is out
+    /// of its table's range.
+    fn encode_ids(&mut self, b: &RecordBlock) -> bool {
+        let rows = self.rows;
+        for (s, &nnz) in self.sparse.iter_mut().zip(&self.nnz) {
+            s.scratch.values.clear();
+            s.scratch.offsets.clear();
+            s.scratch.single = s.single;
+            s.scratch.nnz = nnz;
+        }
+        let mut start = 0;
+        let rows_ends = b.ends.chunks_exact(b.num_sparse.max(1));
+        for (r, ends) in rows_ends.enumerate() {
+            for ((s, feature), &end) in self.sparse.iter_mut().zip(&self.schema.sparse).zip(ends) {
+                let ids = &b.ids[start..end];
+                start = end;
+                let limit = feature.rows;
+                let e = &mut s.scratch;
                 for &id in ids {
+                    if id >= limit {
+                        return false;
+                    }
                     // Checked against the table, whose rows fit the width.
                     if s.id_bytes == 4 {
-                        buf.extend_from_slice(&(id as u32).to_le_bytes());
+                        e.values.extend_from_slice(&(id as u32).to_le_bytes());
                     } else {
-                        buf.extend_from_slice(&id.to_le_bytes());
+                        e.values.extend_from_slice(&id.to_le_bytes());
                     }
                 }
-                if s.single && ids.len() != 1 {
+                if e.single && ids.len() != 1 {
                     // The first row with other than one id: the offsets of the rows before.
-                    s.single = false;
-                    for k in 0..=self.rows + r as u64 {
-                        offsets.extend_from_slice(&k.to_le_bytes());
+                    e.single = false;
+                    for k in 0..=rows + r as u64 {
+                        e.offsets.extend_from_slice(&k.to_le_bytes());
                     }
                 }
-                self.nnz[f] += ids.len() as u64;
-                if !s.single {
-                    offsets.extend_from_slice(&self.nnz[f].to_le_bytes());
+                e.nnz += ids.len() as u64;
+                if !e.single {
+                    e.offsets.extend_from_slice(&e.nnz.to_le_bytes());
                 }
             }
-            s.values.put(&buf)?;
-            s.offsets.put(&offsets)?;
+        }
+        true
+    }
+
+    /// Appends a block that [`BinaryWriter::encode_ids`] has encoded to the spools,
+    /// section by section.
+    fn append_block(&mut self, b: &RecordBlock) -> Result<()> {
+        let bytes = &mut self.block_bytes;
+        bytes.clear();
+        bytes.extend(b.labels.iter().map(|&l| u8::from(l == 1.0)));
+        self.labels.put(bytes)?;
+        bytes.clear();
+        bytes.extend(b.dense.iter().flat_map(|x| x.to_le_bytes()));
+        self.dense.put(bytes)?;
+        for (s, nnz) in self.sparse.iter_mut().zip(&mut self.nnz) {
+            s.values.put(&s.scratch.values)?;
+            s.offsets.put(&s.scratch.offsets)?;
+            s.single = s.scratch.single;
+            *nnz = s.scratch.nnz;
         }
         self.rows += b.len() as u64;
         Ok(())

@@ -423,6 +423,51 @@ fn blocks_and_records_write_the_same_file() {
     }
 }
 
+#[test]
+fn a_bad_block_fails_as_its_first_bad_record_and_writes_nothing() {
+    let dir = TempDir::new("bin-bad-block");
+    let schema = schema_with(100);
+    let good = records_with(&schema, |i, f| i * 3 + f as u64);
+    // Row 5 has an id past its table in the second feature, row 7 a bad label: the
+    // block fails as writing row 5 alone does.
+    let mut bad = good.clone();
+    bad[5].sparse[1] = vec![1, 100];
+    bad[7].label = 0.5;
+    let first_error = |records: &[towerrec_data::Record]| {
+        let mut w = BinaryWriter::create(&dir.path().join("r.bin"), schema.clone()).unwrap();
+        records
+            .iter()
+            .find_map(|r| w.write(r).err())
+            .unwrap()
+            .to_string()
+    };
+    let block_of = |records: &[towerrec_data::Record]| {
+        let mut b = towerrec_data::RecordBlock::new(1, 2);
+        records.iter().for_each(|r| b.push_record(r));
+        b
+    };
+    let out = dir.path().join("b.bin");
+    let mut w = BinaryWriter::create(&out, schema.clone()).unwrap();
+    w.write_block(&block_of(&good[..3])).unwrap();
+    let e = w.write_block(&block_of(&bad)).unwrap_err().to_string();
+    assert_eq!(e, first_error(&bad));
+    assert!(e.contains("100"), "{e}");
+    // Only the bad label left: the label's error, naming its row.
+    bad[5] = good[5].clone();
+    let e = w.write_block(&block_of(&bad)).unwrap_err().to_string();
+    assert!(e.contains("row 10") && e.contains("not 0 or 1"), "{e}");
+    // The failed blocks left nothing behind: the file holds the first block's rows.
+    w.write_block(&block_of(&good[3..])).unwrap();
+    assert_eq!(w.finish().unwrap(), 9);
+    let mut whole = BinaryWriter::create(&dir.path().join("w.bin"), schema.clone()).unwrap();
+    whole.write_block(&block_of(&good)).unwrap();
+    whole.finish().unwrap();
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        std::fs::read(dir.path().join("w.bin")).unwrap()
+    );
+}
+
 /// A stream's records alone (no batch path), for `next_batch` to assemble.
 struct Records(BinaryStream);
 
