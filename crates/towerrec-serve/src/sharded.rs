@@ -15,9 +15,8 @@ use towerrec_core::Batch;
 use towerrec_data::Schema;
 use towerrec_plan::Plan;
 use towerrec_train::checkpoint::Checkpoint;
-use towerrec_train::cluster::{rank_slice, run_ranks};
-use towerrec_train::run_towers::run_towers;
-use towerrec_train::{Config, Model};
+use towerrec_train::cluster::{build_rank_model, rank_slice, run_ranks};
+use towerrec_train::Config;
 
 /// Bytes one micro-batch moved between ranks, all ranks together.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -156,19 +155,8 @@ fn rank_loop(
     tx: Option<Sender<Reply>>,
 ) -> towerrec_train::Result<()> {
     let (r, world) = (comm.rank(), comm.size());
-    let names: Vec<String> = schema.sparse.iter().map(|f| f.name.clone()).collect();
     let recorded = ckpt.towers()?;
-    let towers = run_towers(&cfg.model, &names, Some(plan), recorded.as_deref())?;
-    let mut model = Model::build_sharded(
-        &cfg.model,
-        &cfg.optimizer,
-        schema,
-        cfg.train.seed,
-        comm,
-        plan,
-        towers.as_deref(),
-    )?;
-    model.apply_cluster_config(&cfg.cluster);
+    let mut model = build_rank_model(cfg, schema, comm, plan, recorded.as_deref())?;
     ckpt.check_towers(&mut model)?;
     ckpt.apply(&mut model)?;
     if let Some(tx) = &tx {

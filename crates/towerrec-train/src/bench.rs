@@ -2,13 +2,12 @@
 //! measured rate is the model's, not the reader's (`towerrec bench model`), in one
 //! process or on an in-process cluster.
 
-use crate::cluster::{prepare_in_process, run_ranks};
+use crate::cluster::{build_rank_model, prepare_in_process, run_ranks};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::forward::PipelinedForward;
 use crate::model::Model;
 use crate::ranks::rank_slice;
-use crate::run_towers::run_towers;
 use crate::trainer::train_step;
 use serde::Serialize;
 use std::time::Instant;
@@ -116,19 +115,8 @@ pub fn bench_cluster(
 ) -> Result<BenchResult> {
     let (data_schema, plan) =
         prepare_in_process(cfg, topology, plan, None, &mut crate::trainer::Silent)?;
-    let names: Vec<String> = data_schema.sparse.iter().map(|f| f.name.clone()).collect();
-    let towers = run_towers(&cfg.model, &names, Some(&plan), None)?;
     let results = run_ranks(topology, threads_per_rank, |comm: Comm| {
-        let mut model = Model::build_sharded(
-            &cfg.model,
-            &cfg.optimizer,
-            &data_schema,
-            cfg.train.seed,
-            comm,
-            &plan,
-            towers.as_deref(),
-        )?;
-        model.apply_cluster_config(&cfg.cluster);
+        let mut model = build_rank_model(cfg, &data_schema, comm, &plan, None)?;
         bench_built(&mut model, cfg, batches, mode, timing)
     })?;
     Ok(results.into_iter().next().expect("rank 0's result"))

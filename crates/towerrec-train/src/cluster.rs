@@ -120,20 +120,34 @@ pub fn train_rank(
     cfg.refuse_int8("training")?;
     let data_schema = schema(&cfg.data, &cfg.base_dir)?;
     cfg.validate_against(&data_schema)?;
-    let names: Vec<String> = data_schema.sparse.iter().map(|f| f.name.clone()).collect();
     let recorded = resumed_towers(opts)?;
-    let towers = run_towers(&cfg.model, &names, Some(plan), recorded.as_deref())?;
+    let model = build_rank_model(cfg, &data_schema, comm, plan, recorded.as_deref())?;
+    train_model(cfg, opts, model, observer)
+}
+
+/// Builds this rank's part of the model of `cfg` over `plan`, with the cluster's
+/// settings: its towers are the ones a checkpoint `recorded` (by table name) where
+/// given, else the config's (`train`, `serve` and `bench` build their ranks alike).
+pub fn build_rank_model(
+    cfg: &Config,
+    data_schema: &Schema,
+    comm: Comm,
+    plan: &Plan,
+    recorded: Option<&[Vec<String>]>,
+) -> Result<Model> {
+    let names: Vec<String> = data_schema.sparse.iter().map(|f| f.name.clone()).collect();
+    let towers = run_towers(&cfg.model, &names, Some(plan), recorded)?;
     let mut model = Model::build_sharded(
         &cfg.model,
         &cfg.optimizer,
-        &data_schema,
+        data_schema,
         cfg.train.seed,
         comm,
         plan,
         towers.as_deref(),
     )?;
     model.apply_cluster_config(&cfg.cluster);
-    train_model(cfg, opts, model, observer)
+    Ok(model)
 }
 
 /// Runs `rank` once per rank of an in-process cluster of `topology`, each on its own
