@@ -58,7 +58,13 @@ pub fn line_charts(path: &Path, charts: &[LineChart], columns: usize) -> Result<
 pub fn line_charts_svg(charts: &[LineChart], columns: usize) -> Result<String> {
     let columns = columns.clamp(1, charts.len().max(1));
     let rows = charts.len().div_ceil(columns);
-    let size = (480 * columns as u32, 360 * rows as u32);
+    // Charts with many lines get their legend in a column of its own, beside the plot.
+    let legend = if charts.iter().any(outside_legend) {
+        LEGEND_WIDTH
+    } else {
+        0
+    };
+    let size = ((480 + legend) * columns as u32, 360 * rows as u32);
     let title = charts.first().map_or("", |c| c.title.as_str());
     let err = |e: Box<dyn std::error::Error>| chart_err(title, e);
     let mut svg = String::new();
@@ -118,21 +124,39 @@ fn bounds(chart: &LineChart) -> ((f64, f64), (f64, f64)) {
 
 type DrawResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
-fn draw_lines(chart: &LineChart, area: &DrawingArea<SVGBackend, Shift>) -> DrawResult {
+/// Width of a legend drawn beside its chart.
+const LEGEND_WIDTH: u32 = 190;
+
+/// Whether `chart` has so many lines that a legend inside the plot would hide some.
+fn outside_legend(chart: &LineChart) -> bool {
+    chart.series.len() > 4
+}
+
+fn draw_lines(chart: &LineChart, cell: &DrawingArea<SVGBackend, Shift>) -> DrawResult {
     let ((x0, x1), (y0, y1)) = bounds(chart);
-    let mut builder = ChartBuilder::on(area);
+    let (width, _) = cell.dim_in_pixel();
+    let (area, legend) = cell.split_horizontally(width.saturating_sub(LEGEND_WIDTH));
+    let area = if outside_legend(chart) {
+        let names: Vec<&str> = chart.series.iter().map(|s| s.label.as_str()).collect();
+        draw_legend(&legend, &names)?;
+        area
+    } else {
+        cell.clone()
+    };
+    let mut builder = ChartBuilder::on(&area);
     builder
         .caption(&chart.title, ("sans-serif", 16))
         .margin(12)
         .x_label_area_size(36)
         .y_label_area_size(56);
     let span = y1 - y0;
+    let inside = !outside_legend(chart);
     if chart.log_x {
         let mut c = builder.build_cartesian_2d((x0..x1).log_scale().base(2.0), y0..y1)?;
-        draw_series(&mut c, chart, span)
+        draw_series(&mut c, chart, span, inside)
     } else {
         let mut c = builder.build_cartesian_2d(x0..x1, y0..y1)?;
-        draw_series(&mut c, chart, span)
+        draw_series(&mut c, chart, span, inside)
     }
 }
 
@@ -141,6 +165,7 @@ fn draw_series<'a, X>(
     c: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, RangedCoordf64>>,
     chart: &LineChart,
     y_span: f64,
+    legend_inside: bool,
 ) -> DrawResult
 where
     X: Ranged<ValueType = f64> + ValueFormatter<f64>,
@@ -160,10 +185,12 @@ where
         .label(s.label.as_str())
         .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
     }
-    c.configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
+    if legend_inside {
+        c.configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+    }
     Ok(())
 }
 
@@ -391,6 +418,19 @@ mod tests {
         let mut unique = labels.clone();
         unique.dedup();
         assert!(labels.len() >= 3 && labels == unique, "{labels:?}");
+        // Many lines: the legend moves beside the plot, in a wider picture.
+        let few = line_charts_svg(&[chart(false)], 1).unwrap();
+        assert!(few.contains("width=\"480\""), "{}", &few[..200]);
+        let mut many = chart(false);
+        many.series = (0..6)
+            .map(|k| Series {
+                label: format!("phase {k}"),
+                points: vec![(1.0, k as f64), (2.0, k as f64 + 1.0)],
+            })
+            .collect();
+        let svg = line_charts_svg(&[many], 1).unwrap();
+        assert!(svg.contains("width=\"670\""), "{}", &svg[..200]);
+        assert!((0..6).all(|k| svg.contains(&format!("phase {k}"))));
         // From zero, or fitted to the points with a margin.
         let mut fitted = chart(false);
         assert_eq!(bounds(&fitted).1, (0.0, 10.0 * 1.08));
