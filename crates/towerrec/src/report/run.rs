@@ -94,8 +94,9 @@ pub fn inputs(dir: &Path) -> [PathBuf; 3] {
 /// read where they are.
 pub fn read(dir: &Path) -> Result<Run> {
     let metrics = dir.join(METRICS_FILE);
-    let text = match std::fs::read_to_string(&metrics) {
-        Ok(t) => t,
+    // Read line by line: the log can be far larger than what is kept of it.
+    let file = match std::fs::File::open(&metrics) {
+        Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let what = if dir.is_dir() {
                 "has no metrics.jsonl: not the directory of a run of `towerrec train`"
@@ -106,7 +107,8 @@ pub fn read(dir: &Path) -> Result<Run> {
         }
         Err(e) => return Err(e).with_context(|| format!("reading {}", metrics.display())),
     };
-    let metrics = parse_metrics(&text);
+    let metrics = parse_metrics(std::io::BufReader::with_capacity(1 << 20, file))
+        .with_context(|| format!("reading {}", metrics.display()))?;
     let summary = read_optional(&dir.join(SUMMARY_FILE))?
         .map(|t| serde_json::from_str::<Summary>(&t))
         .transpose()
@@ -158,8 +160,9 @@ pub struct Metrics {
 }
 
 /// The step and evaluation lines of a metrics log, its last failure record, and how
-/// many lines did not parse (other records, such as drift checks, are skipped).
-pub fn parse_metrics(text: &str) -> Metrics {
+/// many lines did not parse, text that is not UTF-8 included (other records, such as
+/// drift checks, are skipped).
+pub fn parse_metrics(mut log: impl std::io::BufRead) -> std::io::Result<Metrics> {
     let mut m = Metrics::default();
     let Metrics {
         steps,
@@ -167,7 +170,19 @@ pub fn parse_metrics(text: &str) -> Metrics {
         failed,
         unreadable: bad,
     } = &mut m;
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+    let mut bytes = Vec::new();
+    loop {
+        bytes.clear();
+        if log.read_until(b'\n', &mut bytes)? == 0 {
+            break;
+        }
+        let Ok(line) = std::str::from_utf8(&bytes) else {
+            *bad += 1;
+            continue;
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
         let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else {
             *bad += 1;
             continue;
@@ -186,7 +201,7 @@ pub fn parse_metrics(text: &str) -> Metrics {
             *bad += 1;
         }
     }
-    m
+    Ok(m)
 }
 
 /// `[cluster] hosts` and `ranks_per_host` of a config's text (1 × 1 where absent).
@@ -253,8 +268,13 @@ mod tests {
             evals,
             failed,
             unreadable: bad,
-        } = parse_metrics(text);
+        } = parse_metrics(text.as_bytes()).unwrap();
         assert_eq!(failed.as_deref(), Some("step 25: loss is NaN"));
+        // Bytes that are not UTF-8 are an unreadable line, not a failed read.
+        let mut log = b"{\"step\":1,\"loss\":0.5,\"samples_per_sec\":1.0}\r\n".to_vec();
+        log.extend_from_slice(b"\xff\xfe\n\n");
+        let m = parse_metrics(&log[..]).unwrap();
+        assert_eq!((m.steps.len(), m.unreadable), (1, 1));
         assert_eq!(steps.len(), 2);
         assert_eq!(steps[0].phase_ms_by_rank[0].1, vec![1.0, 2.0]);
         assert_eq!(steps[0].bytes_per_step.as_ref().unwrap()[0].cross_host, 4.0);
