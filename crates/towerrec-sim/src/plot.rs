@@ -134,9 +134,9 @@ fn outside_legend(chart: &LineChart) -> bool {
 
 fn draw_lines(chart: &LineChart, cell: &DrawingArea<SVGBackend, Shift>) -> DrawResult {
     let ((x0, x1), (y0, y1)) = bounds(chart);
-    let (width, _) = cell.dim_in_pixel();
-    let (area, legend) = cell.split_horizontally(width.saturating_sub(LEGEND_WIDTH));
     let area = if outside_legend(chart) {
+        let (width, _) = cell.dim_in_pixel();
+        let (area, legend) = cell.split_horizontally(width.saturating_sub(LEGEND_WIDTH));
         let names: Vec<&str> = chart.series.iter().map(|s| s.label.as_str()).collect();
         draw_legend(&legend, &names)?;
         area
@@ -150,13 +150,12 @@ fn draw_lines(chart: &LineChart, cell: &DrawingArea<SVGBackend, Shift>) -> DrawR
         .x_label_area_size(36)
         .y_label_area_size(56);
     let span = y1 - y0;
-    let inside = !outside_legend(chart);
     if chart.log_x {
         let mut c = builder.build_cartesian_2d((x0..x1).log_scale().base(2.0), y0..y1)?;
-        draw_series(&mut c, chart, span, inside)
+        draw_series(&mut c, chart, span)
     } else {
         let mut c = builder.build_cartesian_2d(x0..x1, y0..y1)?;
-        draw_series(&mut c, chart, span, inside)
+        draw_series(&mut c, chart, span)
     }
 }
 
@@ -165,7 +164,6 @@ fn draw_series<'a, X>(
     c: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, RangedCoordf64>>,
     chart: &LineChart,
     y_span: f64,
-    legend_inside: bool,
 ) -> DrawResult
 where
     X: Ranged<ValueType = f64> + ValueFormatter<f64>,
@@ -185,7 +183,7 @@ where
         .label(s.label.as_str())
         .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
     }
-    if legend_inside {
+    if !outside_legend(chart) {
         c.configure_series_labels()
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)

@@ -318,7 +318,6 @@ pub fn train(a: TrainArgs) -> Result<()> {
     result
 }
 
-/// The rest of `train`, once MPI (if asked for) is up.
 /// Where a run goes: its directory, whether it resumes there, and whether it replaces
 /// another run there (`--overwrite`).
 struct RunPlace<'a> {
@@ -327,6 +326,7 @@ struct RunPlace<'a> {
     replacing: bool,
 }
 
+/// The rest of `train`, once MPI (if asked for) is up.
 fn train_on(
     a: &TrainArgs,
     mut cfg: Config,
